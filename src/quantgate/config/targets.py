@@ -1,0 +1,147 @@
+"""Hardware targets and the recipes they name, as validated data.
+
+A target (``targets/<name>.yaml``) says what the serving hardware runs: the recipe that builds
+it, the compressed-tensors format on disk, the numerics an evaluation must emulate, and the KV
+cache precision. A recipe (``recipes/<name>.yaml``) says how to build it: which engine, whether
+it needs calibration data, and the engine's own recipe, passed through verbatim so that a
+recipe is exactly what llm-compressor (or modelopt) would read.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from enum import StrEnum
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, PositiveInt
+
+from quantgate.config.loader import load_model, nearest
+from quantgate.errors import ConfigFileError, UsageError
+
+
+class Frozen(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class WeightNumerics(StrEnum):
+    FP8_E4M3FN = "fp8_e4m3fn"  # OCP FP8, max 448 (Hopper, Blackwell)
+    FP8_E4M3FNUZ = "fp8_e4m3fnuz"  # MI300 (gfx942): OCP bits reinterpreted, scales doubled
+    NVFP4 = "nvfp4"  # E2M1 values, E4M3 scale per 16, FP32 global scale
+    INT4 = "int4"
+
+
+class ActivationNumerics(StrEnum):
+    NONE = "none"  # weight-only: activations stay in the compute dtype
+    FP8_E4M3FN_PER_TOKEN = "fp8_e4m3fn_per_token"
+    FP8_E4M3FNUZ_PER_TOKEN = "fp8_e4m3fnuz_per_token"  # dynamic, clamped at +-224 on CDNA3
+    NVFP4_CALIBRATED = "nvfp4_calibrated"  # per-16 dynamic scales under a calibrated global scale
+
+
+class KVCache(StrEnum):
+    BF16 = "bf16"
+    FP8_E4M3 = "fp8_e4m3"
+
+
+class Numerics(Frozen):
+    """What an evaluation must emulate to measure what this hardware will compute."""
+
+    weights: WeightNumerics
+    activations: ActivationNumerics
+    native_on: list[str] = Field(
+        description="hardware on which these numerics run natively; elsewhere they are emulated"
+    )
+
+
+class Target(Frozen):
+    version: Literal[1] = 1
+    name: str
+    description: str
+    hardware: str
+    recipe: str
+    format: Literal["float-quantized", "nvfp4-pack-quantized", "pack-quantized"]
+    numerics: Numerics
+    kv_cache: KVCache
+    serving_notes: str = ""
+
+
+class Calibration(Frozen):
+    """How much calibration data a recipe needs; ``none`` for data-free recipes."""
+
+    required: bool
+    num_samples: PositiveInt = 32
+    max_seq_length: PositiveInt = 512
+
+
+class Recipe(Frozen):
+    version: Literal[1] = 1
+    name: str
+    description: str
+    engine: Literal["llmcompressor.model_free", "llmcompressor.oneshot", "modelopt"]
+    calibration: Calibration
+    requires_cuda: bool = False
+    recipe: dict[str, Any] = Field(description="the engine's own recipe, passed through verbatim")
+
+    def modifier(self) -> tuple[str, dict[str, Any]]:
+        """The single quantization modifier of an llm-compressor recipe: (type, args)."""
+        for stage in self.recipe.values():
+            for group in stage.values():
+                for kind, args in group.items():
+                    return kind, args
+        raise ConfigFileError(self.name, "the recipe has no modifier", "add one stage with one modifier")
+
+
+def _names(directory: Path) -> list[str]:
+    return sorted(p.stem for p in directory.glob("*.yaml"))
+
+
+class Catalog:
+    """The targets and recipes of one project root, loaded on demand.
+
+    Passed around as context (no globals): tests point it at a temporary copy.
+    """
+
+    def __init__(self, root: Path) -> None:
+        self.root = Path(root)
+        self.targets_dir = self.root / "targets"
+        self.recipes_dir = self.root / "recipes"
+
+    def target_names(self) -> list[str]:
+        return _names(self.targets_dir)
+
+    def target(self, name: str) -> Target:
+        path = self.targets_dir / f"{name}.yaml"
+        if not path.exists():
+            hint = nearest(name, self.target_names())
+            raise UsageError(
+                self.targets_dir,
+                f"no target named '{name}'",
+                (f"did you mean '{hint}'? " if hint else "")
+                + f"known targets: {', '.join(self.target_names())}",
+            )
+        target = load_model(path, Target)
+        if target.name != name:
+            raise ConfigFileError(path, f"name '{target.name}' differs from the file name", f"set name: {name}")
+        self.recipe(target.recipe, referenced_from=path)  # fail early on a dangling recipe
+        return target
+
+    def recipe_path(self, name: str) -> Path:
+        return self.recipes_dir / f"{name}.yaml"
+
+    def recipe(self, name: str, referenced_from: Path | None = None) -> Recipe:
+        path = self.recipe_path(name)
+        if not path.exists():
+            hint = nearest(name, _names(self.recipes_dir))
+            raise ConfigFileError(
+                referenced_from or path,
+                f"recipe '{name}' does not exist in {self.recipes_dir}",
+                f"did you mean '{hint}'?" if hint else "add the recipe file or fix the name",
+            )
+        recipe = load_model(path, Recipe)
+        if recipe.name != name:
+            raise ConfigFileError(path, f"name '{recipe.name}' differs from the file name", f"set name: {name}")
+        return recipe
+
+    def recipe_hash(self, name: str) -> str:
+        """sha256 of the recipe file's bytes: any edit to a recipe changes every build key."""
+        return hashlib.sha256(self.recipe_path(name).read_bytes()).hexdigest()

@@ -1,0 +1,74 @@
+"""Shared fixtures: tiny random checkpoints, an isolated cache, and a guard against stray files."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
+from quantgate.config.targets import Catalog
+from quantgate.synthetic import write_tiny_model
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="session")
+def repo_root() -> Path:
+    return REPO
+
+
+@pytest.fixture(scope="session")
+def catalog() -> Catalog:
+    return Catalog(REPO)
+
+
+@pytest.fixture(scope="session")
+def _tiny_models(tmp_path_factory) -> dict[str, Path]:
+    base = tmp_path_factory.mktemp("tiny-models")
+    return {kind: write_tiny_model(base / kind, kind) for kind in ("llama", "mixtral", "qwen2_moe")}
+
+
+@pytest.fixture
+def tiny_llama(_tiny_models, tmp_path) -> Path:
+    """A fresh copy per test, so a test may damage it freely."""
+    return Path(shutil.copytree(_tiny_models["llama"], tmp_path / "tiny-llama"))
+
+
+@pytest.fixture
+def tiny_mixtral(_tiny_models, tmp_path) -> Path:
+    return Path(shutil.copytree(_tiny_models["mixtral"], tmp_path / "tiny-mixtral"))
+
+
+@pytest.fixture
+def tiny_qwen_moe(_tiny_models, tmp_path) -> Path:
+    return Path(shutil.copytree(_tiny_models["qwen2_moe"], tmp_path / "tiny-qwen-moe"))
+
+
+@pytest.fixture(autouse=True)
+def _isolated_cache(tmp_path_factory, monkeypatch):
+    """Tests never touch the user's cache; the converted default model is shared per session."""
+    shared = os.environ.get("QUANTGATE_TEST_CACHE") or str(tmp_path_factory.getbasetemp() / "cache")
+    monkeypatch.setenv("QUANTGATE_CACHE", shared)
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+
+
+def _repo_listing() -> set[str]:
+    skip = {".git", ".venv", ".pytest_cache", "__pycache__"}
+    found = set()
+    for root, dirs, files in os.walk(REPO):
+        dirs[:] = [d for d in dirs if d not in skip and not d.endswith(".egg-info")]
+        for name in files:
+            if not name.endswith(".pyc"):
+                found.add(os.path.relpath(os.path.join(root, name), REPO))
+    return found
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _no_stray_files():
+    """Fail the session if tests leave files in the repository (they belong in tmp_path)."""
+    before = _repo_listing()
+    yield
+    stray = sorted(_repo_listing() - before)
+    assert not stray, f"tests left files in the repository: {stray[:10]}"

@@ -139,6 +139,7 @@ def write_large_llama(
         num_key_value_heads=heads,
         tie_word_embeddings=False,
         dtype="bfloat16",
+        architectures=["LlamaForCausalLM"],
     )
     with torch.device("meta"):
         shapes = {k: tuple(v.shape) for k, v in AutoModelForCausalLM.from_config(config).state_dict().items()}

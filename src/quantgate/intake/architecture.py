@@ -1,0 +1,177 @@
+"""What the checkpoint claims to be (config.json), and whether its tensors agree.
+
+The config decides everything downstream: which recipe layers are quantized, which model
+class applies, what serving engines will allocate. A config that disagrees with the weights
+(say, an intermediate size edited by hand, or a vocabulary resized without resizing the
+embedding) fails late and confusingly inside a quantization engine, so intake builds the
+model's skeleton on the meta device (no memory, no weights) and compares shapes up front.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+from quantgate.errors import CheckpointConfigError, RemoteCodeError, ShapeMismatchError
+from quantgate.intake.safetensors_header import TensorInfo
+
+MOE_KEYS = ("num_local_experts", "num_experts", "n_routed_experts")
+_EXPERT = re.compile(r"^(.*\.experts)\.(\d+)\.")
+
+
+def read_json(path: Path, rel: str) -> dict[str, Any]:
+    """A JSON object from ``path``; CheckpointConfigError naming the file otherwise."""
+    try:
+        value = json.loads(path.read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise CheckpointConfigError(
+            path, f"{rel} is not valid JSON ({exc})", f"repair or re-export {rel}"
+        ) from None
+    if not isinstance(value, dict):
+        raise CheckpointConfigError(path, f"{rel} is not a JSON object", f"repair or re-export {rel}")
+    return value
+
+
+def refuse_auto_map(root: Path, files: list[str]) -> None:
+    """``auto_map`` in any top-level *config.json means the model needs remote code."""
+    for rel in files:
+        if "/" in rel or not rel.endswith("config.json"):
+            continue
+        if "auto_map" in read_json(root / rel, rel):
+            raise RemoteCodeError(
+                root / rel,
+                "'auto_map' points transformers at remote code, which quantgate refuses",
+                "use an architecture transformers supports natively and remove 'auto_map'",
+            )
+
+
+def load_config(root: Path, raw: dict[str, Any]):
+    """Validate the raw config.json and build a transformers config from it (no remote code)."""
+    path = root / "config.json"
+    model_type = raw.get("model_type")
+    if not isinstance(model_type, str) or not model_type:
+        raise CheckpointConfigError(
+            path, "config.json has no 'model_type'", 'add the model_type, e.g. "llama"'
+        )
+    arch = raw.get("architectures")
+    if not (isinstance(arch, list) and arch and all(isinstance(a, str) and a for a in arch)):
+        raise CheckpointConfigError(
+            path,
+            "config.json has no 'architectures' list",
+            'add it, e.g. "architectures": ["LlamaForCausalLM"]',
+        )
+    from transformers import AutoConfig
+
+    try:
+        return AutoConfig.for_model(**raw)
+    except (ValueError, KeyError, TypeError) as exc:
+        raise CheckpointConfigError(
+            path,
+            f"transformers cannot build a config for model_type '{model_type}' ({exc})",
+            "use a model_type that this transformers version supports, or upgrade transformers",
+        ) from None
+
+
+def text_config(config):
+    return config.get_text_config() if hasattr(config, "get_text_config") else config
+
+
+def num_experts(config) -> int | None:
+    """Routed experts per MoE layer when the config declares more than one, else None."""
+    for cfg in (text_config(config), config):
+        for key in MOE_KEYS:
+            value = getattr(cfg, key, None)
+            if isinstance(value, int) and not isinstance(value, bool) and value > 1:
+                return value
+    return None
+
+
+def check_shapes(root: Path, config, tensors: dict[str, tuple[str, TensorInfo]]) -> None:
+    """Compare checkpoint tensor shapes with a meta-device skeleton built from ``config``.
+
+    Only names present in both are compared: transformers may store some tensors under
+    other names in memory than on disk (fused MoE experts, for one). The embedding is also
+    checked explicitly against vocab_size x hidden_size, because its name is the one most
+    likely to differ between model families.
+    """
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    try:
+        with torch.device("meta"):
+            model = AutoModelForCausalLM.from_config(config)
+    except Exception as exc:  # any failure here is the config's: report it as such
+        raise CheckpointConfigError(
+            root / "config.json",
+            f"transformers cannot build a causal LM from this config ({exc})",
+            "check the config against the model family's documented fields",
+        ) from None
+    expected = {name: tuple(t.shape) for name, t in model.state_dict().items()}
+
+    fix = "re-export config.json together with the weights, or fix the size fields it declares"
+    embedding = model.get_input_embeddings()
+    embed_name = next(
+        (n for n, p in model.named_parameters() if p is getattr(embedding, "weight", None)), None
+    )
+    if embed_name is not None:
+        _check_embedding(root, config, tensors, embed_name, fix)
+
+    for name, (rel, info) in tensors.items():
+        want = expected.get(name)
+        if want is not None and want != info.shape:
+            raise ShapeMismatchError(
+                root / rel,
+                f"tensor '{name}' has shape {list(info.shape)} but config.json implies {list(want)}",
+                fix,
+            )
+
+
+def check_expert_count(root: Path, tensors: dict[str, tuple[str, TensorInfo]], experts: int | None) -> None:
+    """Experts stored one per tensor (``...experts.N...``) must number what the config declares.
+
+    Name-by-name comparison cannot see these: transformers fuses them in memory, so an
+    expert count edited in config.json would otherwise pass unnoticed.
+    """
+    found: dict[str, tuple[str, set[int]]] = {}
+    for name, (rel, _) in tensors.items():
+        match = _EXPERT.match(name)
+        if match:
+            found.setdefault(match.group(1), (rel, set()))[1].add(int(match.group(2)))
+    for prefix, (rel, indices) in sorted(found.items()):
+        if indices != set(range(experts or 0)):
+            declared = f"{experts} experts" if experts else "no experts (a dense model)"
+            raise ShapeMismatchError(
+                root / rel,
+                f"'{prefix}' stores {len(indices)} experts (indices {min(indices)}..{max(indices)}) "
+                f"but config.json declares {declared}",
+                "re-export config.json together with the weights, or fix its expert count",
+            )
+
+
+def _check_embedding(
+    root: Path, config, tensors: dict[str, tuple[str, TensorInfo]], embed_name: str, fix: str
+) -> None:
+    found = (
+        embed_name
+        if embed_name in tensors
+        else next((n for n in tensors if n.endswith(_suffix(embed_name))), None)
+    )
+    if found is None:
+        raise ShapeMismatchError(root, f"no embedding tensor '{embed_name}' in the checkpoint", fix)
+    text = text_config(config)
+    want = (getattr(text, "vocab_size", None), getattr(text, "hidden_size", None))
+    rel, info = tensors[found]
+    if None not in want and info.shape != want:
+        raise ShapeMismatchError(
+            root / rel,
+            f"embedding tensor '{found}' has shape {list(info.shape)} but config.json declares "
+            f"vocab_size x hidden_size = {list(want)}",
+            fix,
+        )
+
+
+def _suffix(name: str) -> str:
+    """``model.embed_tokens.weight`` -> ``.embed_tokens.weight``: the part families agree on."""
+    return "." + ".".join(name.split(".")[-2:])

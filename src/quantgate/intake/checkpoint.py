@@ -1,0 +1,91 @@
+"""``intake``: the first boundary a checkpoint crosses, and the strictest.
+
+Everything after intake (builds, evaluations, the gate, the registry) trusts the source, so
+intake refuses anything unsafe or inconsistent before a single weight is quantized, each
+refusal its own error type naming the file, the problem and the fix. The order is chosen so
+that the most dangerous problems are reported first and the cheap checks run before the
+expensive ones: directory entries (symlinks, pickles, code), then config.json, then the shard
+index and the headers, then the shapes against a meta-device skeleton, then one pass over the
+weights for NaN/Inf, then one pass over every byte for the content hash.
+
+Intake only reads. It writes nothing, in the checkpoint or anywhere else.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from quantgate.config.policy import Policy
+from quantgate.errors import CheckpointConfigError, EmptyCheckpointError
+from quantgate.intake import architecture, tree, weights
+from quantgate.intake.record import SourceRecord
+from quantgate.progress import SILENT, Progress
+
+
+def intake(path: Path, policy: Policy, progress: Progress = SILENT) -> SourceRecord:
+    """Validate, hash and classify the checkpoint directory at ``path``.
+
+    Raises a ``CheckpointError`` subclass (exit code 2) on the first problem found.
+    """
+    root = Path(path).expanduser().resolve()
+    files = tree.list_files(root)
+    tree.refuse_pickles(root, files)
+    tree.refuse_code(root, files)
+    if not any(rel.endswith(".safetensors") for rel in files):
+        raise EmptyCheckpointError(
+            root,
+            "no .safetensors weights in the checkpoint directory" + ("" if files else " (it is empty)"),
+            "point --checkpoint at a directory saved with save_pretrained (config.json + *.safetensors)",
+        )
+
+    if "config.json" not in files:
+        raise CheckpointConfigError(
+            root / "config.json", "config.json is missing", "save the model's config next to its weights"
+        )
+    raw = architecture.read_json(root / "config.json", "config.json")
+    architecture.refuse_auto_map(root, files)
+    config = architecture.load_config(root, raw)
+
+    shards = weights.model_files(root, files)
+    if not shards:
+        raise EmptyCheckpointError(
+            root,
+            "no .safetensors weights at the top of the checkpoint directory (only in subdirectories)",
+            "point --checkpoint at the directory that holds config.json and the model's *.safetensors",
+        )
+    headers = weights.read_headers(root, files)
+    tensors = weights.collect_tensors(root, files, shards, headers)
+    if not tensors:
+        raise EmptyCheckpointError(
+            root,
+            "the checkpoint's safetensors files hold no tensors",
+            "re-save the model with save_pretrained",
+        )
+    experts = architecture.num_experts(config)
+    architecture.check_shapes(root, config, tensors)
+    architecture.check_expert_count(root, tensors, experts)
+    weights.scan_finite(root, tensors, headers, progress)
+    entries, content_hash = tree.hash_files(root, files, progress)
+
+    text = architecture.text_config(config)
+    params = weights.count_params(tensors)
+    context = getattr(text, "max_position_embeddings", None)
+    context = context if isinstance(context, int) and not isinstance(context, bool) else None
+    moe = experts is not None
+    return SourceRecord(
+        path=str(root),
+        content_hash=content_hash,
+        files=entries,
+        architecture=raw["architectures"][0],
+        model_type=raw["model_type"],
+        params=params,
+        moe=moe,
+        num_experts=experts,
+        dtype=weights.dominant_dtype(tensors),
+        bytes=sum(e.bytes for e in entries.values()),
+        context_length=context,
+        model_class=policy.classify(moe=moe, params=params, context=context),
+        tie_word_embeddings=bool(
+            getattr(text, "tie_word_embeddings", getattr(config, "tie_word_embeddings", False))
+        ),
+    )

@@ -1,0 +1,43 @@
+"""The intake record: what every later stage knows about the source checkpoint.
+
+It is a result, not a config: built once by ``intake`` from a checkpoint that passed every
+check, immutable afterwards, and keyed by ``content_hash`` so that builds and evaluations
+can be cached per source content rather than per path (the same checkpoint copied
+elsewhere hashes the same; one changed byte in any file hashes differently).
+"""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict, Field, NonNegativeInt
+
+
+class FileEntry(BaseModel):
+    """One file of the checkpoint, by content."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    sha256: str = Field(pattern=r"^[0-9a-f]{64}$")
+    bytes: NonNegativeInt
+
+
+class SourceRecord(BaseModel):
+    """A validated, hashed, classified source checkpoint."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    path: str = Field(description="absolute path of the checkpoint directory at intake")
+    content_hash: str = Field(
+        pattern=r"^[0-9a-f]{64}$",
+        description="sha256 over the sorted (relative path, file sha256) pairs of every file",
+    )
+    files: dict[str, FileEntry] = Field(description="relative POSIX path -> content of every file")
+    architecture: str = Field(description="config.architectures[0], e.g. LlamaForCausalLM")
+    model_type: str
+    params: NonNegativeInt = Field(description="parameters counted from the safetensors headers")
+    moe: bool
+    num_experts: int | None = Field(None, description="routed experts per MoE layer; None when dense")
+    dtype: str = Field(description="dominant floating dtype by bytes, torch-style (e.g. bfloat16)")
+    bytes: NonNegativeInt = Field(description="total size of all files")
+    context_length: int | None = Field(None, description="max_position_embeddings, when the config has it")
+    model_class: str = Field(description="the model class in gates.yaml this checkpoint falls in")
+    tie_word_embeddings: bool

@@ -1,0 +1,163 @@
+"""Builds on tiny random checkpoints: formats on disk, MoE handling, reuse, atomicity."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors import safe_open
+
+from quantgate.build.manifest import read_manifest, verify_files
+from quantgate.build.pipeline import build_targets
+from quantgate.calibration import build_set, load_spec
+from quantgate.config.policy import load_policy
+from quantgate.config.targets import Catalog
+from quantgate.errors import RecipeIncompatibleError
+from quantgate.intake import intake
+from quantgate.synthetic import write_tiny_model
+
+pytestmark = pytest.mark.unit
+
+
+@pytest.fixture(scope="module")
+def calibration(repo_root):
+    return build_set(load_spec(repo_root / "calibration_sets" / "default.yaml"))
+
+
+def _tensors(artifact: Path) -> dict[str, torch.Tensor]:
+    out = {}
+    for shard in artifact.glob("*.safetensors"):
+        with safe_open(shard, "pt") as f:
+            out.update({k: f.get_tensor(k) for k in f.keys()})
+    return out
+
+
+def _source_names(source: Path) -> set[str]:
+    names: set[str] = set()
+    for shard in source.glob("*.safetensors"):
+        with safe_open(shard, "pt") as f:
+            names.update(f.keys())
+    return names
+
+
+def test_fp8_targets_share_bytes_and_have_per_channel_scales(tiny_llama, tmp_path, catalog, repo_root):
+    record = intake(tiny_llama, load_policy(repo_root / "gates.yaml", catalog))
+    results = build_targets(record, ["hopper-fp8", "rocm-cdna3-fp8"], tmp_path / "out", catalog, None)
+    assert [r.status for r in results] == ["built", "linked"]
+    hopper, rocm = (r.path for r in results)
+
+    tensors = _tensors(hopper)
+    q = tensors["model.layers.0.self_attn.q_proj.weight"]
+    assert q.dtype == torch.float8_e4m3fn
+    assert tensors["model.layers.0.self_attn.q_proj.weight_scale"].shape == (q.shape[0], 1)
+    assert tensors["lm_head.weight"].dtype == torch.bfloat16  # lm_head is in the ignore list
+    config = json.loads((hopper / "config.json").read_text())
+    assert config["quantization_config"]["format"] == "float-quantized"
+    assert (hopper / "tokenizer.json").exists()
+
+    # same recipe, same bytes: rocm's weights are hard links to hopper's, its manifest its own
+    shard = next(hopper.glob("*.safetensors")).name
+    assert (hopper / shard).stat().st_ino == (rocm / shard).stat().st_ino
+    assert read_manifest(rocm).target == "rocm-cdna3-fp8"
+    assert read_manifest(rocm).numerics["weights"] == "fp8_e4m3fnuz"
+    for artifact in (hopper, rocm):
+        manifest = read_manifest(artifact)
+        assert verify_files(artifact, manifest) == []
+        assert manifest.source["content_hash"] == record.content_hash
+        assert manifest.calibration is None  # data-free
+        assert manifest.build["peak_rss_bytes"] > 0
+    assert not [p for p in (tmp_path / "out").iterdir() if p.name.startswith(".")], "temporary dirs left"
+
+
+def test_rebuild_with_unchanged_inputs_reuses(tiny_llama, tmp_path, catalog, repo_root):
+    record = intake(tiny_llama, load_policy(repo_root / "gates.yaml", catalog))
+    first = build_targets(record, ["hopper-fp8"], tmp_path / "out", catalog, None)[0]
+    before = {p.name: p.stat().st_mtime_ns for p in first.path.iterdir()}
+    again = build_targets(record, ["hopper-fp8"], tmp_path / "out", catalog, None)[0]
+    assert again.status == "reused"
+    assert {p.name: p.stat().st_mtime_ns for p in again.path.iterdir()} == before
+
+
+def test_changed_recipe_or_damaged_artifact_rebuilds(tiny_llama, tmp_path, catalog, repo_root):
+    record = intake(tiny_llama, load_policy(repo_root / "gates.yaml", catalog))
+    out = tmp_path / "out"
+    built = build_targets(record, ["hopper-fp8"], out, catalog, None)[0]
+    shard = next(built.path.glob("*.safetensors"))
+    data = bytearray(shard.read_bytes())
+    data[-1] ^= 0xFF
+    shard.write_bytes(bytes(data))
+    assert build_targets(record, ["hopper-fp8"], out, catalog, None)[0].status == "built"
+
+    project = tmp_path / "project"
+    for part in ("targets", "recipes"):
+        shutil.copytree(repo_root / part, project / part)
+    recipe = project / "recipes" / "fp8-dynamic.yaml"
+    recipe.write_text(recipe.read_text() + "\n# an edit changes the recipe hash\n")
+    rebuilt = build_targets(record, ["hopper-fp8"], out, Catalog(project), None)[0]
+    assert rebuilt.status == "built"
+    assert rebuilt.manifest.recipe["sha256"] != built.manifest.recipe["sha256"]
+
+
+@pytest.mark.parametrize("kind", ["mixtral", "qwen2_moe"])
+def test_moe_fp8_keeps_routers_and_quantizes_every_expert(kind, tmp_path, catalog, repo_root):
+    source = write_tiny_model(tmp_path / kind, kind)
+    record = intake(source, load_policy(repo_root / "gates.yaml", catalog))
+    assert record.moe and record.model_class == "moe"
+    artifact = build_targets(record, ["hopper-fp8"], tmp_path / "out", catalog, None)[0].path
+    tensors = _tensors(artifact)
+    routers = [n for n in tensors if n.endswith((".gate.weight", "shared_expert_gate.weight"))]
+    experts = [n for n in tensors if ".experts." in n and n.endswith(".weight")]
+    assert routers and all(tensors[n].dtype == torch.bfloat16 for n in routers)
+    assert len(experts) == 2 * 4 * 3  # layers x experts x projections
+    assert all(tensors[n].dtype == torch.float8_e4m3fn for n in experts)
+    assert all(f"{n}_scale" in tensors for n in experts)
+    # serving engines load the names transformers writes: every source weight keeps its name
+    assert {n for n in _source_names(source) if n.endswith(".weight")} <= set(tensors)
+
+
+def test_moe_nvfp4_calibrates_every_expert(tmp_path, catalog, repo_root, calibration):
+    source = write_tiny_model(tmp_path / "mixtral", "mixtral")
+    record = intake(source, load_policy(repo_root / "gates.yaml", catalog))
+    artifact = build_targets(record, ["blackwell-nvfp4"], tmp_path / "out", catalog, calibration)[0].path
+    tensors = _tensors(artifact)
+    scales = {n: t for n, t in tensors.items() if ".experts." in n and n.endswith("input_global_scale")}
+    assert len(scales) == 2 * 4 * 3
+    # an expert that saw no calibration token would keep no finite, positive activation scale
+    assert all(torch.isfinite(t).all() and (t > 0).all() for t in scales.values())
+    assert all(tensors[n].dtype == torch.bfloat16 for n in tensors if n.endswith("block_sparse_moe.gate.weight"))
+    assert read_manifest(artifact).calibration["sha256"] == calibration.sha256
+
+
+def test_nvfp4_and_int4_formats(tiny_llama, tmp_path, catalog, repo_root, calibration):
+    record = intake(tiny_llama, load_policy(repo_root / "gates.yaml", catalog))
+    results = build_targets(record, ["blackwell-nvfp4", "draft-int4"], tmp_path / "out", catalog, calibration)
+    nvfp4, int4 = (_tensors(r.path) for r in results)
+
+    packed = nvfp4["model.layers.0.mlp.down_proj.weight_packed"]
+    assert packed.dtype == torch.uint8 and packed.shape == (64, 128 // 2)  # two E2M1 values a byte
+    assert nvfp4["model.layers.0.mlp.down_proj.weight_scale"].dtype == torch.float8_e4m3fn
+    assert nvfp4["model.layers.0.mlp.down_proj.weight_scale"].shape == (64, 128 // 16)
+    assert nvfp4["model.layers.0.mlp.down_proj.weight_global_scale"].numel() == 1
+    assert nvfp4["model.layers.0.mlp.down_proj.input_global_scale"].numel() == 1
+
+    scale = int4["model.layers.0.mlp.down_proj.weight_scale"]
+    assert scale.shape == (64, 128 // 64)  # groups of 64 along the input dimension
+    assert int4["model.layers.0.mlp.down_proj.weight_packed"].dtype == torch.int32  # 8 int4 per int32
+    config = json.loads((results[1].path / "config.json").read_text())["quantization_config"]
+    assert config["format"] == "pack-quantized"
+    assert config["config_groups"]["group_0"]["weights"]["group_size"] == 64
+    for r in results:
+        assert r.manifest.calibration["sha256"] == calibration.sha256
+
+
+def test_group_size_that_does_not_divide_a_layer_is_refused_before_work(tmp_path, catalog, repo_root, calibration):
+    source = write_tiny_model(tmp_path / "odd", "llama", hidden_size=96, intermediate_size=160)
+    record = intake(source, load_policy(repo_root / "gates.yaml", catalog))
+    with pytest.raises(RecipeIncompatibleError) as info:
+        build_targets(record, ["draft-int4"], tmp_path / "out", catalog, calibration)
+    message = str(info.value)
+    assert "w4a16-gptq-g64.yaml" in message and "group size 64" in message and "ignore" in message
+    assert not (tmp_path / "out").exists()

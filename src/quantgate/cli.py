@@ -136,7 +136,8 @@ def build(
             f"{r.manifest.build['seconds']:.1f}",
             str(r.path),
         )
-    Console().print(table)
+    # not a terminal (CI logs, pipes): wide enough that paths are never cut
+    Console(width=None if sys.stdout.isatty() else 240).print(table)
 
 
 @app.callback()

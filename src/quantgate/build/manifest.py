@@ -18,15 +18,11 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
+from quantgate.hashing import FileEntry, sha256_file
+
 MANIFEST = "manifest.json"
 SCHEMA_VERSION = 1
 _TOOLS = ("quantgate", "torch", "transformers", "llmcompressor", "compressed-tensors", "safetensors")
-
-
-class FileEntry(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-    sha256: str
-    bytes: int
 
 
 class Manifest(BaseModel):
@@ -75,21 +71,13 @@ def build_key(*, source_hash: str, recipe_sha256: str, calibration_sha256: str |
     return hashlib.sha256(payload.encode()).hexdigest()
 
 
-def sha256_file(path: Path, chunk: int = 8 << 20) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as fh:
-        for block in iter(lambda: fh.read(chunk), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
 def hash_files(directory: Path) -> dict[str, FileEntry]:
     """sha256 and size of every file under ``directory`` except the manifest itself."""
     entries = {}
     for path in sorted(p for p in directory.rglob("*") if p.is_file()):
         rel = path.relative_to(directory).as_posix()
         if rel != MANIFEST:
-            entries[rel] = FileEntry(sha256=sha256_file(path), bytes=path.stat().st_size)
+            entries[rel] = sha256_file(path)
     return entries
 
 
@@ -119,6 +107,6 @@ def verify_files(directory: Path, manifest: Manifest) -> list[str]:
             problems.append(f"{rel}: missing")
         elif path.stat().st_size != entry.bytes:
             problems.append(f"{rel}: {path.stat().st_size} bytes, manifest says {entry.bytes}")
-        elif sha256_file(path) != entry.sha256:
+        elif sha256_file(path).sha256 != entry.sha256:
             problems.append(f"{rel}: sha256 differs from the manifest")
     return problems

@@ -14,7 +14,6 @@ GGUF file is located without importing the package.
 
 from __future__ import annotations
 
-import hashlib
 import importlib.util
 import os
 import shutil
@@ -22,6 +21,7 @@ import tempfile
 from pathlib import Path
 
 from quantgate.errors import MissingDependencyError
+from quantgate.hashing import sha256_file
 from quantgate.progress import SILENT, Progress
 
 GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -43,14 +43,6 @@ def gguf_path() -> Path:
     )
 
 
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as fh:
-        for chunk in iter(lambda: fh.read(8 << 20), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
-
-
 def default_checkpoint(cache_dir: Path, progress: Progress = SILENT) -> Path:
     """The converted checkpoint's directory, converting on first use.
 
@@ -58,7 +50,7 @@ def default_checkpoint(cache_dir: Path, progress: Progress = SILENT) -> Path:
     wheel or a changed conversion gets a new directory rather than a stale one.
     """
     source = gguf_path()
-    tag = _sha256(source)[:12]
+    tag = sha256_file(source).sha256[:12]
     target = Path(cache_dir) / "models" / f"{MODEL_NAME}-{tag}-v{_CONVERSION_VERSION}"
     if (target / "config.json").exists():
         return target

@@ -8,7 +8,8 @@ naming the file, the problem and the fix. Modules, in the order intake uses them
 """
 
 from quantgate.intake.checkpoint import intake
-from quantgate.intake.record import FileEntry, SourceRecord
+from quantgate.hashing import FileEntry
+from quantgate.intake.record import SourceRecord
 from quantgate.intake.safetensors_header import SafetensorsHeader, TensorInfo, read_header
 
 __all__ = ["FileEntry", "SafetensorsHeader", "SourceRecord", "TensorInfo", "intake", "read_header"]

@@ -10,14 +10,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field, NonNegativeInt
 
-
-class FileEntry(BaseModel):
-    """One file of the checkpoint, by content."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    sha256: str = Field(pattern=r"^[0-9a-f]{64}$")
-    bytes: NonNegativeInt
+from quantgate.hashing import FileEntry
 
 
 class SourceRecord(BaseModel):

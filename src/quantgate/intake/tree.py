@@ -9,7 +9,6 @@ No entry is ever followed while walking: symlinks are resolved only to see where
 
 from __future__ import annotations
 
-import hashlib
 import os
 import stat
 from pathlib import Path
@@ -21,12 +20,11 @@ from quantgate.errors import (
     RemoteCodeError,
     SymlinkEscapeError,
 )
-from quantgate.intake.record import FileEntry
+from quantgate.hashing import FileEntry, content_hash, sha256_file
 from quantgate.progress import SILENT, Progress
 
 PICKLE_SUFFIXES = frozenset({".bin", ".pt", ".pth", ".pkl", ".pickle", ".ckpt"})
 CODE_SUFFIXES = frozenset({".py", ".pyc", ".pyw"})
-CHUNK_BYTES = 8 * 1024 * 1024
 
 
 def list_files(root: Path) -> list[str]:
@@ -108,24 +106,12 @@ def refuse_code(root: Path, files: list[str]) -> None:
 
 
 def hash_files(root: Path, files: list[str], progress: Progress = SILENT) -> tuple[dict[str, FileEntry], str]:
-    """sha256 of every file in 8 MiB chunks, and the checkpoint's content hash over them.
+    """sha256 of every file, and the checkpoint's content hash over them.
 
     The content hash covers relative paths and file hashes only, so the same checkpoint in
     another directory hashes the same, and renaming a file changes it.
     """
     sizes = {rel: (root / rel).stat().st_size for rel in files}
-    entries: dict[str, FileEntry] = {}
     with progress.task("hashing checkpoint", total=sum(sizes.values())) as task:
-        for rel in files:
-            digest = hashlib.sha256()
-            read = 0
-            with open(root / rel, "rb") as f:
-                while chunk := f.read(CHUNK_BYTES):
-                    digest.update(chunk)
-                    read += len(chunk)
-                    task.advance(len(chunk))
-            entries[rel] = FileEntry(sha256=digest.hexdigest(), bytes=read)
-    overall = hashlib.sha256()
-    for rel in sorted(entries):
-        overall.update(f"{rel}\0{entries[rel].sha256}\n".encode())
-    return entries, overall.hexdigest()
+        entries = {rel: sha256_file(root / rel, task.advance) for rel in files}
+    return entries, content_hash(entries)

@@ -1,10 +1,10 @@
 """Keep llm-compressor's log lines off stdout.
 
 llm-compressor configures loguru at import to print INFO lines (one per quantized module) to
-*stdout*. quantgate's stdout is part of its contract (``quantgate pull`` prints a path there
-for scripts to read), so engines call ``quiet()`` after importing llm-compressor: warnings and
-errors still reach stderr, per-module chatter does not. ``LLM_COMPRESSOR_LOG_LEVEL`` still
-wins for someone debugging a recipe.
+*stdout*, some of them during the import itself. quantgate's stdout is part of its contract
+(tables for people, paths for scripts), so engines call ``quiet()`` before touching
+llm-compressor: the import runs with its logging disabled, then one stderr sink at WARNING is
+installed. ``LLM_COMPRESSOR_LOG_LEVEL`` still wins for someone debugging a recipe.
 """
 
 from __future__ import annotations
@@ -16,8 +16,17 @@ import sys
 
 @functools.cache
 def quiet() -> None:
-    import llmcompressor  # noqa: F401  (configures loguru on import)
+    previous = os.environ.get("LLM_COMPRESSOR_LOG_DISABLED")
+    os.environ["LLM_COMPRESSOR_LOG_DISABLED"] = "true"
+    try:
+        import llmcompressor  # noqa: F401  (configures loguru on import)
+    finally:
+        if previous is None:
+            os.environ.pop("LLM_COMPRESSOR_LOG_DISABLED")
+        else:
+            os.environ["LLM_COMPRESSOR_LOG_DISABLED"] = previous
     from loguru import logger
 
     logger.remove()
+    logger.enable("llmcompressor")
     logger.add(sys.stderr, level=os.environ.get("LLM_COMPRESSOR_LOG_LEVEL", "WARNING").upper())

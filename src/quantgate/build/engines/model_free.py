@@ -34,10 +34,10 @@ class ModelFreeEngine:
         check_group_sizes(source, recipe, ignore=ignore)
 
     def build(self, job: BuildJob) -> None:
+        quiet()
         from llmcompressor import model_free_ptq
 
         scheme, ignore = _scheme_and_ignore(job.recipe)
-        quiet()
         with job.progress.task(f"{job.recipe.name}: quantizing shard by shard", total=None):
             model_free_ptq(
                 model_stub=job.source.path,

@@ -70,9 +70,10 @@ class OneshotEngine:
 
     def build(self, job: BuildJob) -> None:
         import yaml
-        from llmcompressor import oneshot
 
         quiet()
+        from llmcompressor import oneshot
+
         base, tokenizer = self._load(job.source)
         dataset = self._dataset(job, tokenizer)
         model = copy.deepcopy(base)

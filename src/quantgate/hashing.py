@@ -1,0 +1,47 @@
+"""Content hashing shared by every boundary: checkpoint intake, artifact manifests, pulls.
+
+One definition of "a file by content" (``FileEntry``) and one way to hash a file, so that a
+source's content hash, an artifact's manifest and a fleet node's verification can never
+disagree about what was hashed.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Callable
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict, Field, NonNegativeInt
+
+CHUNK_BYTES = 8 * 1024 * 1024
+
+
+class FileEntry(BaseModel):
+    """One file, by content."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    sha256: str = Field(pattern=r"^[0-9a-f]{64}$")
+    bytes: NonNegativeInt
+
+
+def sha256_file(path: Path, on_chunk: Callable[[int], None] | None = None) -> FileEntry:
+    """Hash a file in chunks; ``on_chunk(n)`` is called after each (for progress bars)."""
+    digest = hashlib.sha256()
+    read = 0
+    with open(path, "rb") as fh:
+        while chunk := fh.read(CHUNK_BYTES):
+            digest.update(chunk)
+            read += len(chunk)
+            if on_chunk is not None:
+                on_chunk(len(chunk))
+    return FileEntry(sha256=digest.hexdigest(), bytes=read)
+
+
+def content_hash(entries: dict[str, FileEntry]) -> str:
+    """One hash over relative paths and file hashes: independent of where the files live,
+    changed by any renamed, added, removed or altered file."""
+    overall = hashlib.sha256()
+    for rel in sorted(entries):
+        overall.update(f"{rel}\0{entries[rel].sha256}\n".encode())
+    return overall.hexdigest()

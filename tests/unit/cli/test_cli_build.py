@@ -1,0 +1,47 @@
+"""The command line as CI calls it: exit codes, messages on stderr, nothing written on bad input."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+pytestmark = pytest.mark.unit
+
+
+def _cli(*args, cwd=None):
+    return subprocess.run(
+        [sys.executable, "-m", "quantgate.cli", *args], capture_output=True, text=True, cwd=cwd, env=os.environ.copy()
+    )
+
+
+def test_bad_checkpoint_exits_2_names_the_file_and_writes_nothing(tiny_llama, tmp_path):
+    (tiny_llama / "pytorch_model.bin").write_bytes(b"\x80\x04not really a pickle")
+    out = tmp_path / "out"
+    run = _cli("build", "--checkpoint", str(tiny_llama), "--targets", "hopper-fp8", "--out", str(out))
+    assert run.returncode == 2
+    assert "pytorch_model.bin" in run.stderr and "Fix:" in run.stderr
+    assert "Traceback" not in run.stderr
+    assert not out.exists()
+
+
+def test_unknown_target_suggests_the_nearest(tiny_llama, tmp_path):
+    run = _cli("build", "--checkpoint", str(tiny_llama), "--targets", "hoper-fp8", "--out", str(tmp_path / "o"))
+    assert run.returncode == 2
+    assert "did you mean 'hopper-fp8'" in run.stderr
+    assert not (tmp_path / "o").exists()
+
+
+def test_usage_error_exits_2():
+    run = _cli("build", "--no-such-option")
+    assert run.returncode == 2
+    assert "No such option" in run.stderr
+
+
+def test_build_prints_a_table_and_exits_0(tiny_llama, tmp_path):
+    run = _cli("build", "--checkpoint", str(tiny_llama), "--targets", "hopper-fp8", "--out", str(tmp_path / "o"))
+    assert run.returncode == 0, run.stderr
+    assert "hopper-fp8" in run.stdout and "built" in run.stdout
+    assert (tmp_path / "o" / "hopper-fp8" / "manifest.json").exists()

@@ -13,7 +13,7 @@ from typing import Annotated
 
 import typer
 
-from quantgate.errors import QuantgateError
+from quantgate.errors import QuantgateError, UsageError
 from quantgate.paths import cache_dir, project_root
 
 app = typer.Typer(
@@ -138,6 +138,76 @@ def build(
         )
     # not a terminal (CI logs, pipes): wide enough that paths are never cut
     Console(width=None if sys.stdout.isatty() else 240).print(table)
+
+
+ProfileOpt = Annotated[
+    str,
+    typer.Option("--profile", help="Suite sizes: 'smoke' (minutes on 2 CPU cores) or 'full' (GPU scale)."),
+]
+
+
+@app.command("eval")
+def eval_(
+    artifacts: Annotated[Path, typer.Option("--artifacts", help="Directory of built artifacts (quantgate build --out).")],
+    out: Annotated[Path, typer.Option("--out", help="Directory for results: <model>/<suite>.json, summary.json.")],
+    checkpoint: CheckpointOpt = None,
+    profile: ProfileOpt = "smoke",
+    suites: Annotated[
+        str | None, typer.Option("--suites", help="Comma-separated suites from eval_suites/ (default: all).")
+    ] = None,
+    targets: Annotated[
+        str | None, typer.Option("--targets", help="Comma-separated artifacts to evaluate (default: all in --artifacts).")
+    ] = None,
+    data_dir: Annotated[
+        Path | None,
+        typer.Option("--data-dir", help="Evaluation data (GSM8K, WikiText-2). Default: $QUANTGATE_DATA, else ../shared/datasets."),
+    ] = None,
+    gates: GatesOpt = None,
+    cache: CacheOpt = None,
+    root: RootOpt = None,
+) -> None:
+    """Evaluate the source once and every artifact against it, in each target's numerics."""
+    from rich.console import Console
+    from rich.table import Table
+
+    from quantgate.config.policy import load_policy
+    from quantgate.config.targets import Catalog
+    from quantgate.embedded.smollm2 import default_checkpoint
+    from quantgate.evaluate.data import DataDir
+    from quantgate.evaluate.runner import evaluate
+    from quantgate.evaluate.suites import PROFILES, EvalContext, load_suites
+    from quantgate.intake import intake
+    from quantgate.progress import RichProgress
+
+    if profile not in PROFILES:
+        raise UsageError("--profile", f"unknown profile '{profile}'", f"use one of {', '.join(PROFILES)}")
+    project = (root or project_root()).resolve()
+    catalog = Catalog(project)
+    policy = load_policy(gates or project / "gates.yaml", catalog)
+    cache_path = (cache or cache_dir()).resolve()
+    loaded = load_suites(project / "eval_suites", _split(suites))
+    if not artifacts.is_dir():
+        raise UsageError(artifacts, "artifacts directory does not exist", "run quantgate build --out DIR first")
+    with RichProgress() as progress:
+        source_dir = checkpoint or default_checkpoint(cache_path, progress)
+        record = intake(source_dir, policy, progress)
+        ctx = EvalContext(profile, DataDir.resolve(data_dir, project), project, cache_path, progress)
+        run = evaluate(Path(record.path), record.content_hash, artifacts, out.resolve(), loaded, ctx, _split(targets))
+
+    table = Table(title=f"quantgate eval ({profile}); source ran {run.source_forward_passes} forward passes")
+    keys = sorted({k for metrics in run.summary.values() for k in metrics})
+    table.add_column("metric")
+    for name in run.summary:
+        table.add_column(f"{name} ({run.numerics[name].get('mode', '?')})")
+    for key in keys:
+        row = [run.summary[name].get(key) for name in run.summary]
+        table.add_row(key, *("-" if v is None else f"{v:.4g}" for v in row))
+    Console(width=None if sys.stdout.isatty() else 240).print(table)
+    print(f"results: {out.resolve() / 'summary.json'}")
+
+
+def _split(value: str | None) -> list[str] | None:
+    return [v.strip() for v in value.split(",") if v.strip()] if value else None
 
 
 @app.callback()

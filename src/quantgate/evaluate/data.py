@@ -1,0 +1,124 @@
+"""Evaluation data: local files checked by sha256, or the same sets from the hub when online.
+
+Build machines have no hub, so every public set is looked for first in a data directory
+(``--data-dir``, ``$QUANTGATE_DATA``, else ``../shared/datasets`` beside the project), where the
+file must match its recorded sha256: a silently different WikiText changes every perplexity.
+When a file is absent and the hub is reachable (``HF_HUB_OFFLINE`` unset), the same split is
+loaded with ``datasets``. A set that is nowhere is an error naming the file and every place
+that was searched.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from pydantic import Field
+
+from quantgate.config.targets import Frozen
+from quantgate.errors import InputError
+from quantgate.hashing import sha256_file
+
+
+class MissingDataError(InputError):
+    """An evaluation data set is neither in the data directory nor reachable on the hub."""
+
+
+class DataSource(Frozen):
+    """Where one data file comes from: a path in the data directory and its hub equivalent."""
+
+    local: str = Field(description="path relative to the data directory")
+    sha256: str | None = Field(None, pattern=r"^[0-9a-f]{64}$")
+    hub: dict[str, str] | None = Field(None, description="datasets.load_dataset args: path, name, split")
+
+
+@dataclass(frozen=True)
+class DataDir:
+    candidates: tuple[Path, ...]
+
+    @classmethod
+    def resolve(cls, explicit: Path | None, project_root: Path) -> DataDir:
+        found: list[Path] = []
+        if explicit:
+            found.append(Path(explicit))
+        if os.environ.get("QUANTGATE_DATA"):
+            found.append(Path(os.environ["QUANTGATE_DATA"]))
+        found.append(project_root.parent / "shared" / "datasets")
+        return cls(tuple(p.expanduser().resolve() for p in found))
+
+    def file(self, source: DataSource) -> Path | None:
+        """The verified local file, or None when no candidate directory has it."""
+        for base in self.candidates:
+            path = base / source.local
+            if path.is_file():
+                if source.sha256 and (actual := sha256_file(path).sha256) != source.sha256:
+                    raise MissingDataError(
+                        path,
+                        f"sha256 {actual[:16]}… differs from the expected {source.sha256[:16]}…",
+                        "restore the original file (results on a different file are not comparable)",
+                    )
+                return path
+        return None
+
+    def require(self, source: DataSource) -> Path:
+        path = self.file(source)
+        if path is None:
+            raise MissingDataError(
+                source.local,
+                "not found in " + ", ".join(str(c) for c in self.candidates),
+                "pass --data-dir DIR (or set QUANTGATE_DATA) pointing at a directory that holds it",
+            )
+        return path
+
+
+def hub_online() -> bool:
+    return os.environ.get("HF_HUB_OFFLINE", "0") in ("0", "", "false", "False")
+
+
+def load_text(data: DataDir, source: DataSource) -> str:
+    """A text corpus: the local file, else the hub split's ``text`` column joined by newlines."""
+    path = data.file(source)
+    if path is not None:
+        return path.read_text(encoding="utf-8").replace("\r\n", "\n")  # stored upstream with CRLF
+    if source.hub and hub_online():
+        from datasets import load_dataset
+
+        rows = load_dataset(source.hub["path"], source.hub.get("name"), split=source.hub.get("split", "test"))
+        return "".join(rows["text"])
+    data.require(source)  # raises, naming every place searched
+    raise AssertionError("unreachable")
+
+
+def load_jsonl_records(data: DataDir, source: DataSource) -> list[dict]:
+    """JSONL records (GSM8K): the local file, else the hub split."""
+    import json
+
+    path = data.file(source)
+    if path is not None:
+        return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+    if source.hub and hub_online():
+        from datasets import load_dataset
+
+        rows = load_dataset(source.hub["path"], source.hub.get("name"), split=source.hub.get("split", "test"))
+        return [dict(r) for r in rows]
+    data.require(source)
+    raise AssertionError("unreachable")
+
+
+def jsonl_file(data: DataDir, source: DataSource, cache_dir: Path) -> Path:
+    """A local JSONL path for loaders that need a file (lm-eval): the verified local file, or
+    the hub split written once into the cache."""
+    import json
+
+    path = data.file(source)
+    if path is not None:
+        return path
+    target = cache_dir / "hub" / source.local
+    if not target.exists():
+        records = load_jsonl_records(data, source)  # raises when the hub is not reachable either
+        target.parent.mkdir(parents=True, exist_ok=True)
+        tmp = target.with_suffix(".tmp")
+        tmp.write_text("".join(json.dumps(r) + "\n" for r in records), encoding="utf-8")
+        os.replace(tmp, target)
+    return target

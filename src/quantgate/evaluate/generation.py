@@ -1,0 +1,52 @@
+"""Batched greedy generation, the one way every generation suite produces text.
+
+Left padding, because decoder-only models continue from the last position of each row;
+batch size and maximum length come from the suite's profile and are the same for the source
+and every artifact, since both change results.
+"""
+
+from __future__ import annotations
+
+import torch
+
+
+@torch.inference_mode()
+def greedy(
+    model, tokenizer, prompts: list[list[int]], *, max_new_tokens: int, batch_size: int, on_batch=None
+) -> list[list[int]]:
+    """New tokens for each prompt (without the prompt), stopping at EOS."""
+    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+    out: list[list[int]] = []
+    for start in range(0, len(prompts), batch_size):
+        batch = prompts[start : start + batch_size]
+        width = max(len(p) for p in batch)
+        ids = torch.full((len(batch), width), pad, dtype=torch.long)
+        mask = torch.zeros((len(batch), width), dtype=torch.long)
+        for row, p in enumerate(batch):
+            ids[row, width - len(p) :] = torch.tensor(p)
+            mask[row, width - len(p) :] = 1
+        generated = model.generate(
+            input_ids=ids,
+            attention_mask=mask,
+            do_sample=False,
+            max_new_tokens=max_new_tokens,
+            pad_token_id=pad,
+        )[:, width:]
+        for row in generated.tolist():
+            if tokenizer.eos_token_id in row:
+                row = row[: row.index(tokenizer.eos_token_id) + 1]
+            while row and row[-1] == pad and pad != tokenizer.eos_token_id:
+                row.pop()
+            out.append(row)
+        if on_batch:
+            on_batch(len(batch))
+    return out
+
+
+def chat_prompt(tokenizer, text: str) -> list[int]:
+    """A user turn in the model's chat template, or the raw text when it has none."""
+    if getattr(tokenizer, "chat_template", None):
+        return list(
+            tokenizer.apply_chat_template([{"role": "user", "content": text}], add_generation_prompt=True, tokenize=True, return_dict=True)["input_ids"]
+        )
+    return tokenizer(text)["input_ids"]

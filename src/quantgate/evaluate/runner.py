@@ -1,0 +1,162 @@
+"""Evaluate a source and its artifacts on every suite, paired, with the source run at most once.
+
+The source's reference for a suite is keyed by (the suite's validated spec, the source's
+content hash, the profile): a second evaluation of new artifacts against the same source
+loads it from the cache and never loads the source model. Artifacts are evaluated one at a
+time (only one model in memory), each through ``load_for_eval`` so that its target's weight,
+activation and KV-cache numerics are applied explicitly and recorded with every result.
+
+Outputs under ``out``: ``<model>/<suite>.json`` (metrics, per-sample records, numerics),
+``summary.json`` (``{"source" | <target>: {"<suite>.<metric>": value}}``) and ``run.json``
+(what was run, on which numerics, and how often the source model ran). All written atomically.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import tempfile
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from quantgate.build.manifest import read_manifest
+from quantgate.errors import InputError
+from quantgate.evaluate.suites import EvalContext, LoadedSuite, SuiteResult
+
+REFERENCE_VERSION = 1
+
+
+def write_json(path: Path, payload: Any) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    with os.fdopen(fd, "w") as fh:
+        json.dump(payload, fh, indent=1, default=str)
+        fh.write("\n")
+    os.replace(tmp, path)
+
+
+def artifact_dirs(artifacts: Path) -> list[Path]:
+    found = sorted(p for p in artifacts.iterdir() if p.is_dir() and (p / "manifest.json").exists())
+    if not found:
+        raise InputError(artifacts, "no artifact directories (with manifest.json) here", "run quantgate build --out DIR first")
+    return found
+
+
+@dataclass
+class SourceRuns:
+    """Loads the source model only when a reference is missing, and counts its forward passes."""
+
+    checkpoint: Path
+    forward_passes: int = 0
+    _model: Any = None
+
+    def model(self):
+        if self._model is None:
+            from quantgate.numerics import load_source_for_eval
+
+            self._model = load_source_for_eval(self.checkpoint)
+
+            def count(*_):
+                self.forward_passes += 1
+
+            self._model.model.register_forward_pre_hook(count)
+        return self._model
+
+
+@dataclass
+class EvalRun:
+    out: Path
+    summary: dict[str, dict[str, float | None]] = field(default_factory=dict)
+    numerics: dict[str, dict] = field(default_factory=dict)
+    reference_hits: list[str] = field(default_factory=list)
+    reference_misses: list[str] = field(default_factory=list)
+    source_forward_passes: int = 0
+
+
+def reference_path(ctx: EvalContext, suite: LoadedSuite, source_hash: str) -> Path:
+    key = hashlib.sha256(f"{REFERENCE_VERSION}|{suite.spec_hash}|{source_hash}|{ctx.profile}".encode()).hexdigest()
+    return ctx.cache_dir / "references" / suite.spec.name / f"{key[:32]}.pt"
+
+
+def _reference(ctx: EvalContext, suite: LoadedSuite, source_hash: str, source: SourceRuns, run: EvalRun):
+    path = reference_path(ctx, suite, source_hash)
+    if path.exists():
+        run.reference_hits.append(suite.spec.name)
+        state = torch.load(path, weights_only=True)
+        return state["reference"], SuiteResult(**state["source_result"])
+    run.reference_misses.append(suite.spec.name)
+    reference, result = suite.runner.reference(ctx, source.model())
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=".ref.", dir=path.parent)
+    os.close(fd)
+    torch.save({"reference": reference, "source_result": asdict(result)}, tmp)
+    os.replace(tmp, path)
+    return reference, result
+
+
+def _record(run: EvalRun, model_name: str, result: SuiteResult, numerics: dict, extra: dict) -> None:
+    write_json(
+        run.out / model_name / f"{result.suite}.json",
+        {"model": model_name, **asdict(result), "numerics": numerics, **extra},
+    )
+    run.summary.setdefault(model_name, {}).update({f"{result.suite}.{k}": v for k, v in result.metrics.items()})
+
+
+def evaluate(
+    source_checkpoint: Path,
+    source_hash: str,
+    artifacts: Path,
+    out: Path,
+    suites: list[LoadedSuite],
+    ctx: EvalContext,
+    targets: list[str] | None = None,
+) -> EvalRun:
+    dirs = [d for d in artifact_dirs(artifacts) if not targets or d.name in targets]
+    for d in dirs:  # refuse before any work: an artifact of another source cannot be paired
+        manifest = read_manifest(d)
+        if manifest.source["content_hash"] != source_hash:
+            raise InputError(
+                d / "manifest.json",
+                "this artifact was built from a different source checkpoint than the one given",
+                "pass the --checkpoint it was built from, or rebuild it from this one",
+            )
+    run = EvalRun(out)
+    source = SourceRuns(source_checkpoint)
+    extra = {"profile": ctx.profile, "source_hash": source_hash}
+    references = {}
+    source_numerics = {"target": "source", "mode": "native", "weights": "bf16", "activations": "bf16"}
+    for suite in suites:
+        references[suite.spec.name], result = _reference(ctx, suite, source_hash, source, run)
+        _record(run, "source", result, source_numerics, extra)
+    run.numerics["source"] = source_numerics
+    source._model = None  # free the source before loading artifacts
+
+    from quantgate.numerics import load_for_eval
+
+    for d in dirs:
+        manifest = read_manifest(d)
+        loaded = load_for_eval(d)
+        numerics = loaded.numerics.model_dump(mode="json") if hasattr(loaded.numerics, "model_dump") else asdict(loaded.numerics)
+        run.numerics[manifest.target] = numerics
+        for suite in suites:
+            result = suite.runner.score(ctx, loaded, references[suite.spec.name])
+            _record(run, manifest.target, result, numerics, {**extra, "build_key": manifest.build_key})
+        del loaded
+    run.source_forward_passes = source.forward_passes
+    write_json(out / "summary.json", run.summary)
+    write_json(
+        out / "run.json",
+        {
+            "profile": ctx.profile,
+            "source_hash": source_hash,
+            "suites": {s.spec.name: {"kind": s.spec.kind, "spec_sha256": s.spec_hash} for s in suites},
+            "numerics": run.numerics,
+            "reference_cache": {"hits": run.reference_hits, "computed": run.reference_misses},
+            "source_forward_passes": run.source_forward_passes,
+        },
+    )
+    return run

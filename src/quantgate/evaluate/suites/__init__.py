@@ -1,0 +1,145 @@
+"""Evaluation suites: one YAML each under ``eval_suites/``, one module per suite kind.
+
+A suite YAML names its ``kind``; the kind's module registers a spec model (what the YAML may
+say, validated strictly) and a runner with two verbs:
+
+- ``reference(ctx, source)`` runs the source once and returns what scoring an artifact needs
+  (top-k next-token distributions, greedy traces, per-item correctness) together with the
+  source's own result. The runner caches it by (suite spec, source content hash, profile), so
+  artifacts are scored without running the source again.
+- ``score(ctx, model, reference)`` scores one model against that reference, paired item by item.
+
+A new kind is one file with ``@register("kind")``; a new suite of an existing kind (a tenant's
+domain suite) is a YAML and its data, no code.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, ClassVar, Protocol
+
+import yaml
+from pydantic import Field
+
+from quantgate.config.loader import load_model, nearest, read_yaml
+from quantgate.config.targets import Frozen
+from quantgate.errors import ConfigFileError, UsageError
+from quantgate.evaluate.data import DataDir
+from quantgate.progress import SILENT, Progress
+
+PROFILES = ("smoke", "full")
+
+
+class SuiteSpec(Frozen):
+    """Fields every suite has; each kind adds its own, and its own per-profile sizes."""
+
+    version: int = 1
+    name: str
+    kind: str
+    description: str
+    seed: int = 0
+    metrics: list[str] = Field(description="the metric names this suite reports")
+
+    def sizes(self, profile: str) -> Any:
+        profiles = getattr(self, "profiles")
+        if profile not in profiles:
+            raise UsageError("--profile", f"suite '{self.name}' has no profile '{profile}'", f"use one of {list(profiles)}")
+        return profiles[profile]
+
+
+@dataclass
+class EvalContext:
+    """Everything a suite needs besides the model: passed in, never global."""
+
+    profile: str
+    data: DataDir
+    project_root: Path
+    cache_dir: Path
+    progress: Progress = SILENT
+
+
+@dataclass
+class SuiteResult:
+    """One model's result on one suite: metrics, per-sample records, and what they mean."""
+
+    suite: str
+    kind: str
+    metrics: dict[str, float | None]
+    samples: list[dict[str, Any]] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+
+class SuiteKind(Protocol):
+    spec_model: ClassVar[type[SuiteSpec]]
+
+    def __init__(self, spec: SuiteSpec, path: Path) -> None: ...
+
+    def reference(self, ctx: EvalContext, source: Any) -> tuple[Any, SuiteResult]: ...
+
+    def score(self, ctx: EvalContext, model: Any, reference: Any) -> SuiteResult: ...
+
+
+_KINDS: dict[str, type] = {}
+_MODULES = {
+    "text": "quantgate.evaluate.suites.text",
+    "long_chain": "quantgate.evaluate.suites.long_chain",
+    "gsm8k": "quantgate.evaluate.suites.gsm8k",
+    "humaneval": "quantgate.evaluate.suites.humaneval",
+    "domain": "quantgate.evaluate.suites.domain",
+}
+
+
+def register(kind: str):
+    def decorate(cls: type) -> type:
+        if kind in _KINDS and _KINDS[kind] is not cls:
+            raise ValueError(f"suite kind {kind!r} registered twice")
+        _KINDS[kind] = cls
+        return cls
+
+    return decorate
+
+
+def kind_class(kind: str, where: Path) -> type:
+    if kind not in _KINDS and kind in _MODULES:
+        importlib.import_module(_MODULES[kind])
+    if kind not in _KINDS:
+        hint = nearest(kind, list(_MODULES))
+        raise ConfigFileError(where, f"unknown suite kind '{kind}'", f"did you mean '{hint}'?" if hint else f"use one of {list(_MODULES)}")
+    return _KINDS[kind]
+
+
+@dataclass(frozen=True)
+class LoadedSuite:
+    spec: SuiteSpec
+    path: Path
+    runner: Any
+    spec_hash: str  # sha256 of the validated spec: the reference cache key's suite part
+
+
+def load_suite(path: Path) -> LoadedSuite:
+    data, _ = read_yaml(path)
+    kind = data.get("kind")
+    if not isinstance(kind, str):
+        raise ConfigFileError(path, "no 'kind' given", f"add kind: one of {list(_MODULES)}")
+    cls = kind_class(kind, path)
+    spec = load_model(path, cls.spec_model)
+    if spec.name != path.stem:
+        raise ConfigFileError(path, f"name '{spec.name}' differs from the file name", f"set name: {path.stem}")
+    canonical = yaml.safe_dump(spec.model_dump(mode="json"), sort_keys=True)
+    return LoadedSuite(spec, path, cls(spec, path), hashlib.sha256(canonical.encode()).hexdigest())
+
+
+def suite_names(directory: Path) -> list[str]:
+    return sorted(p.stem for p in directory.glob("*.yaml"))
+
+
+def load_suites(directory: Path, names: list[str] | None = None) -> list[LoadedSuite]:
+    known = suite_names(directory)
+    for name in names or []:
+        if name not in known:
+            hint = nearest(name, known)
+            raise UsageError("--suites", f"unknown suite '{name}'", (f"did you mean '{hint}'? " if hint else "") + f"known: {', '.join(known)}")
+    return [load_suite(directory / f"{name}.yaml") for name in (names or known)]

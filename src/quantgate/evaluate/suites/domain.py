@@ -1,0 +1,119 @@
+"""Tenant domain suites: a tenant's own JSONL of (prompt, reference), scored by a declared metric.
+
+``exact`` and ``contains`` compare the greedy answer with the reference (case- and
+whitespace-normalized); ``perplexity`` scores the reference as a continuation of the prompt.
+A new domain suite is a YAML beside this kind and a JSONL beside the YAML: no code.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from pathlib import Path
+from typing import Literal
+
+import torch
+from pydantic import Field, PositiveInt
+
+from quantgate.config.targets import Frozen
+from quantgate.errors import ConfigFileError
+from quantgate.evaluate.generation import chat_prompt, greedy
+from quantgate.evaluate.paired import flip_metrics
+from quantgate.evaluate.suites import EvalContext, SuiteResult, SuiteSpec, register
+
+
+class DomainSizes(Frozen):
+    items: PositiveInt
+    max_new_tokens: PositiveInt = 64
+    batch_size: PositiveInt = 8
+
+
+class DomainSpec(SuiteSpec):
+    kind: Literal["domain"]
+    tenant: str
+    data: str = Field(description="JSONL with prompt and reference, relative to the suite file")
+    metric: Literal["exact", "contains", "perplexity"]
+    prompt_format: Literal["chat", "raw"] = "chat"
+    profiles: dict[str, DomainSizes]
+
+
+def _normalize(text: str) -> str:
+    return re.sub(r"\s+", " ", text).strip().lower()
+
+
+def matches(metric: str, answer: str, reference: str) -> bool:
+    a, r = _normalize(answer), _normalize(reference)
+    return a == r if metric == "exact" else r in a
+
+
+@register("domain")
+class DomainSuite:
+    spec_model = DomainSpec
+
+    def __init__(self, spec: DomainSpec, path: Path) -> None:
+        self.spec, self.path = spec, path
+
+    def _records(self, ctx: EvalContext) -> list[dict]:
+        path = (self.path.parent / self.spec.data).resolve()
+        if not path.exists():
+            raise ConfigFileError(self.path, f"data file {path} does not exist", "fix 'data:' or add the file")
+        records = []
+        for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
+            if not line.strip():
+                continue
+            try:
+                record = json.loads(line)
+                records.append({"prompt": str(record["prompt"]), "reference": str(record["reference"])})
+            except (ValueError, KeyError, TypeError):
+                raise ConfigFileError(f"{path}:{n}", "not a JSON object with prompt and reference", "fix the line") from None
+        return records[: self.spec.sizes(ctx.profile).items]
+
+    def _prompt(self, tokenizer, text: str) -> list[int]:
+        return chat_prompt(tokenizer, text) if self.spec.prompt_format == "chat" else tokenizer(text)["input_ids"]
+
+    def _run(self, ctx: EvalContext, model) -> list[dict]:
+        sizes = self.spec.sizes(ctx.profile)
+        records = self._records(ctx)
+        prompts = [self._prompt(model.tokenizer, r["prompt"]) for r in records]
+        if self.spec.metric == "perplexity":
+            return [
+                {"item": i, "nll": nll, "tokens": n}
+                for i, (nll, n) in enumerate(self._nll(model, prompts, records))
+            ]
+        with ctx.progress.task(f"{self.spec.name}: {len(records)} answers", total=len(records)) as task:
+            outputs = greedy(model.model, model.tokenizer, prompts, max_new_tokens=sizes.max_new_tokens,
+                             batch_size=sizes.batch_size, on_batch=task.advance)
+        samples = []
+        for i, (record, out) in enumerate(zip(records, outputs, strict=True)):
+            answer = model.tokenizer.decode(out, skip_special_tokens=True)
+            samples.append({"item": i, "answer": answer, "correct": matches(self.spec.metric, answer, record["reference"])})
+        return samples
+
+    @torch.inference_mode()
+    def _nll(self, model, prompts, records):
+        for prompt, record in zip(prompts, records, strict=True):
+            target = model.tokenizer(record["reference"], add_special_tokens=False)["input_ids"]
+            ids = torch.tensor([prompt + target])
+            logp = torch.log_softmax(model.model(input_ids=ids).logits[0, len(prompt) - 1 : -1].float(), -1)
+            yield float(-logp.gather(1, torch.tensor(target)[:, None]).sum()), len(target)
+
+    def _result(self, samples: list[dict], reference: list[dict]) -> SuiteResult:
+        if self.spec.metric == "perplexity":
+            tokens = sum(s["tokens"] for s in samples)
+            metrics = {"perplexity": math.exp(sum(s["nll"] for s in samples) / tokens), "items": float(len(samples))}
+        else:
+            correct = [s["correct"] for s in samples]
+            metrics = {
+                "accuracy": sum(correct) / len(correct),
+                "items": float(len(samples)),
+                **flip_metrics([r["correct"] for r in reference], correct),
+            }
+        return SuiteResult(self.spec.name, "domain", metrics, samples, [f"tenant {self.spec.tenant}, metric {self.spec.metric}"])
+
+    def reference(self, ctx: EvalContext, source) -> tuple[list[dict], SuiteResult]:
+        samples = self._run(ctx, source)
+        return samples, self._result(samples, samples)
+
+    def score(self, ctx: EvalContext, model, reference: list[dict]) -> SuiteResult:
+        return self._result(self._run(ctx, model), reference)

@@ -1,0 +1,100 @@
+"""GSM8K: final-number exact match as lm-eval's gsm8k task extracts it, paired with the source.
+
+lm-eval supplies the prompt format, the few-shot exemplars from the train split, the stop
+sequences and both answer filters (``strict-match`` wants ``#### N``; ``flexible-extract``
+takes the last number). We pick the items (a seeded sample of the test split, so two runs with
+different seeds are two independent subsets of the same size), pair them with the source,
+and count flips: items whose correctness changed. A small model solves almost none, so
+accuracy ratios are noise there; flips stay meaningful at any size.
+"""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+from typing import Literal
+
+from pydantic import NonNegativeInt, PositiveInt
+
+from quantgate.config.targets import Frozen
+from quantgate.evaluate.data import DataSource, jsonl_file, load_jsonl_records
+from quantgate.evaluate.lmeval import run_task, task_config
+from quantgate.evaluate.paired import flip_metrics
+from quantgate.evaluate.suites import EvalContext, SuiteResult, SuiteSpec, register
+
+
+class Gsm8kSizes(Frozen):
+    items: PositiveInt
+    max_gen_toks: PositiveInt = 256
+    batch_size: PositiveInt = 8
+    max_length: PositiveInt = 2048
+
+
+class Gsm8kData(Frozen):
+    test: DataSource
+    train: DataSource
+
+
+class Gsm8kSpec(SuiteSpec):
+    kind: Literal["gsm8k"]
+    data: Gsm8kData
+    num_fewshot: NonNegativeInt = 5
+    primary_filter: Literal["strict-match", "flexible-extract"] = "flexible-extract"
+    profiles: dict[str, Gsm8kSizes]
+
+
+@register("gsm8k")
+class Gsm8kSuite:
+    spec_model = Gsm8kSpec
+
+    def __init__(self, spec: Gsm8kSpec, path: Path) -> None:
+        self.spec, self.path = spec, path
+
+    def _items(self, ctx: EvalContext) -> list[int]:
+        total = len(load_jsonl_records(ctx.data, self.spec.data.test))
+        n = min(self.spec.sizes(ctx.profile).items, total)
+        return sorted(random.Random(self.spec.seed).sample(range(total), n))
+
+    def _run(self, ctx: EvalContext, model) -> list[dict]:
+        sizes = self.spec.sizes(ctx.profile)
+        items = self._items(ctx)
+        files = {
+            "train": str(jsonl_file(ctx.data, self.spec.data.train, ctx.cache_dir)),
+            "test": str(jsonl_file(ctx.data, self.spec.data.test, ctx.cache_dir)),
+        }
+        with ctx.progress.task(f"{self.spec.name}: {len(items)} items", total=None):
+            logs = run_task(
+                model.model, model.tokenizer, task_config("gsm8k/gsm8k.yaml"),
+                data_files=files, cache_dir=ctx.cache_dir, items=items,
+                batch_size=sizes.batch_size, max_length=sizes.max_length,
+                max_gen_toks=sizes.max_gen_toks, num_fewshot=self.spec.num_fewshot,
+            )
+        per_item: dict[int, dict] = {}
+        for log in logs:
+            doc = int(log["doc_id"])
+            record = per_item.setdefault(doc, {"item": items[doc] if doc < len(items) else doc, "doc_id": doc})
+            record[f"correct_{log['filter']}"] = bool(float(log["exact_match"]))
+            record[f"extracted_{log['filter']}"] = str(log["filtered_resps"][0]) if log["filtered_resps"] else ""
+            record["response"] = str(log["resps"][0][0]) if log["resps"] else ""
+        return [per_item[k] for k in sorted(per_item)]
+
+    def _result(self, samples: list[dict], reference: list[dict]) -> SuiteResult:
+        key = f"correct_{self.spec.primary_filter}"
+        correct = [s[key] for s in samples]
+        metrics = {
+            "accuracy": sum(correct) / len(correct),
+            "accuracy_strict": sum(s["correct_strict-match"] for s in samples) / len(samples),
+            "accuracy_flexible": sum(s["correct_flexible-extract"] for s in samples) / len(samples),
+            "items": float(len(samples)),
+            **flip_metrics([r[key] for r in reference], correct),
+        }
+        for s, r in zip(samples, reference, strict=True):
+            s["source_correct"] = r[key]
+        return SuiteResult(self.spec.name, "gsm8k", metrics, samples, [f"primary filter: {self.spec.primary_filter}"])
+
+    def reference(self, ctx: EvalContext, source) -> tuple[list[dict], SuiteResult]:
+        samples = self._run(ctx, source)
+        return samples, self._result([dict(s) for s in samples], samples)
+
+    def score(self, ctx: EvalContext, model, reference: list[dict]) -> SuiteResult:
+        return self._result(self._run(ctx, model), reference)

@@ -1,0 +1,152 @@
+"""Long-chain reasoning: does per-token error compound over a long trace?
+
+Short benchmarks miss what long reasoning exposes: a small per-token divergence, repeated over
+thousands of decode steps, sends a chain somewhere else. The source writes greedy traces once
+(cached with the reference). Each artifact is then
+
+- teacher-forced on those traces: KL divergence and top-1 agreement with the source at every
+  position, binned by depth, so a rising KL or falling agreement in later bins shows
+  compounding error;
+- free-running from the same prompts: the first position where its greedy output leaves the
+  source's trace;
+- for speculative decoding: the expected tokens per verification step with ``k`` draft
+  tokens. Under greedy verification a draft's proposal is accepted while it equals the
+  target's choice, and along the accepted prefix the draft is conditioned on exactly the
+  source's tokens, so teacher-forced agreement on the source trace gives acceptance exactly.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+import torch
+from pydantic import Field, NonNegativeInt, PositiveInt
+
+from quantgate.config.targets import Frozen
+from quantgate.evaluate.data import DataSource, load_jsonl_records
+from quantgate.evaluate.generation import chat_prompt, greedy
+from quantgate.evaluate.scoring import Reference, build_reference, score
+from quantgate.evaluate.suites import EvalContext, SuiteResult, SuiteSpec, register
+
+
+class ChainSizes(Frozen):
+    traces: PositiveInt
+    trace_tokens: PositiveInt
+    bins: PositiveInt = 4
+    batch_size: PositiveInt = 4
+
+
+class LongChainSpec(SuiteSpec):
+    kind: Literal["long_chain"]
+    data: DataSource
+    prompt: str = Field(description="template with {question}")
+    offset: NonNegativeInt = Field(0, description="first record used (keep clear of few-shot items)")
+    draft_k: list[PositiveInt] = [4]
+    top_k: PositiveInt = 32
+    profiles: dict[str, ChainSizes]
+
+
+def accepted_per_step(agree: list[bool], k: int) -> float:
+    """Expected tokens per verification step of greedy speculative decoding with k drafts."""
+    t = steps = tokens = 0
+    while t < len(agree):
+        n = 0
+        while n < k and t + n < len(agree) and agree[t + n]:
+            n += 1
+        produced = min(n + 1, len(agree) - t)
+        t += produced
+        tokens += produced
+        steps += 1
+    return tokens / steps if steps else 0.0
+
+
+def first_divergence(trace: list[int], generated: list[int]) -> int:
+    for i, tok in enumerate(trace):
+        if i >= len(generated) or generated[i] != tok:
+            return i
+    return len(trace)
+
+
+@register("long_chain")
+class LongChainSuite:
+    spec_model = LongChainSpec
+
+    def __init__(self, spec: LongChainSpec, path: Path) -> None:
+        self.spec, self.path = spec, path
+
+    def _prompts(self, ctx: EvalContext, tokenizer) -> list[list[int]]:
+        sizes = self.spec.sizes(ctx.profile)
+        records = load_jsonl_records(ctx.data, self.spec.data)[self.spec.offset : self.spec.offset + sizes.traces]
+        return [chat_prompt(tokenizer, self.spec.prompt.format(question=r["question"])) for r in records]
+
+    def reference(self, ctx: EvalContext, source) -> tuple[dict, SuiteResult]:
+        sizes = self.spec.sizes(ctx.profile)
+        prompts = self._prompts(ctx, source.tokenizer)
+        with ctx.progress.task(f"{self.spec.name}: source traces", total=len(prompts)) as task:
+            traces = greedy(
+                source.model, source.tokenizer, prompts,
+                max_new_tokens=sizes.trace_tokens, batch_size=sizes.batch_size, on_batch=task.advance,
+            )
+        seqs = [p + t for p, t in zip(prompts, traces, strict=True)]
+        ref = build_reference(
+            source.model, seqs, k=self.spec.top_k, batch_size=sizes.batch_size, pad_id=source.tokenizer.pad_token_id or 0
+        )
+        state = {"prompts": prompts, "traces": traces, "reference": ref.to_state()}
+        return state, self._result(ctx, source, state, free_running=traces)
+
+    def score(self, ctx: EvalContext, model, reference: dict) -> SuiteResult:
+        sizes = self.spec.sizes(ctx.profile)
+        with ctx.progress.task(f"{self.spec.name}: free-running", total=len(reference["prompts"])) as task:
+            generated = greedy(
+                model.model, model.tokenizer, reference["prompts"],
+                max_new_tokens=sizes.trace_tokens, batch_size=sizes.batch_size, on_batch=task.advance,
+            )
+        return self._result(ctx, model, reference, free_running=generated)
+
+    def _result(self, ctx: EvalContext, model, reference: dict, free_running: list[list[int]]) -> SuiteResult:
+        sizes = self.spec.sizes(ctx.profile)
+        prompts, traces = reference["prompts"], reference["traces"]
+        seqs = [p + t for p, t in zip(prompts, traces, strict=True)]
+        ref = Reference.from_state(reference["reference"])
+        scores = score(model.model, seqs, ref, batch_size=sizes.batch_size, pad_id=model.tokenizer.pad_token_id or 0)
+        width = sizes.trace_tokens / sizes.bins
+        kld_bins: list[list[float]] = [[] for _ in range(sizes.bins)]
+        agree_bins: list[list[float]] = [[] for _ in range(sizes.bins)]
+        samples, all_kld, all_agree = [], [], []
+        for i, (prompt, trace, s) in enumerate(zip(prompts, traces, scores, strict=True)):
+            # position p of the scores predicts token p+1; trace token j sits at len(prompt)+j
+            kld = s.kld[len(prompt) - 1 :]
+            agree = s.agree[len(prompt) - 1 :]
+            for j in range(len(trace)):
+                b = min(int(j / width), sizes.bins - 1)
+                kld_bins[b].append(float(kld[j]))
+                agree_bins[b].append(float(agree[j]))
+            all_kld.append(kld)
+            all_agree.append(agree)
+            samples.append(
+                {
+                    "item": i,
+                    "trace_tokens": len(trace),
+                    "kld_mean": float(kld.mean()) if len(trace) else 0.0,
+                    "top1_agreement": float(agree.float().mean()) if len(trace) else 1.0,
+                    "first_divergence": first_divergence(trace, free_running[i]),
+                    **{f"accepted_per_step_k{k}": accepted_per_step(agree.tolist(), k) for k in self.spec.draft_k},
+                }
+            )
+        kld_all, agree_all = torch.cat(all_kld), torch.cat(all_agree).float()
+        metrics: dict[str, float | None] = {
+            "kld_mean": float(kld_all.mean()),
+            "top1_agreement": float(agree_all.mean()),
+            "first_divergence_mean": sum(s["first_divergence"] for s in samples) / len(samples),
+            "first_divergence_fraction": sum(s["first_divergence"] / max(1, s["trace_tokens"]) for s in samples)
+            / len(samples),
+        }
+        for b in range(sizes.bins):
+            metrics[f"kld_bin{b + 1}"] = sum(kld_bins[b]) / len(kld_bins[b]) if kld_bins[b] else None
+            metrics[f"agreement_bin{b + 1}"] = sum(agree_bins[b]) / len(agree_bins[b]) if agree_bins[b] else None
+        metrics["agreement_at_depth"] = next((metrics[f"agreement_bin{b}"] for b in range(sizes.bins, 0, -1) if metrics[f"agreement_bin{b}"] is not None), None)
+        for k in self.spec.draft_k:
+            metrics[f"acceptance_k{k}"] = accepted_per_step(agree_all.bool().tolist(), k)
+        notes = [f"bins of {width:.0f} trace tokens; bin {sizes.bins} is the deepest"]
+        return SuiteResult(self.spec.name, "long_chain", metrics, samples, notes)

@@ -1,0 +1,118 @@
+"""Text suites: perplexity, KL divergence to the source, and top-1 agreement on a corpus.
+
+The corpus is either a public file (WikiText-2) or the calibration domain: prompts from the
+traffic log that the calibration set did *not* sample, so the artifact is measured on the
+traffic it will serve without being scored on its own calibration data. The text is tokenized
+once, cut into non-overlapping windows of ``seq_len`` tokens, and each window is one item for
+paired statistics.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from pathlib import Path
+from typing import Literal
+
+import torch
+from pydantic import Field, PositiveInt
+
+from quantgate.config.targets import Frozen
+from quantgate.evaluate.data import DataSource, load_text
+from quantgate.evaluate.scoring import Reference, build_reference, score
+from quantgate.evaluate.suites import EvalContext, SuiteResult, SuiteSpec, register
+
+
+class TextSizes(Frozen):
+    tokens: PositiveInt = Field(description="tokens scored (rounded down to whole windows)")
+    seq_len: PositiveInt
+    batch_size: PositiveInt = 4
+
+
+class TrafficCorpus(Frozen):
+    calibration_spec: str = Field(description="calibration spec whose traffic log is the domain")
+
+
+class TextSpec(SuiteSpec):
+    kind: Literal["text"]
+    data: DataSource | None = None
+    traffic: TrafficCorpus | None = None
+    top_k: PositiveInt = 32
+    profiles: dict[str, TextSizes]
+
+
+def corpus(spec: TextSpec, ctx: EvalContext, path: Path) -> str:
+    if spec.data is not None:
+        return load_text(ctx.data, spec.data)
+    from quantgate.calibration import build_set, load_spec, read_traffic_log
+
+    calib_spec = load_spec((path.parent / spec.traffic.calibration_spec).resolve())
+    used = {r.id for r in build_set(calib_spec).records}
+    held_out = [r["text"] for r in read_traffic_log(calib_spec.traffic_log) if r["id"] not in used]
+    random.Random(spec.seed).shuffle(held_out)
+    return "\n\n".join(held_out)
+
+
+def windows(tokenizer, text: str, sizes: TextSizes) -> list[list[int]]:
+    n = sizes.tokens // sizes.seq_len
+    # tokenize only as much text as the windows need (about 8 characters a token is generous)
+    ids = tokenizer(text[: sizes.tokens * 8], add_special_tokens=False)["input_ids"]
+    if len(ids) < n * sizes.seq_len:
+        n = len(ids) // sizes.seq_len
+    return [ids[i * sizes.seq_len : (i + 1) * sizes.seq_len] for i in range(n)]
+
+
+def summarize(name: str, scores, samples_extra=None) -> tuple[dict[str, float], list[dict]]:
+    nll = torch.cat([s.nll for s in scores])
+    kld = torch.cat([s.kld for s in scores])
+    agree = torch.cat([s.agree for s in scores]).float()
+    metrics = {
+        "perplexity": math.exp(float(nll.mean())),
+        "kld_mean": float(kld.mean()),
+        "kld_p99": float(torch.quantile(kld.double(), 0.99)),
+        "top1_agreement": float(agree.mean()),
+        "tokens": float(len(nll)),
+    }
+    samples = [
+        {
+            "item": i,
+            "tokens": len(s.nll),
+            "nll_sum": float(s.nll.sum()),
+            "kld_mean": float(s.kld.mean()),
+            "kld_p99": float(torch.quantile(s.kld.double(), 0.99)),
+            "top1_agreement": float(s.agree.float().mean()),
+        }
+        for i, s in enumerate(scores)
+    ]
+    return metrics, samples
+
+
+@register("text")
+class TextSuite:
+    spec_model = TextSpec
+
+    def __init__(self, spec: TextSpec, path: Path) -> None:
+        self.spec, self.path = spec, path
+
+    def _windows(self, ctx: EvalContext, tokenizer) -> list[list[int]]:
+        return windows(tokenizer, corpus(self.spec, ctx, self.path), self.spec.sizes(ctx.profile))
+
+    def reference(self, ctx: EvalContext, source) -> tuple[dict, SuiteResult]:
+        sizes = self.spec.sizes(ctx.profile)
+        seqs = self._windows(ctx, source.tokenizer)
+        pad = source.tokenizer.pad_token_id or 0
+        with ctx.progress.task(f"{self.spec.name}: source reference", total=len(seqs)) as task:
+            ref = build_reference(
+                source.model, seqs, k=self.spec.top_k, batch_size=sizes.batch_size, pad_id=pad, on_batch=task.advance
+            )
+        state = {"sequences": seqs, "reference": ref.to_state()}
+        return state, self.score(ctx, source, state)
+
+    def score(self, ctx: EvalContext, model, reference: dict) -> SuiteResult:
+        sizes = self.spec.sizes(ctx.profile)
+        seqs, ref = reference["sequences"], Reference.from_state(reference["reference"])
+        pad = model.tokenizer.pad_token_id or 0
+        with ctx.progress.task(f"{self.spec.name}: scoring", total=len(seqs)) as task:
+            scores = score(model.model, seqs, ref, batch_size=sizes.batch_size, pad_id=pad, on_batch=task.advance)
+        metrics, samples = summarize(self.spec.name, scores)
+        return SuiteResult(self.spec.name, "text", metrics, samples)

@@ -1,0 +1,43 @@
+"""Numerics: evaluate an artifact in the arithmetic of the hardware it is built for.
+
+An artifact on disk says what its weights are; it does not say what a serving kernel does
+with its activations or its KV cache. This package loads an artifact with the target's weight,
+activation and KV cache numerics applied explicitly (emulated on CPU), so an evaluation never
+measures W8A16 where the hardware runs W8A8, and reports which numerics it used.
+
+- ``formats``: activation and KV cache formats (pure tensor functions, one registry);
+- ``weights``: how each on-disk weight format decodes, exactly;
+- ``emulated``: ``EmulatedLinear``, a quantized Linear computed as its kernel computes it;
+- ``kvcache``: FP8 KV cache emulation after RoPE, through transformers' attention dispatch;
+- ``load``: ``load_for_eval`` / ``load_source_for_eval`` and the ``NumericsReport``.
+"""
+
+from quantgate.numerics.emulated import EmulatedLinear
+from quantgate.numerics.formats import (
+    activation_format,
+    activation_formats,
+    kv_cache_format,
+    kv_cache_formats,
+    register_activation,
+    register_kv_cache,
+)
+from quantgate.numerics.load import EvalModel, NumericsReport, load_for_eval, load_source_for_eval
+from quantgate.numerics.weights import DecodedWeight, register_weights, weight_format, weight_formats
+
+__all__ = [
+    "DecodedWeight",
+    "EmulatedLinear",
+    "EvalModel",
+    "NumericsReport",
+    "activation_format",
+    "activation_formats",
+    "kv_cache_format",
+    "kv_cache_formats",
+    "load_for_eval",
+    "load_source_for_eval",
+    "register_activation",
+    "register_kv_cache",
+    "register_weights",
+    "weight_format",
+    "weight_formats",
+]

@@ -1,0 +1,216 @@
+"""Activation and KV-cache number formats: one registry, one function per format.
+
+Each format is a pure tensor function, registered under the name a target YAML uses
+(``numerics.activations``) or under the name of a KV-cache element type. A new format is one
+function plus ``@register_activation(name)`` or ``@register_kv_cache(name)``; nothing central
+is edited. Weight formats (how bytes on disk decode) live in ``weights.py`` under the same
+pattern.
+
+Arithmetic is float32 throughout, because that is what the serving kernels do: the dynamic
+scale, its reciprocal and the scaled value are float32 before the cast to the narrow type.
+The cast itself is torch's round-to-nearest-even, after an explicit clamp (torch's float8
+casts do not saturate: an e4m3fnuz value beyond +-240 becomes NaN).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from quantgate.errors import InputError
+
+FP8_E4M3FN_MAX = 448.0  # torch.finfo(torch.float8_e4m3fn).max
+FP8_E4M3FNUZ_MAX = 240.0  # torch.finfo(torch.float8_e4m3fnuz).max
+# vLLM on ROCm clamps dynamic fnuz activations at 224, not 240: "using the default value (240.0)
+# from pytorch will cause accuracy issue on dynamic quantization models" (input_quant_fp8.py).
+FP8_E4M3FNUZ_DYNAMIC_MAX = 224.0
+
+
+@dataclass(frozen=True)
+class ActivationFormat:
+    """Fake quantization of a linear layer's input: returns the dequantized values in float32.
+
+    ``needs_global_scale``: the format takes a calibrated per-tensor scale from the artifact
+    (NVFP4's ``input_global_scale``); loading fails if a module has none. ``expects``: what
+    the artifact's ``input_activations`` in config.json must say for this format to apply
+    (a target declaring W8A8 numerics for a weight-only artifact is refused, not emulated).
+    """
+
+    name: str
+    quantize: Callable[[Tensor, Tensor | None], Tensor]
+    needs_global_scale: bool
+    expects: dict[str, Any]
+    note: str
+
+
+@dataclass(frozen=True)
+class KVCacheFormat:
+    """Fake quantization of keys and values as the KV cache stores them; returns x's dtype."""
+
+    name: str
+    quantize: Callable[[Tensor], Tensor]
+    note: str
+
+
+_ACTIVATIONS: dict[str, ActivationFormat] = {}
+_KV_CACHES: dict[str, KVCacheFormat] = {}
+
+
+def _register(registry: dict, kind: str, name: str, entry) -> None:
+    if name in registry:
+        raise ValueError(f"{kind} format {name!r} is already registered")
+    registry[name] = entry
+
+
+def register_activation(
+    name: str, *, expects: dict[str, Any], needs_global_scale: bool = False, note: str = ""
+):
+    def decorator(fn: Callable[[Tensor, Tensor | None], Tensor]):
+        entry = ActivationFormat(name, fn, needs_global_scale, dict(expects), note)
+        _register(_ACTIVATIONS, "activation", name, entry)
+        return fn
+
+    return decorator
+
+
+def register_kv_cache(name: str, *, note: str = ""):
+    def decorator(fn: Callable[[Tensor], Tensor]):
+        _register(_KV_CACHES, "KV cache", name, KVCacheFormat(name, fn, note))
+        return fn
+
+    return decorator
+
+
+def _lookup(registry: dict, kind: str, name: str):
+    try:
+        return registry[name]
+    except KeyError:
+        raise InputError(
+            None,
+            f"no {kind} format named '{name}' is registered in quantgate.numerics",
+            f"use one of {', '.join(sorted(registry))}, or register a new one with @register_{kind.replace(' ', '_')}",
+        ) from None
+
+
+def activation_format(name: str) -> ActivationFormat:
+    return _lookup(_ACTIVATIONS, "activation", name)
+
+
+def kv_cache_format(name: str) -> KVCacheFormat:
+    return _lookup(_KV_CACHES, "kv cache", name)
+
+
+def activation_formats() -> list[str]:
+    return sorted(_ACTIVATIONS)
+
+
+def kv_cache_formats() -> list[str]:
+    return sorted(_KV_CACHES)
+
+
+# ---------------------------------------------------------------------------- FP8 per token
+
+_FP8_DYNAMIC = {"type": "float", "num_bits": 8, "strategy": "token", "dynamic": True}
+
+
+def fp8_per_token(x: Tensor, dtype: torch.dtype, qmax: float) -> Tensor:
+    """Dynamic per-token FP8 fake quantization, as vLLM's ``QuantFP8`` reference does it.
+
+    scale = max(amax(|x|) / qmax, 1 / (qmax * 512)) per row (the floor guards all-zero rows
+    exactly as vLLM does), q = cast(clamp(x * (1 / scale), +-qmax)), result q * scale.
+    """
+    x = x.float()
+    amax = x.abs().amax(dim=-1, keepdim=True)
+    scale = (amax / qmax).clamp(min=1.0 / (qmax * 512.0))
+    q = (x * scale.reciprocal()).clamp(-qmax, qmax).to(dtype)
+    return q.float() * scale
+
+
+@register_activation(
+    "fp8_e4m3fn_per_token",
+    expects=_FP8_DYNAMIC,
+    note="activations: dynamic per-token OCP e4m3fn (max 448), scale amax/448, as vLLM on Hopper",
+)
+def fp8_e4m3fn_per_token(x: Tensor, global_scale: Tensor | None = None) -> Tensor:
+    return fp8_per_token(x, torch.float8_e4m3fn, FP8_E4M3FN_MAX)
+
+
+@register_activation(
+    "fp8_e4m3fnuz_per_token",
+    expects=_FP8_DYNAMIC,
+    note="activations: dynamic per-token e4m3fnuz clamped at +-224 (vLLM on MI300), scale amax/224",
+)
+def fp8_e4m3fnuz_per_token(x: Tensor, global_scale: Tensor | None = None) -> Tensor:
+    return fp8_per_token(x, torch.float8_e4m3fnuz, FP8_E4M3FNUZ_DYNAMIC_MAX)
+
+
+# ---------------------------------------------------------------------------- NVFP4
+
+
+def _nvfp4_args():
+    # compressed-tensors' own NVFP4 preset: groups of 16, E2M1 values, E4M3 group scales,
+    # dynamic ("local") group scales under a static global scale.
+    from compressed_tensors.quantization.quant_scheme import PRESET_SCHEMES
+
+    return PRESET_SCHEMES["NVFP4"]["input_activations"]
+
+
+@register_activation(
+    "nvfp4_calibrated",
+    needs_global_scale=True,
+    expects={"type": "float", "num_bits": 4, "strategy": "tensor_group", "group_size": 16},
+    note=(
+        "activations: NVFP4 per 16 values, E4M3 group scale = round_e4m3(input_global_scale * amax/6), "
+        "E2M1 round-to-nearest-even, using compressed-tensors' own fake quantization"
+    ),
+)
+def nvfp4_calibrated(x: Tensor, global_scale: Tensor | None = None) -> Tensor:
+    """NVFP4 activations exactly as compressed-tensors defines them (llm-compressor calibrates with it).
+
+    Group scale s = e4m3(global * amax_16 / 6) (0 replaced by 0.125), value
+    e2m1(clamp(x / (s / global), +-6)) * (s / global). Blackwell's kernel computes the same
+    quantities (its GEMM applies 1/(input_global * weight_global) after accumulation).
+    The input is promoted to float32 first: the kernel computes amax/6 in float32, and
+    compressed-tensors computes in the input's dtype, which for bf16 would round the group
+    scale twice.
+    """
+    from compressed_tensors.quantization.lifecycle.forward import fake_quantize
+    from compressed_tensors.quantization.utils import compute_dynamic_scales_and_zp
+
+    if global_scale is None:
+        raise ValueError("nvfp4_calibrated needs the module's calibrated input_global_scale")
+    x = x.float()
+    global_scale = global_scale.float()
+    args = _nvfp4_args()
+    scale, zero_point = compute_dynamic_scales_and_zp(
+        value=x, args=args, module=None, global_scale=global_scale
+    )
+    return fake_quantize(x=x, scale=scale, zero_point=zero_point, args=args, global_scale=global_scale)
+
+
+# ---------------------------------------------------------------------------- KV cache
+
+
+def fp8_saturate(x: Tensor, dtype: torch.dtype, qmax: float) -> Tensor:
+    """Scale-1.0 FP8 storage: clamp to the type's range, round to nearest even, back to x's dtype."""
+    return x.float().clamp(-qmax, qmax).to(dtype).to(x.dtype)
+
+
+@register_kv_cache(
+    "fp8_e4m3fn",
+    note="KV cache: e4m3fn, per-tensor scale 1.0 (vLLM --kv-cache-dtype fp8 with no calibrated scales)",
+)
+def kv_fp8_e4m3fn(x: Tensor) -> Tensor:
+    return fp8_saturate(x, torch.float8_e4m3fn, FP8_E4M3FN_MAX)
+
+
+@register_kv_cache(
+    "fp8_e4m3fnuz",
+    note="KV cache: e4m3fnuz (MI300), per-tensor scale 1.0, saturating at +-240",
+)
+def kv_fp8_e4m3fnuz(x: Tensor) -> Tensor:
+    return fp8_saturate(x, torch.float8_e4m3fnuz, FP8_E4M3FNUZ_MAX)

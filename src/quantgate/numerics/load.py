@@ -1,0 +1,293 @@
+"""Load an artifact for evaluation with its target's numerics applied explicitly.
+
+Why not just ``from_pretrained``: what it returns decides what is measured, and it varies.
+Seen here (transformers 5.17, compressed-tensors 0.19): by default the modules stay
+compressed and a pre-hook decompresses them on the first forward; with ``dequantize=True``
+the weights come back as bf16 (``w * scale`` rounded to bf16) and compressed-tensors still
+fake-quantizes activations, in bf16 arithmetic, which rounds the dynamic scale and the scaled
+value to bf16 before the FP8 cast and so lands one FP8 step away from the kernel's float32
+result in places. Other process states give plain bf16 ``Linear`` modules with no activation
+quantization at all: W8A16 measured for W8A8 (DESIGN). So:
+
+1. every module with quantized tensors on disk (``weight_scale``/``weight_packed``) becomes an
+   ``EmulatedLinear`` decoded from those raw tensors, read with safetensors, never from a
+   bf16 decompression (bf16 rounding of ``w * scale`` is not what the kernel computes);
+   they are decoded and matched against a meta-device skeleton before anything is loaded;
+2. the rest (embeddings, norms, lm_head) comes from ``from_pretrained`` in bf16, on its
+   default route, which leaves quantized modules compressed (nothing is dequantized only to
+   be thrown away: transformers' NVFP4 decompression alone took ~25 s for the 135M model);
+   the quantized modules are swapped out, and the model is checked for anything left
+   compressed or carrying a quantization scheme;
+3. the KV cache format is installed after RoPE (``kvcache.py``);
+4. anything that does not line up (a format not registered, tensors that match no module,
+   a quantized module left unreplaced, a weight-only artifact under W8A8 numerics) is an
+   error naming the artifact, never a silent fallback.
+"""
+
+from __future__ import annotations
+
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+import torch
+from pydantic import BaseModel, ConfigDict
+from torch import nn
+
+from quantgate.build.manifest import read_manifest
+from quantgate.config.targets import ActivationNumerics, KVCache, Target, WeightNumerics
+from quantgate.errors import InputError
+from quantgate.numerics.artifact import (
+    check_config,
+    emulated_modules,
+    quantization_config,
+    read_quantized_tensors,
+)
+from quantgate.numerics.emulated import EmulatedLinear
+from quantgate.numerics.formats import activation_format, kv_cache_format
+from quantgate.numerics.kvcache import install_kv_cache
+from quantgate.numerics.weights import weight_format
+
+_ACCUMULATION_NOTE = (
+    "emulated: precise fp32 accumulation of exactly decoded operands; a serving kernel with fast "
+    "accumulation may differ by up to ~5e-3 relative at large K (DESIGN, emulation fidelity)"
+)
+
+
+class NumericsReport(BaseModel):
+    """What an evaluation actually computed; the gate report quotes it (native or emulated)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    target: str
+    hardware: str
+    weights: str
+    activations: str
+    kv_cache: str
+    mode: Literal["emulated", "native", "source"]
+    device: str
+    native_on: tuple[str, ...] = ()
+    modules_replaced: int = 0
+    kv_cache_layers: int = 0
+    notes: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class EvalModel:
+    model: nn.Module
+    tokenizer: Any
+    numerics: NumericsReport
+
+
+@dataclass(frozen=True)
+class _Numerics:
+    target: str
+    hardware: str
+    format: str
+    weights: WeightNumerics
+    activations: ActivationNumerics
+    kv_cache: KVCache
+    native_on: tuple[str, ...]
+
+
+def _resolve(artifact_dir: Path, target: Target | None) -> _Numerics:
+    manifest = read_manifest(artifact_dir)
+    if target is not None:
+        if manifest is not None and manifest.format != target.format:
+            raise InputError(
+                artifact_dir,
+                f"the artifact is {manifest.format} (built for {manifest.target}) but target {target.name} "
+                f"expects {target.format}",
+                "evaluate the artifact built for this target",
+            )
+        n = target.numerics
+        return _Numerics(
+            target.name,
+            target.hardware,
+            target.format,
+            n.weights,
+            n.activations,
+            target.kv_cache,
+            tuple(n.native_on),
+        )
+    if manifest is None:
+        raise InputError(
+            artifact_dir,
+            "no valid manifest.json, so the target's numerics are unknown",
+            "build the artifact with `quantgate build`, or pass the Target explicitly",
+        )
+    try:
+        n = manifest.numerics
+        return _Numerics(
+            manifest.target,
+            manifest.hardware,
+            manifest.format,
+            WeightNumerics(n["weights"]),
+            ActivationNumerics(n["activations"]),
+            KVCache(manifest.kv_cache),
+            tuple(n.get("native_on", ())),
+        )
+    except (KeyError, ValueError) as exc:
+        raise InputError(
+            artifact_dir / "manifest.json",
+            f"numerics {manifest.numerics} / kv_cache {manifest.kv_cache!r} are not known: {exc}",
+            "rebuild the artifact with this version of quantgate",
+        ) from None
+
+
+def _kv_format_name(n: _Numerics) -> str | None:
+    if n.kv_cache == KVCache.BF16:
+        return None
+    fnuz = (
+        n.weights == WeightNumerics.FP8_E4M3FNUZ or n.activations == ActivationNumerics.FP8_E4M3FNUZ_PER_TOKEN
+    )
+    return "fp8_e4m3fnuz" if fnuz else "fp8_e4m3fn"
+
+
+def _load_hf(directory: Path, **kwargs):
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=".*quantization_config.*")
+        model = AutoModelForCausalLM.from_pretrained(directory, dtype=torch.bfloat16, **kwargs)
+    model.eval().requires_grad_(False)
+    return model, AutoTokenizer.from_pretrained(directory)
+
+
+def _drop_decompression_hook(model: nn.Module) -> None:
+    # compressed-tensors leaves a forward pre-hook that decompresses the model on its first
+    # forward (ModelCompressor.add_decompress_hook); with every quantized module replaced it
+    # has nothing left to do, and no forward should depend on it
+    hook = getattr(model, "ct_decompress_hook", None)
+    if hook is not None:
+        hook.remove()
+        del model.ct_decompress_hook
+
+
+def _refuse_leftovers(artifact_dir: Path, model: nn.Module) -> None:
+    """Nothing may still be compressed or quantized outside an EmulatedLinear."""
+    narrow = {torch.float8_e4m3fn, torch.float8_e4m3fnuz, torch.float8_e5m2, torch.uint8, torch.int32}
+    left = []
+    for name, module in model.named_modules():
+        if isinstance(module, EmulatedLinear):
+            continue
+        if getattr(module, "quantization_scheme", None) is not None:
+            left.append(name)
+        tensors = [*module.named_parameters(recurse=False), *module.named_buffers(recurse=False)]
+        left += [f"{name}.{t}" for t, value in tensors if value is not None and value.dtype in narrow]
+    if left:
+        raise InputError(
+            artifact_dir,
+            f"{left[:5]} are still quantized or compressed after every module with quantized tensors "
+            "on disk was replaced",
+            "rebuild the artifact; if it is intact, its format needs a weight decoder in quantgate.numerics",
+        )
+
+
+def load_for_eval(
+    artifact_dir: Path,
+    target: Target | None = None,
+    *,
+    activations: bool = True,
+    kv_cache: bool = True,
+    device: str | torch.device = "cpu",
+) -> EvalModel:
+    """The artifact as its target computes it (emulated). ``activations=False`` keeps the same
+    weights with unquantized activations (the W*A16 view, for comparison); ``kv_cache=False``
+    keeps the KV cache in bf16."""
+    artifact_dir = Path(artifact_dir)
+    n = _resolve(artifact_dir, target)
+    wfmt = weight_format(n.weights.value)
+    declared_act = (
+        None if n.activations == ActivationNumerics.NONE else activation_format(n.activations.value)
+    )
+    act = declared_act if activations else None
+    kv_name = _kv_format_name(n) if kv_cache else None
+    config_path = artifact_dir / "config.json"
+    check_config(
+        config_path,
+        quantization_config(artifact_dir),
+        wfmt.disk_format,
+        declared_act and declared_act.expects,
+    )
+
+    raw = read_quantized_tensors(artifact_dir)
+    if not raw:
+        raise InputError(
+            artifact_dir,
+            "no quantized tensors (weight_scale / weight_packed) found",
+            "evaluate a built artifact",
+        )
+    # everything is decoded and matched against a meta-device skeleton first, so a mismatch is
+    # reported as such rather than as whatever transformers makes of unexpected tensors
+    emulated = emulated_modules(artifact_dir, raw, wfmt, act)
+    model, tokenizer = _load_hf(artifact_dir)
+    for name, module in emulated.items():
+        parent, _, child = name.rpartition(".")
+        setattr(model.get_submodule(parent), child, module)
+    _drop_decompression_hook(model)
+    _refuse_leftovers(artifact_dir, model)
+
+    kv_layers = 0
+    kv_note = "KV cache: bf16"
+    if kv_name is not None:
+        kv_fmt = kv_cache_format(kv_name)
+        try:
+            kv_layers = install_kv_cache(model, kv_fmt)
+        except ValueError as exc:
+            raise InputError(
+                artifact_dir, f"cannot emulate the FP8 KV cache: {exc}", "pass kv_cache=False"
+            ) from None
+        kv_note = kv_fmt.note + "; applied after RoPE to K and V"
+    elif n.kv_cache != KVCache.BF16:
+        kv_note = f"KV cache: bf16 on request (the target stores {n.kv_cache.value})"
+
+    if act is not None:
+        act_note = act.note
+    elif declared_act is not None:
+        act_note = (
+            f"activations: left unquantized on request; this is the weight-only view of the artifact, "
+            f"not what {n.hardware} computes ({declared_act.name})"
+        )
+    else:
+        act_note = "activations: none (weight-only format), bf16 inputs multiplied in fp32"
+
+    model.to(device)
+    return EvalModel(
+        model=model,
+        tokenizer=tokenizer,
+        numerics=NumericsReport(
+            target=n.target,
+            hardware=n.hardware,
+            weights=wfmt.name,
+            activations=act.name if act is not None else "none",
+            kv_cache=kv_name or "bf16",
+            mode="emulated",
+            device=str(device),
+            native_on=n.native_on,
+            modules_replaced=len(raw),
+            kv_cache_layers=kv_layers,
+            notes=(_ACCUMULATION_NOTE, wfmt.note, act_note, kv_note),
+        ),
+    )
+
+
+def load_source_for_eval(checkpoint_dir: Path, *, device: str | torch.device = "cpu") -> EvalModel:
+    """The source checkpoint in bf16, as the reference every artifact is compared with."""
+    model, tokenizer = _load_hf(Path(checkpoint_dir))
+    model.to(device)
+    return EvalModel(
+        model=model,
+        tokenizer=tokenizer,
+        numerics=NumericsReport(
+            target="source",
+            hardware="any",
+            weights="bf16",
+            activations="bf16",
+            kv_cache="bf16",
+            mode="source",
+            device=str(device),
+            notes=("source: bf16 weights and activations, transformers' own modules",),
+        ),
+    )

@@ -30,23 +30,10 @@ def tiny_source(tmp_path_factory) -> Path:
 @pytest.fixture(scope="package")
 def artifacts(tiny_source, tmp_path_factory, repo_root, catalog) -> dict[str, Path]:
     """``{target: artifact dir}``; read-only for tests (copy before damaging one)."""
-    _ensure_llmcompressor_metric_level()
     record = intake(tiny_source, load_policy(repo_root / "gates.yaml", catalog))
     calibration = build_set(load_spec(repo_root / "calibration_sets" / "default.yaml"))
     out = tmp_path_factory.mktemp("numerics-artifacts")
     return {r.target: r.path for r in build_targets(record, list(TARGETS), out, catalog, calibration)}
-
-
-def _ensure_llmcompressor_metric_level() -> None:
-    # Workaround, not a fix: quantgate.build.engines._logs.quiet() imports llm-compressor with
-    # its logger configuration disabled, so loguru never learns the METRIC level that GPTQ logs
-    # with ("Level 'METRIC' does not exist"). Remove once quiet() registers the level itself.
-    from loguru import logger
-
-    try:
-        logger.level("METRIC")
-    except ValueError:
-        logger.level("METRIC", no=38)
 
 
 # ---------------------------------------------------------------------------- references

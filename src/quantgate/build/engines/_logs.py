@@ -1,10 +1,12 @@
 """Keep llm-compressor's log lines off stdout.
 
 llm-compressor configures loguru at import to print INFO lines (one per quantized module) to
-*stdout*, some of them during the import itself. quantgate's stdout is part of its contract
-(tables for people, paths for scripts), so engines call ``quiet()`` before touching
+*stdout*, and logs a warning during the import itself. quantgate's stdout is part of its
+contract (tables for people, paths for scripts), so engines call ``quiet()`` before using
 llm-compressor: the import runs with its logging disabled, then one stderr sink at WARNING is
-installed. ``LLM_COMPRESSOR_LOG_LEVEL`` still wins for someone debugging a recipe.
+installed, and the custom METRIC level that GPTQ logs at is registered (the disabled
+configuration skips it, and logging at an unknown level raises).
+``LLM_COMPRESSOR_LOG_LEVEL`` still wins for someone debugging a recipe.
 """
 
 from __future__ import annotations
@@ -22,11 +24,15 @@ def quiet() -> None:
         import llmcompressor  # noqa: F401  (configures loguru on import)
     finally:
         if previous is None:
-            os.environ.pop("LLM_COMPRESSOR_LOG_DISABLED")
+            os.environ.pop("LLM_COMPRESSOR_LOG_DISABLED", None)
         else:
             os.environ["LLM_COMPRESSOR_LOG_DISABLED"] = previous
     from loguru import logger
 
+    try:
+        logger.level("METRIC")
+    except ValueError:
+        logger.level("METRIC", no=38)
     logger.remove()
     logger.enable("llmcompressor")
     logger.add(sys.stderr, level=os.environ.get("LLM_COMPRESSOR_LOG_LEVEL", "WARNING").upper())

@@ -63,7 +63,9 @@ class SourceRuns:
             def count(*_):
                 self.forward_passes += 1
 
-            self._model.model.register_forward_pre_hook(count)
+            # the decoder runs in every pass: teacher-forced scoring calls it directly, generation
+            # through the model's forward
+            self._model.model.get_decoder().register_forward_pre_hook(count)
         return self._model
 
 

@@ -1,0 +1,67 @@
+"""The evaluation runner on tiny artifacts: paired results, numerics recorded, source run once."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from quantgate.build.pipeline import build_targets
+from quantgate.config.policy import load_policy
+from quantgate.config.targets import Catalog
+from quantgate.errors import InputError
+from quantgate.evaluate.data import DataDir
+from quantgate.evaluate.runner import evaluate
+from quantgate.evaluate.suites import EvalContext, load_suite
+from quantgate.intake import intake
+from quantgate.synthetic import write_tiny_model
+
+pytestmark = pytest.mark.unit
+
+
+@pytest.fixture
+def setup(tiny_llama, tmp_path, catalog, repo_root):
+    record = intake(tiny_llama, load_policy(repo_root / "gates.yaml", catalog))
+    build_targets(record, ["hopper-fp8", "rocm-cdna3-fp8"], tmp_path / "artifacts", catalog, None)
+    (tmp_path / "data").mkdir()
+    (tmp_path / "data" / "corpus.txt").write_text(" ".join(f"Item {i} comes after item {i - 1}." for i in range(300)))
+    spec = tmp_path / "suites" / "tiny-text.yaml"
+    spec.parent.mkdir()
+    spec.write_text(
+        "name: tiny-text\nkind: text\ndescription: t\ndata: {local: corpus.txt}\n"
+        "profiles: {smoke: {tokens: 256, seq_len: 64, batch_size: 2}, full: {tokens: 512, seq_len: 64}}\n"
+        "metrics: [perplexity, kld_mean, kld_p99, top1_agreement]\n"
+    )
+    ctx = EvalContext("smoke", DataDir((tmp_path / "data",)), repo_root, tmp_path / "cache")
+    return record, [load_suite(spec)], ctx
+
+
+def test_the_source_reference_is_computed_once_and_reused(setup, tmp_path):
+    record, suites, ctx = setup
+    source = Path(record.path)
+    first = evaluate(source, record.content_hash, tmp_path / "artifacts", tmp_path / "e1", suites, ctx)
+    assert first.source_forward_passes == 4  # 4 windows at batch 2: reference pass, then source scored
+    second = evaluate(source, record.content_hash, tmp_path / "artifacts", tmp_path / "e2", suites, ctx)
+    assert second.source_forward_passes == 0
+    assert second.reference_hits == ["tiny-text"]
+    assert first.summary == second.summary
+
+    summary = json.loads((tmp_path / "e1" / "summary.json").read_text())
+    assert summary["source"]["tiny-text.kld_mean"] == 0.0
+    assert summary["source"]["tiny-text.top1_agreement"] == 1.0
+    assert summary["hopper-fp8"]["tiny-text.kld_mean"] > 0
+    assert summary["rocm-cdna3-fp8"]["tiny-text.kld_mean"] != summary["hopper-fp8"]["tiny-text.kld_mean"]
+    record_file = json.loads((tmp_path / "e1" / "hopper-fp8" / "tiny-text.json").read_text())
+    assert record_file["numerics"]["mode"] == "emulated"
+    assert record_file["numerics"]["activations"] == "fp8_e4m3fn_per_token"
+    assert len(record_file["samples"]) == 4
+
+
+def test_artifacts_of_another_source_are_refused(setup, tmp_path):
+    record, suites, ctx = setup
+    policy = load_policy(ctx.project_root / "gates.yaml", Catalog(ctx.project_root))
+    other = intake(write_tiny_model(tmp_path / "other", "llama", seed=7), policy)
+    with pytest.raises(InputError, match="different source checkpoint"):
+        evaluate(Path(other.path), other.content_hash, tmp_path / "artifacts", tmp_path / "e", suites, ctx)
+    assert not (tmp_path / "e").exists()

@@ -21,7 +21,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from quantgate.errors import InputError
+from quantgate.registry import Registry
 
 FP8_E4M3FN_MAX = 448.0  # torch.finfo(torch.float8_e4m3fn).max
 FP8_E4M3FNUZ_MAX = 240.0  # torch.finfo(torch.float8_e4m3fnuz).max
@@ -56,22 +56,15 @@ class KVCacheFormat:
     note: str
 
 
-_ACTIVATIONS: dict[str, ActivationFormat] = {}
-_KV_CACHES: dict[str, KVCacheFormat] = {}
-
-
-def _register(registry: dict, kind: str, name: str, entry) -> None:
-    if name in registry:
-        raise ValueError(f"{kind} format {name!r} is already registered")
-    registry[name] = entry
+ACTIVATIONS: Registry[ActivationFormat] = Registry("activation format", how_to_add="@register_activation")
+KV_CACHES: Registry[KVCacheFormat] = Registry("KV cache format", how_to_add="@register_kv_cache")
 
 
 def register_activation(
     name: str, *, expects: dict[str, Any], needs_global_scale: bool = False, note: str = ""
 ):
     def decorator(fn: Callable[[Tensor, Tensor | None], Tensor]):
-        entry = ActivationFormat(name, fn, needs_global_scale, dict(expects), note)
-        _register(_ACTIVATIONS, "activation", name, entry)
+        ACTIVATIONS.add(name, ActivationFormat(name, fn, needs_global_scale, dict(expects), note))
         return fn
 
     return decorator
@@ -79,37 +72,26 @@ def register_activation(
 
 def register_kv_cache(name: str, *, note: str = ""):
     def decorator(fn: Callable[[Tensor], Tensor]):
-        _register(_KV_CACHES, "KV cache", name, KVCacheFormat(name, fn, note))
+        KV_CACHES.add(name, KVCacheFormat(name, fn, note))
         return fn
 
     return decorator
 
 
-def _lookup(registry: dict, kind: str, name: str):
-    try:
-        return registry[name]
-    except KeyError:
-        raise InputError(
-            None,
-            f"no {kind} format named '{name}' is registered in quantgate.numerics",
-            f"use one of {', '.join(sorted(registry))}, or register a new one with @register_{kind.replace(' ', '_')}",
-        ) from None
-
-
 def activation_format(name: str) -> ActivationFormat:
-    return _lookup(_ACTIVATIONS, "activation", name)
+    return ACTIVATIONS.get(name, "quantgate.numerics")
 
 
 def kv_cache_format(name: str) -> KVCacheFormat:
-    return _lookup(_KV_CACHES, "kv cache", name)
+    return KV_CACHES.get(name, "quantgate.numerics")
 
 
 def activation_formats() -> list[str]:
-    return sorted(_ACTIVATIONS)
+    return ACTIVATIONS.names()
 
 
 def kv_cache_formats() -> list[str]:
-    return sorted(_KV_CACHES)
+    return KV_CACHES.names()
 
 
 # ---------------------------------------------------------------------------- FP8 per token

@@ -21,6 +21,8 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
+from quantgate.registry import Registry
+
 
 @dataclass(frozen=True)
 class DecodedWeight:
@@ -47,29 +49,25 @@ class WeightDecodeError(ValueError):
     """The tensors of one module do not fit its declared format (load.py names the file)."""
 
 
-_WEIGHTS: dict[str, WeightFormat] = {}
+WEIGHTS: Registry[WeightFormat] = Registry("weight format", how_to_add="@register_weights")
 
 
 def register_weights(
     name: str, *, disk_format: str, required: set[str], optional: set[str] = frozenset(), note: str = ""
 ):
     def decorator(fn: Callable[[dict[str, Tensor]], DecodedWeight]):
-        if name in _WEIGHTS:
-            raise ValueError(f"weight format {name!r} is already registered")
-        _WEIGHTS[name] = WeightFormat(name, disk_format, frozenset(required), frozenset(optional), fn, note)
+        WEIGHTS.add(name, WeightFormat(name, disk_format, frozenset(required), frozenset(optional), fn, note))
         return fn
 
     return decorator
 
 
 def weight_format(name: str) -> WeightFormat:
-    from quantgate.numerics.formats import _lookup
-
-    return _lookup(_WEIGHTS, "weights", name)
+    return WEIGHTS.get(name, "quantgate.numerics")
 
 
 def weight_formats() -> list[str]:
-    return sorted(_WEIGHTS)
+    return WEIGHTS.names()
 
 
 def _broadcast_scale(scale: Tensor, out_features: int) -> Tensor:

@@ -8,13 +8,11 @@ builds in that call.
 
 from __future__ import annotations
 
-import importlib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
-from quantgate.config.loader import nearest
-from quantgate.errors import ConfigFileError
+from quantgate.registry import Registry
 
 if TYPE_CHECKING:
     from quantgate.calibration import CalibrationSet
@@ -42,29 +40,17 @@ class Engine(Protocol):
         """Write a complete compressed-tensors checkpoint (with tokenizer) into job.out_dir."""
 
 
-_ENGINES: dict[str, type] = {}
-# lazy "module" entries: importing an engine imports its (heavy) library only when used
-_MODULES = {
-    "llmcompressor.model_free": "quantgate.build.engines.model_free",
-    "llmcompressor.oneshot": "quantgate.build.engines.oneshot",
-    "modelopt": "quantgate.build.engines.modelopt",
-}
+ENGINES: Registry[type] = Registry(
+    "engine",
+    # lazy: naming an engine imports its (heavy) library only when that engine is used
+    lazy={
+        "llmcompressor.model_free": "quantgate.build.engines.model_free",
+        "llmcompressor.oneshot": "quantgate.build.engines.oneshot",
+        "modelopt": "quantgate.build.engines.modelopt",
+    },
+)
+register = ENGINES.register
 
 
-def register(name: str):
-    def decorate(cls: type) -> type:
-        if name in _ENGINES and _ENGINES[name] is not cls:
-            raise ValueError(f"engine {name!r} registered twice ({_ENGINES[name].__name__}, {cls.__name__})")
-        _ENGINES[name] = cls
-        return cls
-
-    return decorate
-
-
-def engine_class(name: str) -> type:
-    if name not in _ENGINES and name in _MODULES:
-        importlib.import_module(_MODULES[name])
-    if name not in _ENGINES:
-        hint = nearest(name, list(_MODULES))
-        raise ConfigFileError("recipe", f"unknown engine '{name}'", f"did you mean '{hint}'?" if hint else "")
-    return _ENGINES[name]
+def engine_class(name: str, where: object = "recipe") -> type:
+    return ENGINES.get(name, where)

@@ -16,7 +16,6 @@ domain suite) is a YAML and its data, no code.
 from __future__ import annotations
 
 import hashlib
-import importlib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar, Protocol
@@ -29,6 +28,7 @@ from quantgate.config.targets import Frozen
 from quantgate.errors import ConfigFileError, UsageError
 from quantgate.evaluate.data import DataDir
 from quantgate.progress import SILENT, Progress
+from quantgate.registry import Registry
 
 PROFILES = ("smoke", "full")
 
@@ -82,33 +82,17 @@ class SuiteKind(Protocol):
     def score(self, ctx: EvalContext, model: Any, reference: Any) -> SuiteResult: ...
 
 
-_KINDS: dict[str, type] = {}
-_MODULES = {
-    "text": "quantgate.evaluate.suites.text",
-    "long_chain": "quantgate.evaluate.suites.long_chain",
-    "gsm8k": "quantgate.evaluate.suites.gsm8k",
-    "humaneval": "quantgate.evaluate.suites.humaneval",
-    "domain": "quantgate.evaluate.suites.domain",
-}
-
-
-def register(kind: str):
-    def decorate(cls: type) -> type:
-        if kind in _KINDS and _KINDS[kind] is not cls:
-            raise ValueError(f"suite kind {kind!r} registered twice")
-        _KINDS[kind] = cls
-        return cls
-
-    return decorate
-
-
-def kind_class(kind: str, where: Path) -> type:
-    if kind not in _KINDS and kind in _MODULES:
-        importlib.import_module(_MODULES[kind])
-    if kind not in _KINDS:
-        hint = nearest(kind, list(_MODULES))
-        raise ConfigFileError(where, f"unknown suite kind '{kind}'", f"did you mean '{hint}'?" if hint else f"use one of {list(_MODULES)}")
-    return _KINDS[kind]
+KINDS: Registry[type] = Registry(
+    "suite kind",
+    lazy={
+        "text": "quantgate.evaluate.suites.text",
+        "long_chain": "quantgate.evaluate.suites.long_chain",
+        "gsm8k": "quantgate.evaluate.suites.gsm8k",
+        "humaneval": "quantgate.evaluate.suites.humaneval",
+        "domain": "quantgate.evaluate.suites.domain",
+    },
+)
+register = KINDS.register
 
 
 @dataclass(frozen=True)
@@ -123,8 +107,8 @@ def load_suite(path: Path) -> LoadedSuite:
     data, _ = read_yaml(path)
     kind = data.get("kind")
     if not isinstance(kind, str):
-        raise ConfigFileError(path, "no 'kind' given", f"add kind: one of {list(_MODULES)}")
-    cls = kind_class(kind, path)
+        raise ConfigFileError(path, "no 'kind' given", f"add kind: one of {KINDS.names()}")
+    cls = KINDS.get(kind, path)
     spec = load_model(path, cls.spec_model)
     if spec.name != path.stem:
         raise ConfigFileError(path, f"name '{spec.name}' differs from the file name", f"set name: {path.stem}")

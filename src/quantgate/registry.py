@@ -1,0 +1,58 @@
+"""One typed registry for every extension point: build engines, suite kinds, numerics formats.
+
+Extension by registration (a new engine, suite kind or numerics format is one file and a
+decorator) needs the same four behaviours everywhere, so they live here once: a collision is
+an error, entries may be lazy (``name -> "module"`` imported on first use, so that naming an
+engine does not import its heavy library), a lookup of an unknown name suggests the nearest
+one, and the error names where the name came from.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable
+from typing import Generic, TypeVar
+
+from quantgate.config.loader import nearest
+from quantgate.errors import ConfigFileError
+
+T = TypeVar("T")
+
+
+class Registry(Generic[T]):
+    def __init__(self, what: str, lazy: dict[str, str] | None = None, how_to_add: str = "") -> None:
+        self.what = what
+        self.how_to_add = how_to_add
+        self._entries: dict[str, T] = {}
+        self._lazy = dict(lazy or {})
+
+    def add(self, name: str, entry: T) -> None:
+        if name in self._entries and self._entries[name] is not entry:
+            raise ValueError(f"{self.what} {name!r} is already registered")
+        self._entries[name] = entry
+
+    def register(self, name: str) -> Callable[[T], T]:
+        """Decorator form of ``add``, for classes and functions that are the entry itself."""
+
+        def decorate(entry: T) -> T:
+            self.add(name, entry)
+            return entry
+
+        return decorate
+
+    def names(self) -> list[str]:
+        return sorted({*self._entries, *self._lazy})
+
+    def get(self, name: str, where: object = None) -> T:
+        if name not in self._entries and name in self._lazy:
+            importlib.import_module(self._lazy[name])
+        if name not in self._entries:
+            hint = nearest(name, self.names())
+            raise ConfigFileError(
+                where,
+                f"unknown {self.what} '{name}'",
+                (f"did you mean '{hint}'? " if hint else "")
+                + f"known: {', '.join(self.names())}"
+                + (f"; or register a new one with {self.how_to_add}" if self.how_to_add else ""),
+            )
+        return self._entries[name]

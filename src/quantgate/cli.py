@@ -102,7 +102,7 @@ def build(
     catalog = Catalog(project)
     policy = load_policy(gates or project / "gates.yaml", catalog)
     cache_path = (cache or cache_dir()).resolve()
-    override = [t.strip() for t in targets.split(",") if t.strip()] if targets else None
+    override = _split(targets)
     if override:  # a typo in --targets fails before minutes of conversion and hashing
         resolve_targets(policy, "", override, catalog)
 
@@ -192,7 +192,10 @@ def eval_(
         source_dir = checkpoint or default_checkpoint(cache_path, progress)
         record = intake(source_dir, policy, progress)
         ctx = EvalContext(profile, DataDir.resolve(data_dir, project), project, cache_path, progress)
-        run = evaluate(Path(record.path), record.content_hash, artifacts, out.resolve(), loaded, ctx, _split(targets))
+        run = evaluate(
+            Path(record.path), record.content_hash, artifacts, out.resolve(), loaded, ctx, _split(targets),
+            model=model_name(record), model_class=record.model_class, source_bytes=record.bytes,
+        )
 
     table = Table(title=f"quantgate eval ({profile}); source ran {run.source_forward_passes} forward passes")
     keys = sorted({k for metrics in run.summary.values() for k in metrics})
@@ -204,6 +207,82 @@ def eval_(
         table.add_row(key, *("-" if v is None else f"{v:.4g}" for v in row))
     Console(width=None if sys.stdout.isatty() else 240).print(table)
     print(f"results: {out.resolve() / 'summary.json'}")
+
+
+@app.command()
+def gate(
+    results: Annotated[Path, typer.Option("--results", help="Evaluation directory (quantgate eval --out).")],
+    out: Annotated[Path, typer.Option("--out", help="Directory for report.json, report.md and report.html.")],
+    gates: Annotated[
+        Path | None, typer.Option("--gates", help="Tenant floors and model classes. Default: <project>/gates.yaml.")
+    ] = None,
+    tenants: Annotated[
+        str | None, typer.Option("--tenants", help="Comma-separated tenants to gate (default: every tenant).")
+    ] = None,
+    model_class: Annotated[
+        str | None,
+        typer.Option("--model-class", help="Model class deciding which targets are required (default: from the evaluation)."),
+    ] = None,
+    root: RootOpt = None,
+) -> None:
+    """Judge every artifact against every tenant's floors; exit 1 if a required artifact passes none."""
+    from rich.console import Console
+    from rich.table import Table
+
+    from quantgate.gate.run import gate_results, write_report_json
+
+    project = (root or project_root()).resolve()
+    if not (results / "summary.json").exists():
+        raise UsageError(results, "no summary.json here", "run quantgate eval --out DIR first and pass that DIR")
+    decision = gate_results(
+        results, gates or project / "gates.yaml", project, model_class=model_class, tenants=_split(tenants)
+    )
+    report = write_report_json(decision, out.resolve())
+    written = _render_reports(report)
+    table = Table(title=f"quantgate gate: {decision.model} ({decision.model_class or 'class unknown'})")
+    tenants_seen = list(dict.fromkeys(v.tenant for v in decision.verdicts))
+    table.add_column("artifact")
+    for name in tenants_seen:
+        table.add_column(name)
+    for artifact in dict.fromkeys(v.artifact for v in decision.verdicts):
+        cells = {v.tenant: v.verdict for v in decision.verdicts if v.artifact == artifact}
+        role = "required" if artifact in decision.required else "optional"
+        table.add_row(f"{artifact} ({role})", *(cells.get(t, "-") for t in tenants_seen))
+    Console(width=None if sys.stdout.isatty() else 240).print(table)
+    for path in (report, *written):
+        print(f"report: {path}")
+    raise typer.Exit(decision.exit_code)
+
+
+def _render_reports(report_json: Path) -> list[Path]:
+    """report.md and report.html beside report.json."""
+    import json
+
+    from quantgate.report import write_reports
+
+    try:
+        report = json.loads(report_json.read_text())
+    except (OSError, ValueError):
+        raise UsageError(report_json, "not a readable report.json", "run quantgate gate --out DIR first") from None
+    return list(write_reports(report, report_json.parent).values())
+
+
+@app.command()
+def report(
+    report_dir: Annotated[Path, typer.Option("--report", help="Directory holding report.json (quantgate gate --out).")],
+) -> None:
+    """Render report.md and report.html again from report.json (e.g. after a template change)."""
+    for path in _render_reports(report_dir / "report.json"):
+        print(f"report: {path}")
+
+
+def model_name(record) -> str:
+    """The registered model's name: the checkpoint directory's name, without the cache tag of
+    the embedded default (``smollm2-135m-instruct-<hash>-v1`` -> ``smollm2-135m-instruct``)."""
+    from quantgate.embedded.smollm2 import MODEL_NAME
+
+    name = Path(record.path).name
+    return MODEL_NAME if name.startswith(MODEL_NAME) else name
 
 
 def _split(value: str | None) -> list[str] | None:

@@ -51,7 +51,7 @@ def _run_cli(*args: str, cwd: Path | None = None, env: dict[str, str] | None = N
         return CliRun(proc.returncode, out.read(), err.read(), peak)
 
 
-@pytest.fixture
+@pytest.fixture(scope="session")
 def run_cli():
     """``run_cli(*args) -> CliRun``: the command line in a separate process."""
     return _run_cli

@@ -1,24 +1,58 @@
-"""`quantgate eval` on the default model and its four artifacts at the smoke profile."""
+"""`quantgate eval` and `quantgate gate` on the default model's four artifacts (smoke profile),
+plus a deliberately damaged copy of the FP8 artifact."""
 
 from __future__ import annotations
 
 import json
+import shutil
 
 import pytest
+import torch
+from safetensors.torch import load_file, save_file
+
+from quantgate.build.manifest import hash_files, read_manifest, write_manifest
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 TARGETS = ["hopper-fp8", "rocm-cdna3-fp8", "blackwell-nvfp4", "draft-int4"]
+DAMAGED = "hopper-fp8-damaged"
 
 
-def test_eval_scores_every_artifact_in_its_numerics(default_model, default_artifacts, run_cli, tmp_path):
-    artifacts, _ = default_artifacts
-    out = tmp_path / "eval"
+def _damage(artifact, dest):
+    """A copy of an FP8 artifact with every weight scale perturbed by up to ±60%: internally
+    consistent (its manifest is rewritten), so only the evaluation can catch it."""
+    shutil.copytree(artifact, dest)
+    generator = torch.Generator().manual_seed(0)
+    for shard in dest.glob("*.safetensors"):
+        tensors = load_file(shard)
+        for name, t in tensors.items():
+            if name.endswith("weight_scale"):
+                noise = 1 + 0.6 * (2 * torch.rand(t.shape, generator=generator) - 1)
+                tensors[name] = (t.float() * noise).to(t.dtype)
+        shard.unlink()
+        save_file(tensors, shard, metadata={"format": "pt"})
+    manifest = read_manifest(dest)
+    write_manifest(dest, manifest.model_copy(update={"files": hash_files(dest)}))
+
+
+@pytest.fixture(scope="module")
+def evaluation(default_model, default_artifacts, tmp_path_factory, run_cli):
+    built, _ = default_artifacts
+    artifacts = tmp_path_factory.mktemp("artifacts-with-damaged")
+    for target in TARGETS:
+        shutil.copytree(built / target, artifacts / target, copy_function=shutil.copy2)
+    _damage(built / "hopper-fp8", artifacts / DAMAGED)
+    out = tmp_path_factory.mktemp("eval")
     run = run_cli("eval", "--checkpoint", str(default_model), "--artifacts", str(artifacts), "--out", str(out))
     assert run.returncode == 0, run.stderr[-3000:]
+    return artifacts, out, run
+
+
+def test_eval_scores_every_artifact_in_its_numerics(evaluation):
+    _, out, run = evaluation
     assert "summary.json" in run.stdout
     summary = json.loads((out / "summary.json").read_text())
-    assert set(summary) == {"source", *TARGETS}
+    assert set(summary) == {"source", *TARGETS, DAMAGED}
 
     source = summary["source"]
     for suite in ("wikitext", "traffic", "long-chain"):
@@ -43,11 +77,15 @@ def test_eval_scores_every_artifact_in_its_numerics(default_model, default_artif
     kld = {t: summary[t]["wikitext.kld_mean"] for t in TARGETS}
     assert kld["blackwell-nvfp4"] > kld["hopper-fp8"] > 0
     assert kld["rocm-cdna3-fp8"] != kld["hopper-fp8"]  # same bytes, different numerics
+    assert summary[DAMAGED]["wikitext.kld_mean"] > 3 * kld["hopper-fp8"]
 
     meta = json.loads((out / "run.json").read_text())
     assert meta["numerics"]["rocm-cdna3-fp8"]["activations"] == "fp8_e4m3fnuz_per_token"
+    assert meta["model_class"] == "draft" and meta["model"] == "smollm2-135m-instruct"
 
-    # a second evaluation against the same source reuses every reference: the source never runs
+
+def test_a_second_evaluation_never_runs_the_source(evaluation, default_model, run_cli, tmp_path):
+    artifacts, out, _ = evaluation
     again = run_cli(
         "eval", "--checkpoint", str(default_model), "--artifacts", str(artifacts), "--out", str(tmp_path / "again"),
         "--targets", "hopper-fp8", "--suites", "wikitext,long-chain",
@@ -56,4 +94,22 @@ def test_eval_scores_every_artifact_in_its_numerics(default_model, default_artif
     meta = json.loads((tmp_path / "again" / "run.json").read_text())
     assert meta["source_forward_passes"] == 0
     assert sorted(meta["reference_cache"]["hits"]) == ["long-chain", "wikitext"]
-    assert json.loads((tmp_path / "again" / "summary.json").read_text())["hopper-fp8"]["wikitext.kld_mean"] == kld["hopper-fp8"]
+    first = json.loads((out / "summary.json").read_text())["hopper-fp8"]["wikitext.kld_mean"]
+    assert json.loads((tmp_path / "again" / "summary.json").read_text())["hopper-fp8"]["wikitext.kld_mean"] == first
+
+
+def test_gate_approves_fp8_for_the_lenient_tenant_and_fails_the_damaged_artifact_everywhere(
+    evaluation, run_cli, tmp_path
+):
+    _, out, _ = evaluation
+    run = run_cli("gate", "--results", str(out), "--out", str(tmp_path / "report"))
+    report = json.loads((tmp_path / "report" / "report.json").read_text())
+    assert "batch" in report["approvals"]["hopper-fp8"]
+    damaged = [v for v in report["verdicts"] if v["artifact"] == DAMAGED]
+    assert damaged and all(v["verdict"] == "fail" for v in damaged)
+    for verdict in damaged:
+        assert verdict["reasons"], verdict
+        assert any("kld" in r or "perplexity" in r or "agreement" in r for r in verdict["reasons"])
+    # the default model is a draft: its required target is draft-int4, so the exit code follows it
+    assert run.returncode == (0 if report["approvals"]["draft-int4"] else 1)
+    assert str(tmp_path / "report" / "report.json") in run.stdout

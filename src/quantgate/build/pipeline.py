@@ -34,6 +34,7 @@ from quantgate.build.manifest import (
     write_manifest,
 )
 from quantgate.config.targets import Catalog, Recipe, Target
+from quantgate.errors import BuildError, QuantgateError
 from quantgate.intake import SourceRecord
 from quantgate.memory import peak_rss_bytes
 from quantgate.progress import SILENT, Progress
@@ -200,7 +201,14 @@ def build_targets(
                 linked_from = twin.name
                 status = "linked"
             else:
-                engines[recipe.engine].build(BuildJob(source, recipe, calib, tmp, progress))
+                try:
+                    engines[recipe.engine].build(BuildJob(source, recipe, calib, tmp, progress))
+                except QuantgateError:
+                    raise
+                except Exception as exc:  # an engine's own failure: name the target, keep the cause
+                    raise BuildError(
+                        f"{target.name}: the {recipe.engine} engine failed with {type(exc).__name__}: {exc}"
+                    ) from exc
                 _copy_support_files(Path(source.path), tmp)
                 status = "built"
             seconds = time.perf_counter() - started

@@ -12,18 +12,28 @@ from pathlib import Path
 from typing import Any
 
 from quantgate.config.targets import Recipe
-from quantgate.errors import RecipeIncompatibleError
+from quantgate.config.loader import nearest
+from quantgate.errors import ConfigFileError, RecipeIncompatibleError
 from quantgate.intake import SourceRecord
 from quantgate.intake.safetensors_header import read_header
 
 
-def weight_group_size(modifier_args: dict[str, Any]) -> int | None:
+def weight_group_size(modifier_args: dict[str, Any], recipe_file: str = "recipe") -> int | None:
     """The weight group size a modifier asks for (preset scheme or explicit config groups)."""
     from compressed_tensors.quantization import preset_name_to_scheme
+    from compressed_tensors.quantization.quant_scheme import PRESET_SCHEMES
 
     sizes = []
     if "scheme" in modifier_args and isinstance(modifier_args["scheme"], str):
-        weights = preset_name_to_scheme(modifier_args["scheme"], ["Linear"]).weights
+        scheme = modifier_args["scheme"]
+        if scheme not in PRESET_SCHEMES:
+            hint = nearest(scheme, list(PRESET_SCHEMES))
+            raise ConfigFileError(
+                recipe_file,
+                f"unknown preset scheme '{scheme}'",
+                (f"did you mean '{hint}'? " if hint else "") + f"known: {', '.join(PRESET_SCHEMES)}",
+            )
+        weights = preset_name_to_scheme(scheme, ["Linear"]).weights
         sizes.append(weights.group_size if weights else None)
     for group in (modifier_args.get("config_groups") or {}).values():
         sizes.append((group.get("weights") or {}).get("group_size"))
@@ -50,7 +60,7 @@ def quantized_weight_shapes(source: SourceRecord, ignore: list[str]) -> dict[str
 
 def check_group_sizes(source: SourceRecord, recipe: Recipe, ignore: list[str]) -> None:
     _, args = recipe.modifier()
-    group = weight_group_size(args)
+    group = weight_group_size(args, f"recipes/{recipe.name}.yaml")
     if not group:
         return
     for module, (_, in_features) in sorted(quantized_weight_shapes(source, ignore).items()):

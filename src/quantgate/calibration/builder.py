@@ -25,14 +25,13 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
-import tempfile
 from fractions import Fraction
 from pathlib import Path
 from random import Random
 
 from pydantic import ConfigDict, Field, model_validator
 
+from quantgate.atomic import write_bytes
 from quantgate.calibration.spec import CalibrationSpec, load_spec
 from quantgate.config.loader import nearest
 from quantgate.config.targets import Frozen
@@ -287,19 +286,6 @@ def build_set(spec: CalibrationSpec, log_path: str | Path | None = None) -> Cali
 # ------------------------------------------------------------------------------ the cache
 
 
-def _atomic_write(path: Path, data: bytes) -> None:
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
 def _sidecar_path(data_path: Path) -> Path:
     return data_path.with_suffix(".json")
 
@@ -314,7 +300,7 @@ def write_set(cal_set: CalibrationSet, directory: str | Path) -> Path:
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
     data_path = directory / f"{cal_set.name}-{cal_set.sha256[:12]}.jsonl"
-    _atomic_write(data_path, cal_set.jsonl())
+    write_bytes(data_path, cal_set.jsonl())
     keys: list[str] = []
     try:
         keys = list(json.loads(_sidecar_path(data_path).read_text())["source_keys"])
@@ -331,7 +317,7 @@ def write_set(cal_set: CalibrationSet, directory: str | Path) -> Path:
         "notes": list(cal_set.notes),
         "source_keys": keys,
     }
-    _atomic_write(_sidecar_path(data_path), (json.dumps(sidecar, indent=2, sort_keys=True) + "\n").encode())
+    write_bytes(_sidecar_path(data_path), (json.dumps(sidecar, indent=2, sort_keys=True) + "\n").encode())
     return data_path
 
 

@@ -14,7 +14,6 @@ Outputs under ``out``: ``<model>/<suite>.json`` (metrics, per-sample records, nu
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 import tempfile
 from dataclasses import asdict, dataclass, field
@@ -23,20 +22,12 @@ from typing import Any
 
 import torch
 
-from quantgate.build.manifest import read_manifest
+from quantgate.atomic import write_json
+from quantgate.build.manifest import read_manifest, verify_files
 from quantgate.errors import InputError
 from quantgate.evaluate.suites import EvalContext, LoadedSuite, SuiteResult
 
 REFERENCE_VERSION = 1
-
-
-def write_json(path: Path, payload: Any) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    with os.fdopen(fd, "w") as fh:
-        json.dump(payload, fh, indent=1, default=str)
-        fh.write("\n")
-    os.replace(tmp, path)
 
 
 def artifact_dirs(artifacts: Path) -> list[Path]:
@@ -104,6 +95,7 @@ def _record(run: EvalRun, model_name: str, result: SuiteResult, numerics: dict, 
     write_json(
         run.out / model_name / f"{result.suite}.json",
         {"model": model_name, **asdict(result), "numerics": numerics, **extra},
+        default=str,
     )
     run.summary.setdefault(model_name, {}).update({f"{result.suite}.{k}": v for k, v in result.metrics.items()})
 
@@ -116,8 +108,16 @@ def evaluate(
     suites: list[LoadedSuite],
     ctx: EvalContext,
     targets: list[str] | None = None,
+    *,
+    model: str | None = None,
+    model_class: str | None = None,
+    source_bytes: int | None = None,
 ) -> EvalRun:
     dirs = [d for d in artifact_dirs(artifacts) if not targets or d.name in targets]
+    for d in dirs:  # an artifact whose files differ from its manifest is not what was built
+        problems = verify_files(d, read_manifest(d))
+        if problems:
+            raise InputError(d / "manifest.json", f"artifact files differ from the manifest: {problems[0]}", "rebuild it")
     for d in dirs:  # refuse before any work: an artifact of another source cannot be paired
         manifest = read_manifest(d)
         if manifest.source["content_hash"] != source_hash:
@@ -127,6 +127,8 @@ def evaluate(
                 "pass the --checkpoint it was built from, or rebuild it from this one",
             )
     run = EvalRun(out)
+    # results are keyed by the artifact directory's name (normally its target's name)
+    sizes = {"source": source_bytes, **{d.name: read_manifest(d).total_bytes for d in dirs}}
     source = SourceRuns(source_checkpoint)
     extra = {"profile": ctx.profile, "source_hash": source_hash}
     references = {}
@@ -143,18 +145,21 @@ def evaluate(
         manifest = read_manifest(d)
         loaded = load_for_eval(d)
         numerics = loaded.numerics.model_dump(mode="json") if hasattr(loaded.numerics, "model_dump") else asdict(loaded.numerics)
-        run.numerics[manifest.target] = numerics
+        run.numerics[d.name] = numerics
         for suite in suites:
             result = suite.runner.score(ctx, loaded, references[suite.spec.name])
-            _record(run, manifest.target, result, numerics, {**extra, "build_key": manifest.build_key})
+            _record(run, d.name, result, numerics, {**extra, "target": manifest.target, "build_key": manifest.build_key})
         del loaded
     run.source_forward_passes = source.forward_passes
-    write_json(out / "summary.json", run.summary)
+    write_json(out / "summary.json", run.summary, default=str)
     write_json(
         out / "run.json",
         {
+            "model": model,
+            "model_class": model_class,
             "profile": ctx.profile,
             "source_hash": source_hash,
+            "bytes": sizes,
             "suites": {s.spec.name: {"kind": s.spec.kind, "spec_sha256": s.spec_hash} for s in suites},
             "numerics": run.numerics,
             "reference_cache": {"hits": run.reference_hits, "computed": run.reference_misses},

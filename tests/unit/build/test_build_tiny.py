@@ -161,3 +161,34 @@ def test_group_size_that_does_not_divide_a_layer_is_refused_before_work(tmp_path
     message = str(info.value)
     assert "w4a16-gptq-g64.yaml" in message and "group size 64" in message and "ignore" in message
     assert not (tmp_path / "out").exists()
+
+
+def _project_with(tmp_path, repo_root, recipe: str, old: str, new: str) -> Catalog:
+    project = tmp_path / "project"
+    for part in ("targets", "recipes"):
+        shutil.copytree(repo_root / part, project / part)
+    path = project / "recipes" / recipe
+    path.write_text(path.read_text().replace(old, new))
+    return Catalog(project)
+
+
+def test_an_unknown_scheme_is_refused_at_preflight_naming_the_recipe(tiny_llama, tmp_path, catalog, repo_root):
+    from quantgate.errors import ConfigFileError
+
+    bad = _project_with(tmp_path, repo_root, "fp8-dynamic.yaml", "scheme: FP8_DYNAMIC", "scheme: FP8_DYNAMC")
+    record = intake(tiny_llama, load_policy(repo_root / "gates.yaml", catalog))
+    with pytest.raises(ConfigFileError, match="fp8-dynamic.yaml.*did you mean 'FP8_DYNAMIC'"):
+        build_targets(record, ["hopper-fp8"], tmp_path / "out", bad, None)
+    assert not (tmp_path / "out").exists()
+
+
+def test_an_engine_failure_names_the_target_and_leaves_no_partial_artifact(
+    tiny_llama, tmp_path, catalog, repo_root, calibration
+):
+    from quantgate.errors import BuildError
+
+    bad = _project_with(tmp_path, repo_root, "w4a16-gptq-g64.yaml", "dampening_frac: 0.01", "dampening_frac: lots")
+    record = intake(tiny_llama, load_policy(repo_root / "gates.yaml", catalog))
+    with pytest.raises(BuildError, match="draft-int4: the llmcompressor.oneshot engine failed"):
+        build_targets(record, ["draft-int4"], tmp_path / "out", bad, calibration)
+    assert list((tmp_path / "out").iterdir()) == []

@@ -1,0 +1,90 @@
+"""``render_html``: one self-contained page (inline CSS and PNGs, no JS, no network), verdicts first."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from jinja2 import Environment, StrictUndefined
+
+from quantgate.report import plots
+from quantgate.report.view import View, fmt, fmt_bytes
+
+TEMPLATE = """<!DOCTYPE html>
+<html lang="en"><head><meta charset="utf-8">
+<meta name="viewport" content="width=device-width, initial-scale=1">
+<title>quantgate report: {{ r.model }}</title>
+<style>
+body{font-family:system-ui,-apple-system,"Segoe UI",sans-serif;margin:1.2rem 2rem;color:#1f2328;font-size:14px}
+h1{font-size:1.4rem;margin:.2rem 0}h2{font-size:1.15rem;margin-top:1.6rem;border-bottom:1px solid #d0d7de}
+h3{font-size:1rem;margin:.2rem 0;display:inline}
+.headline{font-weight:600;padding:.5rem .8rem;border-radius:6px;margin:.5rem 0}
+.ok{background:#dafbe1}.bad{background:#ffebe9}.meta{color:#57606a}
+table{border-collapse:collapse;margin:.4rem 0}th,td{border:1px solid #d0d7de;padding:.25rem .5rem;text-align:left;vertical-align:top}
+th{background:#f6f8fa}td.num{text-align:right;font-variant-numeric:tabular-nums}
+td.pass{background:#dafbe1;color:#1a7f37;font-weight:600}td.fail,td.missing{background:#ffebe9;color:#cf222e;font-weight:600}
+td a{color:inherit;text-decoration:none}b.pass{color:#1a7f37}b.fail{color:#cf222e}
+td.uninformative{background:#fff8c5;color:#7d4e00}td.none{color:#8c959f}
+details{margin:.4rem 0;border:1px solid #d0d7de;border-radius:6px;padding:.3rem .6rem}
+td.reason{font-size:12px;color:#57606a;max-width:48rem}img{max-width:100%}
+</style></head><body>
+<h1>quantgate gate report: {{ r.model }}</h1>
+<p class="headline {{ 'ok' if r.exit_code == 0 else 'bad' }}">{{ headline }}</p>
+<p class="meta">model class {{ r.model_class }} · profile {{ r.profile }} · source {{ (r.source_hash or 'unknown')[:12] }} · report schema {{ r.schema_version }}</p>
+{% for note in r.notes or [] %}<p class="meta">Note: {{ note }}</p>{% endfor %}
+<table id="verdicts"><thead><tr><th>artifact</th><th>role</th><th>numerics</th>{% for t in tenants %}<th>{{ t }}</th>{% endfor %}</tr></thead><tbody>
+{% for a in artifacts %}<tr><th>{{ a }}</th><td>{{ view.role(a) }}</td><td>{{ (numerics.get(a) or {}).get('mode', 'unknown') }}</td>
+{% for t in tenants %}{% set c = view.cell(a, t) %}{% if c %}<td class="{{ c.verdict }}"><a href="#{{ anchors[(a, t)] }}">{{ c.verdict }}</a></td>{% else %}<td class="none">—</td>{% endif %}{% endfor %}</tr>
+{% endfor %}</tbody></table>
+
+<h2>Floors per artifact and tenant</h2>
+{% for v in verdicts %}<details id="{{ anchors[(v.artifact, v.tenant)] }}"{% if v.verdict != 'pass' %} open{% endif %}>
+<summary><h3>{{ v.artifact }} × {{ v.tenant }}</h3> ({{ view.role(v.artifact) }}): <b class="{{ v.verdict }}">{{ v.verdict }}</b></summary>
+<ul>{% for reason in view.other_reasons(v) %}<li>{{ reason }}</li>{% endfor %}</ul>
+<table><thead><tr><th>suite</th><th>metric</th><th>floor kind</th><th>estimate</th><th>bound</th><th>floor</th><th>margin</th><th>status</th><th>reason</th></tr></thead><tbody>
+{% for f in v.floors %}<tr><td>{{ f.suite }}</td><td>{{ f.metric }}</td><td>{{ f.kind_of_floor }}</td><td class="num">{{ fmt(f.estimate) }}</td>
+<td class="num">{{ fmt(f.bound, f.floor) }}</td><td class="num">{{ fmt(f.floor, f.bound) }}</td><td class="num">{{ fmt(f.margin, sign=True) }}</td>
+<td class="{{ f.status }}">{{ f.status }}</td><td class="reason">{{ f.reason }}</td></tr>
+{% endfor %}</tbody></table></details>
+{% endfor %}
+
+<h2>Metrics against floors</h2>
+{% for tenant, uri in floor_plots %}<p><img alt="floors of tenant {{ tenant }}" src="{{ uri }}"></p>{% endfor %}
+<h2>Long-chain: KL divergence and agreement by position</h2>
+{% if long_chain %}<p><img alt="long-chain by position" src="{{ long_chain }}"></p>{% else %}<p class="meta">Not in this report (report.json has no per-bin long-chain metrics).</p>{% endif %}
+<h2>Recovery per suite</h2>
+{% if recovery %}<p><img alt="recovery per suite" src="{{ recovery }}"></p>{% else %}<p class="meta">No recovery values in this report.</p>{% endif %}
+
+<h2>Numerics</h2>
+<table><thead><tr><th>model</th><th>mode</th><th>weights</th><th>activations</th><th>KV cache</th><th>native on</th><th>notes</th></tr></thead><tbody>
+{% for m, n in numerics.items() %}<tr><th>{{ m }}</th><td>{{ n.get('mode', 'unknown') }}{% if n.get('device') %} on {{ n.device }}{% endif %}</td><td>{{ n.get('weights', '—') }}</td>
+<td>{{ n.get('activations', '—') }}</td><td>{{ n.get('kv_cache', '—') }}</td><td>{{ (n.get('native_on') or []) | join(', ') or '—' }}</td>
+<td class="reason">{% for note in n.get('notes') or [] %}{{ note }}{% if not loop.last %}<br>{% endif %}{% endfor %}</td></tr>
+{% endfor %}</tbody></table>
+{% if sizes %}<h2>Size</h2>
+<table><thead><tr><th>model</th><th>bytes</th><th>vs source</th></tr></thead><tbody>
+{% for m, n in sizes.items() %}<tr><th>{{ m }}</th><td class="num">{{ n }} ({{ fmt_bytes(n) }})</td><td class="num">{% if sizes.get('source') and m != 'source' %}{{ '%.1f%%' % (100 * n / sizes.source) }}{% else %}—{% endif %}</td></tr>
+{% endfor %}</tbody></table>{% endif %}
+</body></html>
+"""
+
+_ENV = Environment(autoescape=True, undefined=StrictUndefined, keep_trailing_newline=True)
+_TEMPLATE = _ENV.from_string(TEMPLATE)
+
+
+def render_html(report: dict[str, Any]) -> str:
+    view = View(report)
+    verdicts = view.verdicts
+    anchors = {(v["artifact"], v["tenant"]): f"v{i}" for i, v in enumerate(verdicts)}
+    floor_plots = []
+    for tenant in view.tenants:
+        rows = [(v["artifact"], f) for v in verdicts if v["tenant"] == tenant for f in v.get("floors") or []]
+        uri = plots.floors_figure(tenant, rows)
+        if uri:
+            floor_plots.append((tenant, uri))
+    bins, recovery = view.long_chain_bins(), view.recovery()
+    return _TEMPLATE.render(
+        r=report, view=view, headline=view.headline(), tenants=view.tenants, artifacts=view.artifacts,
+        verdicts=verdicts, anchors=anchors, numerics=view.numerics(), sizes=view.sizes(), fmt=fmt,
+        fmt_bytes=fmt_bytes, floor_plots=floor_plots, long_chain=plots.long_chain_figure(bins) if bins else None,
+        recovery=plots.recovery_figure(recovery) if recovery else None,
+    )

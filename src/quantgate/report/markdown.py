@@ -1,0 +1,67 @@
+"""``render_markdown``: the gate report for CI summaries and PR comments (GitHub-flavoured)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from quantgate.report.view import View, fmt, fmt_bytes
+
+MARK = {"pass": "✅ pass", "fail": "❌ fail"}
+
+
+def md(text: Any) -> str:
+    """Plain text for a Markdown table cell: no HTML, no column breaks, one line."""
+    s = str(text).replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+    return s.replace("|", "\\|").replace("\r", " ").replace("\n", " ")
+
+
+def _floor_line(f: dict[str, Any]) -> str:
+    floor, bound = f.get("floor"), f.get("bound")
+    return (f"- `{md(f.get('suite'))} {md(f.get('metric'))}` ({md(f.get('kind_of_floor'))}, {md(f.get('status'))}): "
+            f"estimate {fmt(f.get('estimate'))}, bound {fmt(bound, floor)}, floor {fmt(floor, bound)}, "
+            f"margin {fmt(f.get('margin'), sign=True)}")
+
+
+def render_markdown(report: dict[str, Any]) -> str:
+    view = View(report)
+    tenants, out = view.tenants, []
+    out.append(f"# quantgate gate report: {md(report.get('model', '?'))}")
+    out.append("")
+    out.append(f"**{md(view.headline())}**")
+    out.append("")
+    src = report.get("source_hash")
+    out.append(f"model class `{md(report.get('model_class'))}` · profile `{md(report.get('profile'))}` · "
+               f"source `{md(src[:12]) if src else 'unknown'}` · report schema {md(report.get('schema_version'))}")
+    for note in report.get("notes") or []:
+        out.append(f"\n> {md(note)}")
+    out += ["", "## Verdicts", ""]
+    out.append("| artifact | role | numerics | " + " | ".join(md(t) for t in tenants) + " |")
+    out.append("| --- | --- | --- |" + " --- |" * len(tenants))
+    numerics = view.numerics()
+    for a in view.artifacts:
+        cells = [MARK.get((view.cell(a, t) or {}).get("verdict"), "—") for t in tenants]
+        mode = (numerics.get(a) or {}).get("mode", "unknown")
+        out.append(f"| {md(a)} | {view.role(a)} | {md(mode)} | " + " | ".join(cells) + " |")
+    failing = [v for v in view.verdicts if v["verdict"] != "pass"]
+    if failing:
+        out += ["", "## Failed floors", ""]
+        for i, v in enumerate(failing):
+            out += [""] if i else []
+            out.append(f"### ❌ {md(v['artifact'])} × {md(v['tenant'])} ({view.role(v['artifact'])})")
+            out.append("")
+            out += [_floor_line(f) for f in view.failed_floors(v)]
+            out += [f"- {md(r)}" for r in view.other_reasons(v)]
+    out += ["", "## Numerics", "", "| model | mode | weights | activations | KV cache | native on |",
+            "| --- | --- | --- | --- | --- | --- |"]
+    for model, n in numerics.items():
+        mode = n.get("mode", "unknown") + (f" on {n['device']}" if n.get("device") else "")
+        out.append(f"| {md(model)} | {md(mode)} | {md(n.get('weights', '—'))} | {md(n.get('activations', '—'))} | "
+                   f"{md(n.get('kv_cache', '—'))} | {md(', '.join(n.get('native_on') or []) or '—')} |")
+    sizes = view.sizes()
+    if sizes:
+        base = sizes.get("source")
+        out += ["", "## Size", "", "| model | bytes | vs source |", "| --- | ---: | ---: |"]
+        for model, n in sizes.items():
+            rel = f"{n / base:.1%}" if base and model != "source" else "—"
+            out.append(f"| {md(model)} | {n} ({fmt_bytes(n)}) | {rel} |")
+    return "\n".join(out).rstrip() + "\n"

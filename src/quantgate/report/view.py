@@ -1,0 +1,134 @@
+"""What the reports show, derived from a report.json dict (schema version 1) and nothing else."""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass
+from typing import Any
+
+FAILED = ("fail", "missing")
+_BIN = re.compile(r"^(kld|agreement)_bin(\d+)$")
+# the metric that stands for a suite when its recovery (artifact / source) is shown
+PRIMARY = ("accuracy", "pass_at_1", "acceptance_k4", "top1_agreement")
+
+
+def fmt(x: float | None, other: float | None = None, *, sign: bool = False) -> str:
+    """6 significant digits, full precision where that would hide a difference from ``other``."""
+    if x is None:
+        return "—"
+    if isinstance(x, float) and not math.isfinite(x):
+        return "∞" if x > 0 else "-∞"
+    s = f"{x:+.6g}" if sign else f"{x:.6g}"
+    if other is not None and x != other and f"{x:.6g}" == f"{other:.6g}":
+        s = ("+" if sign and x >= 0 else "") + repr(float(x))
+    return s
+
+
+def fmt_bytes(n: int | float) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if abs(n) < 1024 or unit == "TiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.2f} {unit}"
+        n /= 1024
+    raise AssertionError("unreachable")
+
+
+@dataclass(frozen=True)
+class View:
+    report: dict[str, Any]
+
+    @property
+    def verdicts(self) -> list[dict[str, Any]]:
+        return list(self.report.get("verdicts") or [])
+
+    @property
+    def artifacts(self) -> list[str]:
+        names = [v["artifact"] for v in self.verdicts] + list(self.report.get("approvals") or {})
+        return list(dict.fromkeys(names))
+
+    @property
+    def tenants(self) -> list[str]:
+        return list(dict.fromkeys(v["tenant"] for v in self.verdicts))
+
+    def cell(self, artifact: str, tenant: str) -> dict[str, Any] | None:
+        return next((v for v in self.verdicts if v["artifact"] == artifact and v["tenant"] == tenant), None)
+
+    def role(self, artifact: str) -> str:
+        if artifact in (self.report.get("required") or []):
+            return "required"
+        if artifact in (self.report.get("optional") or []):
+            return "optional"
+        return "outside class"
+
+    def approved(self, artifact: str) -> list[str]:
+        approvals = self.report.get("approvals") or {}
+        if artifact in approvals:
+            return list(approvals[artifact])
+        return [v["tenant"] for v in self.verdicts if v["artifact"] == artifact and v["verdict"] == "pass"]
+
+    def headline(self) -> str:
+        arts = self.artifacts
+        approved = [a for a in arts if self.approved(a)]
+        passes = sum(v["verdict"] == "pass" for v in self.verdicts)
+        code = self.report.get("exit_code")
+        status = {0: "PASS (exit 0): every required artifact passed at least one tenant",
+                  1: "FAIL (exit 1): a required artifact passed no tenant"}.get(code, f"exit {code}")
+        per = "; ".join(
+            f"{a} for {len(self.approved(a))} ({', '.join(self.approved(a))})" if self.approved(a) else f"{a} for none"
+            for a in arts)
+        return (f"{status}. {len(approved)} of {len(arts)} artifacts approved for at least one tenant, "
+                f"{passes} of {len(self.verdicts)} verdicts pass: {per}.")
+
+    def failed_floors(self, verdict: dict[str, Any]) -> list[dict[str, Any]]:
+        return [f for f in verdict.get("floors") or [] if f.get("status") in FAILED]
+
+    def other_reasons(self, verdict: dict[str, Any]) -> list[str]:
+        """Reasons of a failing verdict that no failed floor carries (e.g. a suite with no informative floor)."""
+        carried = {f.get("reason") for f in verdict.get("floors") or []}
+        return [r for r in verdict.get("reasons") or [] if r not in carried]
+
+    def numerics(self) -> dict[str, dict[str, Any]]:
+        return dict(self.report.get("numerics") or {})
+
+    def sizes(self) -> dict[str, int] | None:
+        """``{"source"|artifact: bytes}`` when report.json carries ``sizes``; None otherwise."""
+        sizes = self.report.get("sizes")
+        return dict(sizes) if sizes else None
+
+    def metrics(self) -> dict[str, dict[str, dict[str, Any]]]:
+        return dict(self.report.get("metrics") or {})
+
+    def long_chain_bins(self, suite: str = "long-chain") -> dict[str, dict[str, list[float | None]]]:
+        """``{model: {"kld": [...], "agreement": [...]}}`` by position bin (1 = shallowest); {} when absent."""
+        out: dict[str, dict[str, list[float | None]]] = {}
+        for model, suites in self.metrics().items():
+            bins: dict[str, dict[int, float | None]] = {"kld": {}, "agreement": {}}
+            for name, value in ((suites or {}).get(suite) or {}).items():
+                m = _BIN.match(name)
+                if m:
+                    bins[m.group(1)][int(m.group(2))] = value
+            if any(bins.values()):
+                n = max(max(b, default=0) for b in bins.values())
+                out[model] = {k: [b.get(i) for i in range(1, n + 1)] for k, b in bins.items()}
+        return out
+
+    def recovery(self) -> dict[str, dict[str, float]]:
+        """``{"suite metric": {artifact: artifact/source}}``: min_recovery floor estimates, then
+        the primary metric of every other suite from ``metrics`` (zero source bases left out)."""
+        out: dict[str, dict[str, float]] = {}
+        for v in self.verdicts:
+            for f in v.get("floors") or []:
+                if f.get("kind_of_floor") == "min_recovery" and f.get("estimate") is not None:
+                    out.setdefault(f"{f['suite']} {f['metric']}", {}).setdefault(v["artifact"], f["estimate"])
+        metrics = self.metrics()
+        source = metrics.get("source") or {}
+        covered = {k.split(" ")[0] for k in out}
+        for suite, values in source.items():
+            metric = next((m for m in PRIMARY if (values or {}).get(m) is not None), None)
+            if suite in covered or metric is None or not values[metric]:
+                continue
+            for art in self.artifacts:
+                value = ((metrics.get(art) or {}).get(suite) or {}).get(metric)
+                if value is not None:
+                    out.setdefault(f"{suite} {metric}", {})[art] = value / values[metric]
+        return out

@@ -1,0 +1,21 @@
+"""``write_reports``: report.md and report.html next to report.json, each written atomically."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from quantgate.atomic import write_text
+from quantgate.report.html import render_html
+from quantgate.report.markdown import render_markdown
+
+
+def write_reports(report: dict[str, Any], out_dir: Path) -> dict[str, Path]:
+    """Render both formats first, then write ``out_dir/report.md`` and ``out_dir/report.html``."""
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    texts = {"md": render_markdown(report), "html": render_html(report)}
+    paths = {kind: out_dir / f"report.{kind}" for kind in texts}
+    for kind, text in texts.items():
+        write_text(paths[kind], text)
+    return paths

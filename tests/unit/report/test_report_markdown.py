@@ -1,0 +1,59 @@
+"""The Markdown report of the e1 evaluation, against a golden file.
+
+Regenerate the golden after an intended change, then review its diff:
+    UPDATE_GOLDEN=1 .venv/bin/pytest tests/unit/report/test_report_markdown.py -k golden
+(Creating the golden from scratch trips the session guard against new files in the repo; updating it does not.)
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from quantgate.report import render_markdown, write_reports
+
+pytestmark = pytest.mark.unit
+
+GOLDEN = Path(__file__).parent / "golden" / "report.md"
+
+
+def test_markdown_golden(e1_report):
+    text = render_markdown(e1_report)
+    if os.environ.get("UPDATE_GOLDEN") == "1":
+        GOLDEN.write_text(text, encoding="utf-8")
+    assert text == GOLDEN.read_text(encoding="utf-8"), "report.md changed: UPDATE_GOLDEN=1 and review the diff"
+
+
+def test_markdown_content(e1_report):
+    text = render_markdown(e1_report)
+    assert "PASS (exit 0)" in text and "3 of 4 artifacts approved" in text
+    row = next(line for line in text.splitlines() if line.startswith("| rocm-cdna3-fp8 |"))
+    assert row.count("✅ pass") == 2 and row.count("❌ fail") == 2
+    assert ("- `gsm8k flip_rate` (max, fail): estimate 0.125, bound 0.375, floor 0.25, margin -0.125") in text
+    assert "| hopper-fp8 | emulated on cpu |" in text
+    assert "## Size" not in text  # report.json has no sizes (yet)
+
+
+def test_markdown_sizes_and_hostile_text(e1_report):
+    e1_report["sizes"] = {"source": 269060552, "hopper-fp8": 162000000}
+    e1_report["verdicts"][0]["tenant"] = "a|b<script>alert(1)</script>"
+    text = render_markdown(e1_report)
+    assert "| hopper-fp8 | 162000000 (154.50 MiB) | 60.2% |" in text
+    assert "<script>" not in text and "a\\|b&lt;script&gt;" in text
+
+
+def test_markdown_failing_run(e1_report):
+    e1_report["exit_code"] = 1
+    e1_report["notes"] = ["required artifacts passing no tenant: rocm-cdna3-fp8"]
+    text = render_markdown(e1_report)
+    assert "FAIL (exit 1)" in text and "> required artifacts passing no tenant: rocm-cdna3-fp8" in text
+
+
+def test_write_reports(e1_report, tmp_path):
+    paths = write_reports(e1_report, tmp_path / "R")
+    assert set(paths) == {"md", "html"}
+    assert paths["md"].read_text(encoding="utf-8") == render_markdown(e1_report)
+    assert paths["html"].read_text(encoding="utf-8").startswith("<!DOCTYPE html>")
+    assert sorted(p.name for p in (tmp_path / "R").iterdir()) == ["report.html", "report.md"]  # no temp files left

@@ -223,6 +223,10 @@ def gate(
         str | None,
         typer.Option("--model-class", help="Model class deciding which targets are required (default: from the evaluation)."),
     ] = None,
+    previous: Annotated[
+        Path | None,
+        typer.Option("--previous", help="Report directory of the previous approved version, for before/after deltas."),
+    ] = None,
     root: RootOpt = None,
 ) -> None:
     """Judge every artifact against every tenant's floors; exit 1 if a required artifact passes none."""
@@ -235,7 +239,8 @@ def gate(
     if not (results / "summary.json").exists():
         raise UsageError(results, "no summary.json here", "run quantgate eval --out DIR first and pass that DIR")
     decision = gate_results(
-        results, gates or project / "gates.yaml", project, model_class=model_class, tenants=_split(tenants)
+        results, gates or project / "gates.yaml", project, model_class=model_class, tenants=_split(tenants),
+        previous=previous,
     )
     report = write_report_json(decision, out.resolve())
     written = _render_reports(report)

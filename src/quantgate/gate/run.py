@@ -42,6 +42,7 @@ class GateDecision(BaseModel):
     sizes: dict[str, int | None] = {}  # "source" | artifact -> bytes on disk (cold-start cost)
     metrics: dict[str, dict[str, dict[str, Any]]] = {}  # model -> suite -> metric -> value
     suite_notes: dict[str, list[str]] = {}  # suite -> notes (e.g. long-chain bin width)
+    previous: dict[str, Any] | None = None  # the previous approved version's report: its metrics
 
 
 def read_results(eval_dir: Path) -> Results:
@@ -76,6 +77,7 @@ def gate_results(
     artifacts_dir: Path | None = None,
     model: str | None = None,
     tenants: list[str] | None = None,
+    previous: Path | None = None,
     n_resamples: int = N_RESAMPLES,
     seed: int = SEED,
 ) -> GateDecision:
@@ -131,7 +133,24 @@ def gate_results(
         sizes=run_info.get("bytes") or {},
         metrics={m: {suite: r.get("metrics", {}) for suite, r in res.items()} for m, res in results.items()},
         suite_notes={suite: r.get("notes", []) for suite, r in results.get("source", {}).items()},
+        previous=_previous(previous),
     )
+
+
+def _previous(report_dir: Path | None) -> dict[str, Any] | None:
+    """What the report compares against: the previous approved version's report.json.
+
+    Given explicitly today (``--previous DIR``); the registry will supply it once approved
+    versions are published there.
+    """
+    if report_dir is None:
+        return None
+    path = Path(report_dir) / "report.json"
+    try:
+        old = json.loads(path.read_text())
+    except (OSError, ValueError):
+        raise UsageError(path, "not a readable report.json", "pass the output directory of an earlier quantgate gate") from None
+    return {key: old.get(key) for key in ("model", "source_hash", "approvals", "metrics")} | {"report": str(path)}
 
 
 def report_payload(decision: GateDecision) -> dict[str, Any]:
@@ -152,6 +171,7 @@ def report_payload(decision: GateDecision) -> dict[str, Any]:
         "sizes": decision.sizes,
         "metrics": decision.metrics,
         "suite_notes": decision.suite_notes,
+        "previous": decision.previous,
     }
 
 

@@ -64,4 +64,11 @@ def render_markdown(report: dict[str, Any]) -> str:
         for model, n in sizes.items():
             rel = f"{n / base:.1%}" if base and model != "source" else "—"
             out.append(f"| {md(model)} | {n} ({fmt_bytes(n)}) | {rel} |")
+    deltas = view.previous_deltas()
+    if deltas:
+        previous = report["previous"]
+        out += ["", f"## Against the previous approved version ({md(previous.get('source_hash', '')[:12])})", "",
+                "| artifact | metric | before | after | change |", "| --- | --- | ---: | ---: | ---: |"]
+        for artifact, key, before, after, delta in deltas:
+            out.append(f"| {md(artifact)} | {md(key)} | {fmt(before)} | {fmt(after)} | {fmt(delta, sign=True)} |")
     return "\n".join(out).rstrip() + "\n"

@@ -132,3 +132,22 @@ class View:
                 if value is not None:
                     out.setdefault(f"{suite} {metric}", {})[art] = value / values[metric]
         return out
+
+    def previous_deltas(self) -> list[tuple[str, str, float, float, float]]:
+        """(artifact, "suite.metric", before, after, after - before) against the previous approved
+        version, for every artifact that version approved and every metric a floor names."""
+        previous = self.report.get("previous") or {}
+        before_all, now_all = previous.get("metrics") or {}, self.report.get("metrics") or {}
+        approved = {a for a, tenants in (previous.get("approvals") or {}).items() if tenants}
+        keys = list(dict.fromkeys((f["suite"], f["metric"]) for v in self.verdicts for f in v.get("floors") or []))
+        rows = []
+        for artifact in self.artifacts:
+            if artifact not in approved:
+                continue
+            for suite, metric in keys:
+                before = ((before_all.get(artifact) or {}).get(suite) or {}).get(metric)
+                after = ((now_all.get(artifact) or {}).get(suite) or {}).get(metric)
+                if isinstance(before, (int, float)) and isinstance(after, (int, float)):
+                    rows.append((artifact, f"{suite}.{metric}", before, after, after - before))
+        return rows
+

@@ -107,3 +107,14 @@ def test_source_scored_against_itself_gives_zero_kld_and_full_agreement(tiny_lla
         model.model.model.layers[0].mlp.down_proj.weight.mul_(1.5)
     moved = suite.runner.score(ctx, model, reference)
     assert moved.metrics["kld_mean"] > 0 and moved.metrics["perplexity"] != source_result.metrics["perplexity"]
+
+
+def test_humaneval_never_imports_lm_evals_unsandboxed_execution(repo_root):
+    """lm-eval's humaneval utils.py loads and runs `code_eval` at import: it must never load."""
+    import sys
+
+    suite = load_suite(repo_root / "eval_suites" / "humaneval.yaml")
+    config = suite.runner._config()
+    assert config["metric_list"] == [{"metric": "bypass"}] and config["unsafe_code"] is False
+    assert "lm_eval.tasks.humaneval.utils" not in sys.modules
+    assert not any("code_eval" in name for name in sys.modules)

@@ -46,12 +46,18 @@ def tiny_qwen_moe(_tiny_models, tmp_path) -> Path:
     return Path(shutil.copytree(_tiny_models["qwen2_moe"], tmp_path / "tiny-qwen-moe"))
 
 
-@pytest.fixture(autouse=True)
-def _isolated_cache(tmp_path_factory, monkeypatch):
-    """Tests never touch the user's cache; the converted default model is shared per session."""
+@pytest.fixture(autouse=True, scope="session")
+def _isolated_cache(tmp_path_factory):
+    """Tests never touch the user's cache; the converted default model is shared per session.
+
+    Session-scoped, so that module- and session-scoped fixtures (which run before any
+    function-scoped one) see the same isolated cache as the tests themselves.
+    """
     shared = os.environ.get("QUANTGATE_TEST_CACHE") or str(tmp_path_factory.getbasetemp() / "cache")
-    monkeypatch.setenv("QUANTGATE_CACHE", shared)
-    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("QUANTGATE_CACHE", shared)
+        patch.setenv("HF_HUB_OFFLINE", "1")
+        yield
 
 
 def _repo_listing() -> set[str]:
@@ -65,10 +71,18 @@ def _repo_listing() -> set[str]:
     return found
 
 
+def _user_cache_listing() -> set[str]:
+    home_cache = Path.home() / ".cache" / "quantgate"
+    return {str(p) for p in home_cache.rglob("*")} if home_cache.exists() else set()
+
+
 @pytest.fixture(autouse=True, scope="session")
 def _no_stray_files():
-    """Fail the session if tests leave files in the repository (they belong in tmp_path)."""
-    before = _repo_listing()
+    """Fail the session if tests leave files in the repository or the user's quantgate cache
+    (they belong in tmp_path and the isolated test cache)."""
+    before, cache_before = _repo_listing(), _user_cache_listing()
     yield
     stray = sorted(_repo_listing() - before)
     assert not stray, f"tests left files in the repository: {stray[:10]}"
+    leaked = sorted(_user_cache_listing() - cache_before)
+    assert not leaked, f"tests wrote into the user's cache: {leaked[:10]}"

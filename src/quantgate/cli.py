@@ -92,7 +92,7 @@ def build(
 
     from quantgate.build.pipeline import build_targets, plan
     from quantgate.calibration import load_or_build
-    from quantgate.config.policy import load_policy, resolve_targets
+    from quantgate.config.policy import check_target_names, load_policy, resolve_targets
     from quantgate.config.targets import Catalog
     from quantgate.embedded.smollm2 import default_checkpoint
     from quantgate.intake import intake
@@ -104,7 +104,7 @@ def build(
     cache_path = (cache or cache_dir()).resolve()
     override = _split(targets)
     if override:  # a typo in --targets fails before minutes of conversion and hashing
-        resolve_targets(policy, "", override, catalog)
+        check_target_names(override, catalog)
 
     with RichProgress() as progress:
         source_dir = checkpoint or default_checkpoint(cache_path, progress)

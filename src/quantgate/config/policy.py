@@ -91,18 +91,23 @@ def load_policy(path: Path, catalog: Catalog) -> Policy:
     return load_model(path, Policy, catalog=catalog)
 
 
+def check_target_names(names: list[str], catalog: Catalog) -> list[str]:
+    """``--targets`` as given, refusing an unknown name with the nearest known one."""
+    known = catalog.target_names()
+    for name in names:
+        if name not in known:
+            hint = nearest(name, known)
+            raise UsageError(
+                "--targets",
+                f"unknown target '{name}'",
+                (f"did you mean '{hint}'? " if hint else "") + f"known targets: {', '.join(known)}",
+            )
+    return list(dict.fromkeys(names))
+
+
 def resolve_targets(policy: Policy, model_class: str, override: list[str] | None, catalog: Catalog) -> list[str]:
     """Targets for one run: the class's required and optional ones, or ``--targets``."""
     if override:
-        known = catalog.target_names()
-        for name in override:
-            if name not in known:
-                hint = nearest(name, known)
-                raise UsageError(
-                    "--targets",
-                    f"unknown target '{name}'",
-                    (f"did you mean '{hint}'? " if hint else "") + f"known targets: {', '.join(known)}",
-                )
-        return list(dict.fromkeys(override))
+        return check_target_names(override, catalog)
     cls = policy.model_classes[model_class]
     return [*cls.targets.required, *cls.targets.optional]

@@ -16,9 +16,10 @@ domain suite) is a YAML and its data, no code.
 from __future__ import annotations
 
 import hashlib
+from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar, Protocol
+from typing import Any, ClassVar
 
 import yaml
 from pydantic import Field
@@ -72,14 +73,24 @@ class SuiteResult:
     notes: list[str] = field(default_factory=list)
 
 
-class SuiteKind(Protocol):
+class SuiteKind(ABC):
+    """Base of every suite kind: holds the validated spec and the YAML's path.
+
+    Subclasses set ``spec_model`` and implement ``reference`` and ``score``.
+    """
+
     spec_model: ClassVar[type[SuiteSpec]]
 
-    def __init__(self, spec: SuiteSpec, path: Path) -> None: ...
+    def __init__(self, spec: SuiteSpec, path: Path) -> None:
+        self.spec, self.path = spec, path
 
-    def reference(self, ctx: EvalContext, source: Any) -> tuple[Any, SuiteResult]: ...
+    @abstractmethod
+    def reference(self, ctx: EvalContext, source: Any) -> tuple[Any, SuiteResult]:
+        """Run the source once; return what scoring needs and the source's own result."""
 
-    def score(self, ctx: EvalContext, model: Any, reference: Any) -> SuiteResult: ...
+    @abstractmethod
+    def score(self, ctx: EvalContext, model: Any, reference: Any) -> SuiteResult:
+        """Score one model against the reference, paired item by item."""
 
 
 KINDS: Registry[type] = Registry(

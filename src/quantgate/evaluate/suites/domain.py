@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import math
 import re
-from pathlib import Path
 from typing import Literal
 
 import torch
@@ -20,7 +19,7 @@ from quantgate.config.targets import Frozen
 from quantgate.errors import ConfigFileError
 from quantgate.evaluate.generation import chat_prompt, greedy
 from quantgate.evaluate.paired import flip_metrics
-from quantgate.evaluate.suites import EvalContext, SuiteResult, SuiteSpec, register
+from quantgate.evaluate.suites import EvalContext, SuiteKind, SuiteResult, SuiteSpec, register
 
 
 class DomainSizes(Frozen):
@@ -48,11 +47,8 @@ def matches(metric: str, answer: str, reference: str) -> bool:
 
 
 @register("domain")
-class DomainSuite:
+class DomainSuite(SuiteKind):
     spec_model = DomainSpec
-
-    def __init__(self, spec: DomainSpec, path: Path) -> None:
-        self.spec, self.path = spec, path
 
     def _records(self, ctx: EvalContext) -> list[dict]:
         path = (self.path.parent / self.spec.data).resolve()

@@ -11,7 +11,6 @@ accuracy ratios are noise there; flips stay meaningful at any size.
 from __future__ import annotations
 
 import random
-from pathlib import Path
 from typing import Literal
 
 from pydantic import NonNegativeInt, PositiveInt
@@ -20,7 +19,7 @@ from quantgate.config.targets import Frozen
 from quantgate.evaluate.data import DataSource, jsonl_file, load_jsonl_records
 from quantgate.evaluate.lmeval import run_task, task_config
 from quantgate.evaluate.paired import flip_metrics
-from quantgate.evaluate.suites import EvalContext, SuiteResult, SuiteSpec, register
+from quantgate.evaluate.suites import EvalContext, SuiteKind, SuiteResult, SuiteSpec, register
 
 
 class Gsm8kSizes(Frozen):
@@ -44,11 +43,8 @@ class Gsm8kSpec(SuiteSpec):
 
 
 @register("gsm8k")
-class Gsm8kSuite:
+class Gsm8kSuite(SuiteKind):
     spec_model = Gsm8kSpec
-
-    def __init__(self, spec: Gsm8kSpec, path: Path) -> None:
-        self.spec, self.path = spec, path
 
     def _items(self, ctx: EvalContext) -> list[int]:
         total = len(load_jsonl_records(ctx.data, self.spec.data.test))

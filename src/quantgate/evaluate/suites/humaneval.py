@@ -21,7 +21,7 @@ from quantgate.errors import MissingDependencyError
 from quantgate.evaluate.lmeval import run_task, task_config
 from quantgate.evaluate.paired import flip_metrics
 from quantgate.evaluate.sandbox import run_untrusted
-from quantgate.evaluate.suites import EvalContext, SuiteResult, SuiteSpec, register
+from quantgate.evaluate.suites import EvalContext, SuiteKind, SuiteResult, SuiteSpec, register
 from quantgate.hashing import sha256_file
 
 
@@ -58,11 +58,8 @@ def prompt_plus_completion(resps: list[list[str]], docs: list[dict]) -> list[lis
 
 
 @register("humaneval")
-class HumanEvalSuite:
+class HumanEvalSuite(SuiteKind):
     spec_model = HumanEvalSpec
-
-    def __init__(self, spec: HumanEvalSpec, path: Path) -> None:
-        self.spec, self.path = spec, path
 
     def _config(self) -> dict:
         config = task_config("humaneval/humaneval.yaml", resolve_functions=False)

@@ -17,7 +17,6 @@ thousands of decode steps, sends a chain somewhere else. The source writes greed
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Literal
 
 import torch
@@ -27,7 +26,7 @@ from quantgate.config.targets import Frozen
 from quantgate.evaluate.data import DataSource, load_jsonl_records
 from quantgate.evaluate.generation import chat_prompt, greedy
 from quantgate.evaluate.scoring import Reference, build_reference, score
-from quantgate.evaluate.suites import EvalContext, SuiteResult, SuiteSpec, register
+from quantgate.evaluate.suites import EvalContext, SuiteKind, SuiteResult, SuiteSpec, register
 
 
 class ChainSizes(Frozen):
@@ -69,11 +68,8 @@ def first_divergence(trace: list[int], generated: list[int]) -> int:
 
 
 @register("long_chain")
-class LongChainSuite:
+class LongChainSuite(SuiteKind):
     spec_model = LongChainSpec
-
-    def __init__(self, spec: LongChainSpec, path: Path) -> None:
-        self.spec, self.path = spec, path
 
     def _prompts(self, ctx: EvalContext, tokenizer) -> list[list[int]]:
         sizes = self.spec.sizes(ctx.profile)

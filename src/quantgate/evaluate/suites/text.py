@@ -20,7 +20,7 @@ from pydantic import Field, PositiveInt
 from quantgate.config.targets import Frozen
 from quantgate.evaluate.data import DataSource, load_text
 from quantgate.evaluate.scoring import Reference, build_reference, score
-from quantgate.evaluate.suites import EvalContext, SuiteResult, SuiteSpec, register
+from quantgate.evaluate.suites import EvalContext, SuiteKind, SuiteResult, SuiteSpec, register
 
 
 class TextSizes(Frozen):
@@ -88,11 +88,8 @@ def summarize(name: str, scores, samples_extra=None) -> tuple[dict[str, float], 
 
 
 @register("text")
-class TextSuite:
+class TextSuite(SuiteKind):
     spec_model = TextSpec
-
-    def __init__(self, spec: TextSpec, path: Path) -> None:
-        self.spec, self.path = spec, path
 
     def _windows(self, ctx: EvalContext, tokenizer) -> list[list[int]]:
         return windows(tokenizer, corpus(self.spec, ctx, self.path), self.spec.sizes(ctx.profile))

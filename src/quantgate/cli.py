@@ -251,7 +251,11 @@ def gate(
         table.add_column(name)
     for artifact in dict.fromkeys(v.artifact for v in decision.verdicts):
         cells = {v.tenant: v.verdict for v in decision.verdicts if v.artifact == artifact}
-        role = "required" if artifact in decision.required else "optional"
+        role = (
+            "required" if artifact in decision.required
+            else "optional" if artifact in decision.optional
+            else "outside class"
+        )
         table.add_row(f"{artifact} ({role})", *(cells.get(t, "-") for t in tenants_seen))
     Console(width=None if sys.stdout.isatty() else 240).print(table)
     for path in (report, *written):

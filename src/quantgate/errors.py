@@ -95,3 +95,65 @@ class BuildError(QuantgateError):
 
 class MissingDependencyError(InputError):
     """An optional piece (CUDA, modelopt, the embedded model wheel) is not installed."""
+
+
+class RegistryError(QuantgateError):
+    """The registry or its artifact store failed in a way that is not the caller's input."""
+
+
+class RegistryUnavailableError(InputError):
+    """The tracking server or artifact store cannot be reached or refuses the request:
+    a configuration problem (URI, endpoint, credentials), so exit code 2."""
+
+
+class ArtifactAlteredError(InputError):
+    """An artifact directory to publish does not match its own manifest."""
+
+
+class ReportError(InputError):
+    """A gate report cannot be published as written (unreadable, or names missing artifacts)."""
+
+
+class UploadIncompleteError(RegistryError):
+    """After upload, the store's copy does not match the manifest: no version, no alias."""
+
+
+class UnknownModelError(InputError):
+    """No registered model, version or alias by the name a pull asked for."""
+
+
+class UnapprovedVersionError(InputError):
+    """A pull asked for a version that the gate did not approve for the tenant."""
+
+
+class TamperedArtifactError(InputError):
+    """A pulled file (or the manifest itself) differs from what the registry recorded."""
+
+
+class DestinationError(InputError):
+    """``--dest`` exists and is not a pulled artifact quantgate may replace."""
+
+
+class TransientError(QuantgateError):
+    """A failure that may pass on retry (I/O, network): exit code 75 (EX_TEMPFAIL).
+
+    Orchestrators retry only these. A failed gate, bad input or a failed build is never
+    transient: retrying it costs GPU hours and returns the same answer.
+    """
+
+    exit_code = 75
+
+
+class StepFailed(QuantgateError):
+    """A pipeline step run in its own process failed; carries its exit code and log."""
+
+    def __init__(self, step: str, exit_code: int, log: str | None, tail: str) -> None:
+        self.step = step
+        self.exit_code = exit_code if exit_code in (1, 2, 75) else 1
+        self.log = log
+        where = f" (log: {log})" if log else ""
+        super().__init__(f"step '{step}' failed with exit code {exit_code}{where}:\n{tail}")
+
+
+class StepTimeout(StepFailed):
+    """A step ran past its time limit; its whole process group was killed."""

@@ -1,0 +1,105 @@
+"""Where the registry lives: one immutable ``RegistryConfig`` for publish and pull.
+
+The embedded default (an SQLite registry and a local artifact directory under the project's
+``artifacts_registry/``) needs no server, so a laptop or a CI run publishes exactly as the
+platform does. At scale the same code talks to ``mlflow server`` and an S3-compatible store;
+only the values here change. Precedence: built-in defaults, then
+``artifacts_registry/registry.yaml``, then the environment (``from_env``), because a fleet
+node is configured by its environment, not by a checkout.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, PositiveInt
+
+from quantgate.config.loader import load_model
+
+SETTINGS_FILE = Path("artifacts_registry") / "registry.yaml"
+MB = 1024 * 1024
+GB = 1000**3
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class TransferSettings(_Frozen):
+    """Parallelism and part sizes of uploads and downloads (boto3's ``TransferConfig``)."""
+
+    concurrency: PositiveInt = 8  # files in flight at once, and ranged parts per large file
+    multipart_threshold_mb: PositiveInt = 16  # files this large or larger go in parts
+    multipart_chunksize_mb: PositiveInt = 16
+
+
+class RegistrySettings(_Frozen):
+    """``artifacts_registry/registry.yaml``: null means "the embedded default"."""
+
+    version: Literal[1] = 1
+    tracking_uri: str | None = None
+    artifact_uri: str | None = None
+    s3_endpoint_url: str | None = None
+    transfer: TransferSettings = TransferSettings()
+    pull_cache_max_gb: float = Field(default=100.0, gt=0)
+
+
+class RegistryConfig(_Frozen):
+    """Everything publish and pull need to find the registry and its bytes.
+
+    ``artifact_uri`` is the artifact location given to the experiments quantgate creates; None
+    lets the tracking server choose (its ``--default-artifact-root``).
+    """
+
+    tracking_uri: str
+    registry_uri: str | None = None
+    artifact_uri: str | None = None
+    s3_endpoint_url: str | None = None
+    transfer: TransferSettings = TransferSettings()
+    cache_max_bytes: PositiveInt = int(100 * GB)
+
+    @property
+    def model_registry_uri(self) -> str:
+        return self.registry_uri or self.tracking_uri
+
+    @classmethod
+    def local(cls, directory: Path, **overrides) -> RegistryConfig:
+        """The embedded store in ``directory``: ``mlflow.db`` and ``artifacts/`` beside it."""
+        directory = Path(directory).resolve()
+        return cls(
+            tracking_uri=f"sqlite:///{directory / 'mlflow.db'}",
+            artifact_uri=(directory / "artifacts").as_uri(),
+            **overrides,
+        )
+
+    @classmethod
+    def from_env(cls, project_root: Path, environ: dict[str, str] | None = None) -> RegistryConfig:
+        """Defaults, then ``<root>/artifacts_registry/registry.yaml``, then the environment.
+
+        Environment: ``MLFLOW_TRACKING_URI``, ``MLFLOW_REGISTRY_URI``, ``QUANTGATE_ARTIFACT_URI``
+        (e.g. ``s3://bucket/prefix``), ``MLFLOW_S3_ENDPOINT_URL`` (any S3-compatible endpoint;
+        boto3 itself also honours ``AWS_ENDPOINT_URL_S3``), ``QUANTGATE_PULL_CACHE_MAX_GB``,
+        ``QUANTGATE_TRANSFER_CONCURRENCY``. Credentials are boto3's usual chain and are never
+        read or stored here.
+        """
+        env = os.environ if environ is None else environ
+        root = Path(project_root).resolve()
+        path = root / SETTINGS_FILE
+        settings = load_model(path, RegistrySettings) if path.exists() else RegistrySettings()
+        tracking = env.get("MLFLOW_TRACKING_URI") or settings.tracking_uri
+        artifact = env.get("QUANTGATE_ARTIFACT_URI") or settings.artifact_uri
+        transfer = settings.transfer
+        if env.get("QUANTGATE_TRANSFER_CONCURRENCY"):
+            transfer = transfer.model_copy(update={"concurrency": int(env["QUANTGATE_TRANSFER_CONCURRENCY"])})
+        common = {
+            "registry_uri": env.get("MLFLOW_REGISTRY_URI") or None,
+            "s3_endpoint_url": env.get("MLFLOW_S3_ENDPOINT_URL") or settings.s3_endpoint_url,
+            "transfer": transfer,
+            "cache_max_bytes": int(float(env.get("QUANTGATE_PULL_CACHE_MAX_GB") or settings.pull_cache_max_gb) * GB),
+        }
+        if tracking is None:  # the embedded registry; an explicit artifact URI still wins
+            embedded = cls.local(root / "artifacts_registry", **common)
+            return embedded.model_copy(update={"artifact_uri": artifact}) if artifact else embedded
+        return cls(tracking_uri=tracking, artifact_uri=artifact, **common)

@@ -1,0 +1,47 @@
+"""Tell the fleet that an alias moved: a Prefect event, best effort.
+
+``quantgate.alias.moved`` is emitted whenever publish points an ``approved-<tenant>`` alias at
+a different version (or removes it: ``version`` is null). A Prefect automation can trigger a
+fleet roll-out from it. It is emitted only where Prefect is already in play (inside a flow
+run, or with ``PREFECT_API_URL`` set): importing Prefect, or starting its ephemeral server,
+just to shout into the void would cost seconds per publish. A failure to emit never fails a
+publish: the registry is the source of truth, and MLflow's own webhooks
+(``model_version_alias.created`` / ``.deleted``) say the same thing from the server side.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+
+from quantgate.publish.config import RegistryConfig
+
+EVENT = "quantgate.alias.moved"
+log = logging.getLogger(__name__)
+
+
+def payload(cfg: RegistryConfig, name: str, alias: str, version: str | None, previous: str | None,
+            content_hash: str) -> dict[str, str | None]:
+    return {"tracking_uri": cfg.tracking_uri, "registered_model": name, "alias": alias, "version": version,
+            "previous_version": previous, "content_hash": content_hash}
+
+
+def alias_moved(cfg: RegistryConfig, name: str, alias: str, version: str | None, previous: str | None,
+                content_hash: str) -> bool:
+    """Emit the event; True when Prefect accepted it, False when skipped or failed."""
+    if "prefect" not in sys.modules and not os.environ.get("PREFECT_API_URL"):
+        return False
+    try:
+        from prefect.events import emit_event
+
+        emitted = emit_event(
+            EVENT,
+            resource={"prefect.resource.id": f"mlflow.registered-model.{name}.alias.{alias}",
+                      "prefect.resource.name": f"{name}@{alias}"},
+            payload=payload(cfg, name, alias, version, previous, content_hash),
+        )
+        return emitted is not None
+    except Exception as exc:  # best effort by design: see the module docstring
+        log.warning("could not emit %s for %s@%s: %s", EVENT, name, alias, exc)
+        return False

@@ -1,0 +1,85 @@
+"""What a published artifact records about itself: run params, metrics, and version tags.
+
+Pure functions of (manifest, report), so the record is the same whichever store or server
+receives it, and testable without MLflow.
+"""
+
+from __future__ import annotations
+
+import math
+from importlib import metadata
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict
+
+from quantgate.build.manifest import Manifest
+from quantgate.publish import naming
+
+
+class GateReport(BaseModel):
+    """The part of ``report.json`` (written by ``quantgate gate``) that publishing reads."""
+
+    model_config = ConfigDict(extra="ignore", frozen=True)
+
+    model: str
+    source_hash: str | None = None
+    exit_code: int
+    approvals: dict[str, list[str]]
+    verdicts: list[dict[str, Any]] = []
+    metrics: dict[str, dict[str, dict[str, Any]]] = {}
+
+    def failed_tenants(self, artifact: str) -> list[str]:
+        return [v["tenant"] for v in self.verdicts if v.get("artifact") == artifact and v.get("verdict") == "fail"]
+
+
+def quantgate_version() -> str:
+    try:
+        return metadata.version("quantgate")
+    except metadata.PackageNotFoundError:
+        return "unknown"
+
+
+def run_params(manifest: Manifest) -> dict[str, str]:
+    """Build inputs: target, recipe, source and calibration hashes, tool versions."""
+    calibration = manifest.calibration or {}
+    params = {
+        "target": manifest.target,
+        "hardware": manifest.hardware,
+        "format": manifest.format,
+        "kv_cache": manifest.kv_cache,
+        "recipe": manifest.recipe.get("name", ""),
+        "recipe_sha256": manifest.recipe.get("sha256", ""),
+        "recipe_engine": manifest.recipe.get("engine", ""),
+        "source_hash": manifest.source.get("content_hash", ""),
+        "calibration": calibration.get("name", "none"),
+        "calibration_sha256": calibration.get("sha256", "none"),
+        "build_key": manifest.build_key,
+    }
+    params.update({f"tools.{name}": version for name, version in manifest.tools.items()})
+    return {k: str(v) for k, v in params.items()}
+
+
+def run_metrics(report: GateReport, artifact: str) -> dict[str, float]:
+    """Every finite numeric suite metric of this artifact, as ``<suite>.<metric>``."""
+    found = {}
+    for suite, metrics in report.metrics.get(artifact, {}).items():
+        for name, value in metrics.items():
+            if isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value):
+                found[f"{suite}.{name}"] = float(value)
+    return found
+
+
+def lineage_tags(manifest: Manifest, content_hash: str, manifest_sha256: str, report_sha256: str) -> dict[str, str]:
+    """Version tags that say where the bytes came from and which gate report approved them."""
+    calibration = manifest.calibration or {}
+    return {
+        naming.CONTENT_HASH: content_hash,
+        naming.MANIFEST_SHA256: manifest_sha256,
+        naming.TARGET: manifest.target,
+        naming.SOURCE_HASH: str(manifest.source.get("content_hash", "")),
+        naming.BUILD_KEY: manifest.build_key,
+        naming.RECIPE_SHA256: str(manifest.recipe.get("sha256", "")),
+        naming.CALIBRATION_SHA256: str(calibration.get("sha256", "none")),
+        naming.QUANTGATE_VERSION: quantgate_version(),
+        naming.REPORT_SHA256: report_sha256,
+    }

@@ -1,0 +1,76 @@
+"""The embedded store: a directory on local disk (``file://`` or a plain path).
+
+Writes go to a temporary name beside the target and are renamed into place, so a killed
+publish leaves whole files or none; verification re-hashes the store's copy.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from pathlib import Path
+from urllib.parse import urlparse
+from urllib.request import url2pathname
+
+from quantgate.hashing import sha256_file
+from quantgate.publish.store import Digest, OnBytes, OnFile
+
+
+def local_path(uri: str) -> Path:
+    parsed = urlparse(uri)
+    return Path(url2pathname(parsed.path)) if parsed.scheme == "file" else Path(uri)
+
+
+def copy_atomic(src: Path, dst: Path) -> None:
+    """Copy ``src`` to ``dst`` through a temporary file in ``dst``'s directory."""
+    dst.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{dst.name}.", suffix=".part", dir=dst.parent)
+    os.close(fd)
+    try:
+        shutil.copyfile(src, tmp)
+        os.replace(tmp, dst)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+class LocalStore:
+    def __init__(self, uri: str) -> None:
+        self.uri = uri
+        self.root = local_path(uri)
+
+    def digest(self, path: Path) -> Digest:
+        entry = sha256_file(path)
+        return Digest(entry.sha256, entry.bytes)
+
+    def _intact(self, rel: str, digest: Digest) -> bool:
+        path = self.root / rel
+        return path.is_file() and path.stat().st_size == digest.bytes and sha256_file(path).sha256 == digest.sha256
+
+    def upload(self, files: dict[str, tuple[Path, Digest]], on_bytes: OnBytes) -> None:
+        for rel, (path, digest) in files.items():
+            if not self._intact(rel, digest):
+                copy_atomic(path, self.root / rel)
+            on_bytes(digest.bytes)
+
+    def verify(self, expected: dict[str, Digest]) -> list[str]:
+        problems = []
+        for rel, digest in expected.items():
+            path = self.root / rel
+            if not path.is_file():
+                problems.append(f"{rel}: missing from {self.uri}")
+            elif path.stat().st_size != digest.bytes:
+                problems.append(f"{rel}: {path.stat().st_size} bytes in the store, expected {digest.bytes}")
+            elif sha256_file(path).sha256 != digest.sha256:
+                problems.append(f"{rel}: sha256 in the store differs from the local file")
+        return problems
+
+    def download(self, files: dict[str, int], dest: Path, on_file: OnFile, on_bytes: OnBytes) -> None:
+        for rel, size in files.items():
+            source = self.root / rel
+            if not source.is_file():
+                raise FileNotFoundError(rel)
+            copy_atomic(source, dest / rel)
+            on_bytes(size)
+            on_file(rel, dest / rel)

@@ -1,0 +1,69 @@
+"""Any other artifact scheme MLflow understands (``mlflow-artifacts:`` proxied through the
+tracking server, ``gs://``, ``wasbs://``, ...), through MLflow's artifact repository.
+
+The fallback: these stores keep no checksum we can read, so verification downloads the
+store's copy and re-hashes it, and pulls go through the tracking server's proxy. For a fleet,
+prefer ``s3://`` with ``--no-serve-artifacts`` (see artifacts_registry/README.md).
+"""
+
+from __future__ import annotations
+
+import os
+import posixpath
+import tempfile
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+from quantgate.hashing import sha256_file
+from quantgate.publish.config import RegistryConfig
+from quantgate.publish.store import Digest, OnBytes, OnFile
+
+
+class MlflowStore:
+    def __init__(self, uri: str, cfg: RegistryConfig) -> None:
+        from mlflow.store.artifact.artifact_repository_registry import get_artifact_repository
+
+        self.uri = uri
+        self.concurrency = cfg.transfer.concurrency
+        self.repo = get_artifact_repository(uri, tracking_uri=cfg.tracking_uri, registry_uri=cfg.model_registry_uri)
+
+    def digest(self, path: Path) -> Digest:
+        entry = sha256_file(path)
+        return Digest(entry.sha256, entry.bytes)
+
+    def upload(self, files: dict[str, tuple[Path, Digest]], on_bytes: OnBytes) -> None:
+        for rel, (path, digest) in files.items():
+            directory = posixpath.dirname(rel) or None
+            if posixpath.basename(rel) != path.name:  # log_artifact keeps the local file's name
+                raise ValueError(f"{rel}: the local file must be named {posixpath.basename(rel)}")
+            self.repo.log_artifact(str(path), directory)
+            on_bytes(digest.bytes)
+
+    def _fetch(self, rel: str, dest: Path) -> Path:
+        """Download one file into ``dest/rel`` through a temporary directory beside it."""
+        target = dest / rel
+        target.parent.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryDirectory(dir=target.parent, prefix=".fetch-") as tmp:
+            got = Path(self.repo.download_artifacts(rel, tmp))
+            os.replace(got, target)
+        return target
+
+    def verify(self, expected: dict[str, Digest]) -> list[str]:
+        problems = []
+        with tempfile.TemporaryDirectory(prefix="quantgate-verify-") as tmp:
+            for rel, digest in expected.items():
+                try:
+                    entry = sha256_file(self._fetch(rel, Path(tmp)))
+                except Exception as exc:  # the repository raises its own types per scheme
+                    problems.append(f"{rel}: cannot be read back from {self.uri} ({exc})")
+                    continue
+                if (entry.sha256, entry.bytes) != (digest.sha256, digest.bytes):
+                    problems.append(f"{rel}: the store's copy differs from the local file")
+        return problems
+
+    def download(self, files: dict[str, int], dest: Path, on_file: OnFile, on_bytes: OnBytes) -> None:
+        with ThreadPoolExecutor(self.concurrency) as pool:
+            futures = {rel: pool.submit(self._fetch, rel, dest) for rel in files}
+            for rel, future in futures.items():
+                on_file(rel, future.result())
+                on_bytes(files[rel])

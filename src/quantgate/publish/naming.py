@@ -1,0 +1,63 @@
+"""The names the serving fleet relies on: registered models, aliases, tags, artifact paths.
+
+These are a contract (documented in ``artifacts_registry/README.md``); changing one strands
+every fleet node that resolves it, so they live in one place.
+"""
+
+from __future__ import annotations
+
+import re
+
+from quantgate.errors import UsageError
+
+ALIAS_PREFIX = "approved-"
+ARTIFACT_PATH = "artifact"  # the artifact directory inside the run's artifacts
+REPORTS_PATH = "reports"  # report.json / .md / .html inside the run's artifacts
+EXPERIMENT_PREFIX = "quantgate/"
+
+# Tags. Model versions carry all of them; the run carries the upload state and content hash
+# (so an interrupted publish is found and completed from the run, before any version exists).
+CONTENT_HASH = "quantgate.content_hash"  # hashing.content_hash over the manifest's file table
+MANIFEST_SHA256 = "quantgate.manifest_sha256"  # sha256 of manifest.json's bytes as uploaded
+UPLOAD = "quantgate.upload"  # "complete" only once the store's copy was verified
+UPLOAD_COMPLETE = "complete"
+REGISTERED_MODEL = "quantgate.registered_model"
+TARGET = "quantgate.target"
+SOURCE_HASH = "quantgate.source_hash"
+BUILD_KEY = "quantgate.build_key"
+RECIPE_SHA256 = "quantgate.recipe_sha256"
+CALIBRATION_SHA256 = "quantgate.calibration_sha256"
+QUANTGATE_VERSION = "quantgate.version"
+REPORT_SHA256 = "quantgate.report_sha256"
+APPROVED_TENANTS = "quantgate.approved_tenants"  # comma-separated, as of the latest publish
+GATE = "quantgate.gate"  # "approved" or "failed" (recorded for audit, never aliased)
+
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]*$")
+_ALIAS = re.compile(r"^[\w\-]*$")  # MLflow's own rule for alias names
+
+
+def _check(kind: str, value: str) -> str:
+    if not _NAME.match(value):
+        raise UsageError(
+            None, f"{kind} '{value}' is not a valid registry name",
+            "use letters, digits, '.', '_' and '-' only, starting with a letter or digit",
+        )
+    return value
+
+
+def registered_model_name(model: str, target: str) -> str:
+    """One registered model per (model, target): ``<model>.<target>``."""
+    return f"{_check('model', model)}.{_check('target', target)}"
+
+
+def alias_for(tenant: str) -> str:
+    """The alias that approves a version for one tenant: ``approved-<tenant>``."""
+    alias = f"{ALIAS_PREFIX}{tenant}"
+    if not _ALIAS.match(alias) or not tenant:
+        raise UsageError(None, f"tenant '{tenant}' cannot be an alias", "tenant names may use letters, digits, '_' and '-'")
+    return alias
+
+
+def experiment_name(model: str) -> str:
+    """Runs are grouped per source model, one run per published artifact."""
+    return f"{EXPERIMENT_PREFIX}{model}"

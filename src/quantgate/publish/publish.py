@@ -1,0 +1,225 @@
+"""Publish a gated build: one MLflow run and model version per artifact, aliases per tenant.
+
+The order is the guarantee. For each artifact: verify the local files against the manifest;
+find a version with the same content hash (publishing twice creates no second version); else
+find the run an interrupted publish left behind, or create one; upload (skipping objects
+already there intact); verify the store's copy; mark the run complete; only then register
+the version, with every tag in the same call. Aliases come last and only for tenants the
+gate approved, so no alias can ever point at a version whose bytes were not verified.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+from quantgate.build.manifest import MANIFEST, Manifest, read_manifest
+from quantgate.errors import ArtifactAlteredError, ReportError, UploadIncompleteError
+from quantgate.hashing import content_hash, sha256_file
+from quantgate.progress import SILENT, Progress
+from quantgate.publish import aliases, naming, tracking
+from quantgate.publish.config import RegistryConfig
+from quantgate.publish.lineage import GateReport, lineage_tags, run_metrics, run_params
+from quantgate.publish.store import ArtifactStore, Digest, join, open_store
+
+REPORT_FILES = ("report.json", "report.md", "report.html")
+
+
+class PublishedArtifact(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    artifact: str  # the target name, as in the report
+    registered_model: str
+    version: str
+    created: bool  # False: a version with the same content hash was already registered
+    aliases: list[str]  # aliases this publish pointed at the version
+    removed_aliases: list[str]  # aliases of tenants that now fail, taken off this version
+    approved_tenants: list[str]
+    content_hash: str
+    source: str  # where the version's bytes are (the artifact directory in the store)
+    run_id: str
+
+
+class PublishOutcome(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    tracking_uri: str
+    model: str
+    artifacts: list[PublishedArtifact]
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-serializable dict (for flow results and ``quantgate publish --json``)."""
+        return self.model_dump(mode="json")
+
+
+def read_report(path: Path) -> GateReport:
+    try:
+        return GateReport.model_validate_json(Path(path).read_text())
+    except (OSError, ValidationError) as exc:
+        raise ReportError(path, f"not a readable gate report ({str(exc).splitlines()[0]})",
+                          "pass the directory written by quantgate gate --out") from None
+
+
+def publish_report(
+    report_json: Path,
+    artifacts_dir: Path,
+    cfg: RegistryConfig,
+    progress: Progress = SILENT,
+    *,
+    record_failed: bool = True,
+) -> PublishOutcome:
+    """Publish every artifact the report gated; alias each for the tenants it passed.
+
+    A report whose run failed (exit code 1) is refused: nothing is published on failure. An
+    artifact that passed no tenant is still recorded for audit (``record_failed``) but gets
+    no alias.
+    """
+    report_json = Path(report_json)
+    report = read_report(report_json)
+    if report.exit_code != 0:
+        raise ReportError(report_json, f"the gate failed this run (exit code {report.exit_code})",
+                          "publish only a report whose required artifacts passed; fix or re-gate first")
+    manifests = {}
+    for artifact in report.approvals:
+        manifest = read_manifest(Path(artifacts_dir) / artifact)
+        if manifest is None:
+            raise ReportError(Path(artifacts_dir) / artifact / MANIFEST, f"artifact '{artifact}' has no valid manifest",
+                              "pass --artifacts the directory quantgate build wrote for this report")
+        manifests[artifact] = manifest
+    reports = {f"{naming.REPORTS_PATH}/{name}": report_json.parent / name
+               for name in REPORT_FILES if (report_json.parent / name).is_file()}
+    mlflow_client = tracking.client(cfg)
+    published = []
+    with tracking.registry_errors(cfg):
+        for artifact, manifest in manifests.items():
+            if not report.approvals[artifact] and not record_failed:
+                continue
+            published.append(_publish_one(
+                _Job(artifact, Path(artifacts_dir) / artifact, manifest, report, reports, sha256_file(report_json).sha256),
+                mlflow_client, cfg, progress,
+            ))
+    return PublishOutcome(tracking_uri=cfg.tracking_uri, model=report.model, artifacts=published)
+
+
+class _Job:
+    """One artifact to publish and what it is published with."""
+
+    def __init__(self, artifact: str, directory: Path, manifest: Manifest, report: GateReport,
+                 reports: dict[str, Path], report_sha256: str) -> None:
+        self.artifact, self.directory, self.manifest, self.report = artifact, directory, manifest, report
+        self.reports, self.report_sha256 = reports, report_sha256
+        self.name = naming.registered_model_name(report.model, artifact)
+        self.content_hash = content_hash(manifest.files)
+        self.approved = list(report.approvals[artifact])
+        self.manifest_sha256 = sha256_file(directory / MANIFEST).sha256
+        self.tags = lineage_tags(manifest, self.content_hash, self.manifest_sha256, report_sha256)
+
+
+def _publish_one(job: _Job, mlflow_client, cfg: RegistryConfig, progress: Progress) -> PublishedArtifact:
+    tracking.ensure_registered_model(mlflow_client, job.name, {"quantgate.model": job.report.model,
+                                                               naming.TARGET: job.artifact})
+    version = _complete_version(mlflow_client, job)
+    created = version is None
+    if created:
+        version = _upload_and_register(job, mlflow_client, cfg, progress)
+    else:
+        progress.log(f"{job.name}: content {job.content_hash[:12]} already registered as version {version.version}")
+    moved = aliases.apply(mlflow_client, cfg, job.name, version, job.approved, job.report.failed_tenants(job.artifact))
+    gate_tags = {naming.APPROVED_TENANTS: ",".join(job.approved), naming.GATE: "approved" if job.approved else "failed",
+                 naming.REPORT_SHA256: job.report_sha256}
+    for key, value in gate_tags.items():
+        mlflow_client.set_model_version_tag(job.name, version.version, key, value)
+    return PublishedArtifact(
+        artifact=job.artifact, registered_model=job.name, version=str(version.version), created=created,
+        aliases=moved.set, removed_aliases=moved.removed, approved_tenants=job.approved,
+        content_hash=job.content_hash, source=version.source, run_id=version.run_id or "",
+    )
+
+
+def _complete_version(mlflow_client, job: _Job):
+    found = mlflow_client.search_model_versions(
+        f"name = '{tracking.quote(job.name)}' and tags.`{naming.CONTENT_HASH}` = '{job.content_hash}'"
+        f" and tags.`{naming.UPLOAD}` = '{naming.UPLOAD_COMPLETE}'",
+        order_by=["version_number ASC"],
+    )
+    return found[0] if found else None
+
+
+def _find_or_create_run(mlflow_client, cfg: RegistryConfig, job: _Job):
+    """The run an interrupted publish of the same content left behind, or a new one."""
+    from mlflow.entities import Metric, Param
+
+    experiment = tracking.experiment_id(mlflow_client, cfg, naming.experiment_name(job.report.model), job.report.model)
+    runs = mlflow_client.search_runs(
+        [experiment],
+        f"tags.`{naming.CONTENT_HASH}` = '{job.content_hash}' and tags.`{naming.REGISTERED_MODEL}` = '{tracking.quote(job.name)}'",
+        order_by=["attributes.start_time DESC"], max_results=1,
+    )
+    if runs:
+        return runs[0], True
+    run = mlflow_client.create_run(experiment, run_name=f"{job.artifact}-{job.content_hash[:12]}",
+                                   tags={**job.tags, naming.REGISTERED_MODEL: job.name, naming.UPLOAD: "started"})
+    stamp = run.info.start_time or 0
+    mlflow_client.log_batch(  # one call: a run never has half its params
+        run.info.run_id,
+        metrics=[Metric(k, v, stamp, 0) for k, v in run_metrics(job.report, job.artifact).items()],
+        params=[Param(k, v) for k, v in run_params(job.manifest).items()],
+    )
+    return run, False
+
+
+def _local_digests(job: _Job, store: ArtifactStore) -> dict[str, tuple[Path, Digest]]:
+    """Every file to upload, hashed once; the artifact's files must match its manifest."""
+    present = {p.relative_to(job.directory).as_posix() for p in job.directory.rglob("*") if p.is_file()} - {MANIFEST}
+    extra = sorted(present - set(job.manifest.files))
+    if extra:
+        raise ArtifactAlteredError(job.directory / extra[0], "file not listed in the manifest",
+                                   "rebuild the artifact with quantgate build; never edit an artifact by hand")
+    files = {}
+    for rel, entry in job.manifest.files.items():
+        path = job.directory / rel
+        digest = store.digest(path) if path.is_file() else None
+        if digest is None or (digest.sha256, digest.bytes) != (entry.sha256, entry.bytes):
+            raise ArtifactAlteredError(path, "missing or different from its manifest entry",
+                                       "rebuild the artifact with quantgate build; never edit an artifact by hand")
+        files[f"{naming.ARTIFACT_PATH}/{rel}"] = (path, digest)
+    manifest_path = job.directory / MANIFEST
+    files[f"{naming.ARTIFACT_PATH}/{MANIFEST}"] = (manifest_path, store.digest(manifest_path))
+    for rel, path in job.reports.items():
+        files[rel] = (path, store.digest(path))
+    return files
+
+
+def _upload_and_register(job: _Job, mlflow_client, cfg: RegistryConfig, progress: Progress):
+    run, resumed = _find_or_create_run(mlflow_client, cfg, job)
+    run_id = run.info.run_id
+    store = open_store(run.info.artifact_uri, cfg)
+    files = _local_digests(job, store)
+    total = sum(d.bytes for _, d in files.values())
+    progress.log(f"{job.name}: {'resuming' if resumed else 'uploading'} {len(files)} files to {store.uri}")
+    try:
+        with progress.task(f"upload {job.name}", total) as bar:
+            store.upload(files, bar.advance)
+        problems = store.verify({rel: digest for rel, (_, digest) in files.items()})
+        if problems:
+            raise UploadIncompleteError(
+                f"{job.name}: the store's copy does not match the manifest after upload: {'; '.join(problems[:5])}. "
+                "No version or alias was created. Fix: run quantgate publish again; it re-uploads what differs"
+            )
+    except BaseException:
+        mlflow_client.set_terminated(run_id, "FAILED")
+        raise
+    mlflow_client.set_tag(run_id, naming.UPLOAD, naming.UPLOAD_COMPLETE)
+    mlflow_client.set_terminated(run_id, "FINISHED")
+    if files[f"{naming.ARTIFACT_PATH}/{MANIFEST}"][1].sha256 != job.manifest_sha256:
+        raise ArtifactAlteredError(job.directory / MANIFEST, "changed while it was being published",
+                                   "publish again once nothing writes to the artifact")
+    version = mlflow_client.create_model_version(
+        job.name, source=join(run.info.artifact_uri, naming.ARTIFACT_PATH), run_id=run_id,
+        tags={**job.tags, naming.UPLOAD: naming.UPLOAD_COMPLETE},
+        description=f"{job.artifact} of {job.report.model}, content {job.content_hash[:12]}",
+    )
+    progress.log(f"{job.name}: registered version {version.version}")
+    return version

@@ -1,0 +1,195 @@
+"""S3 (or any S3-compatible endpoint) through boto3 directly.
+
+Why not MLflow's own S3 artifact repository: it uploads and downloads file by file with no
+checksums kept in the store, so the only way to verify an upload would be to download it
+again. Here every object is uploaded with ``ChecksumAlgorithm=SHA256``: S3 validates each
+part on receipt and keeps the checksum, so verifying the store's copy costs one HEAD per
+file. For a single-part object that checksum *is* the manifest's sha256; for a multipart one
+it is S3's composite (sha256 over the parts' sha256s), which ``digest`` computes in the same
+read that hashes the whole file. Transfers go through s3transfer's ``TransferManager``:
+files in parallel, large files in ranged parts.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import hashlib
+from collections.abc import Iterator
+from pathlib import Path
+from urllib.parse import urlparse
+
+from quantgate.errors import RegistryUnavailableError
+from quantgate.hashing import CHUNK_BYTES
+from quantgate.publish.config import MB, RegistryConfig
+from quantgate.publish.store import Digest, OnBytes, OnFile
+
+
+def make_client(cfg: RegistryConfig):
+    """One boto3 S3 client (thread-safe) with a connection pool sized for the transfers.
+
+    Endpoint from the config (``MLFLOW_S3_ENDPOINT_URL``) or boto3's own environment;
+    credentials from boto3's usual chain. Tests wrap this function to inject S3 faults.
+    """
+    import boto3
+    from botocore.config import Config
+
+    pool = max(10, 2 * cfg.transfer.concurrency)
+    return boto3.session.Session().client(
+        "s3",
+        endpoint_url=cfg.s3_endpoint_url,
+        config=Config(max_pool_connections=pool, retries={"max_attempts": 5, "mode": "standard"}),
+    )
+
+
+@contextlib.contextmanager
+def s3_errors(uri: str) -> Iterator[None]:
+    """Connection, credential and permission failures become one typed error with a fix."""
+    from botocore.exceptions import BotoCoreError, ClientError
+
+    try:
+        yield
+    except ClientError as exc:
+        code = exc.response.get("Error", {}).get("Code", "")
+        if code in ("404", "NoSuchKey"):
+            raise FileNotFoundError(str(exc)) from exc
+        raise RegistryUnavailableError(
+            uri, f"the S3 store refused the request ({code or exc})",
+            "check the bucket exists and MLFLOW_S3_ENDPOINT_URL and the AWS_* credentials are right",
+        ) from exc
+    except BotoCoreError as exc:
+        raise RegistryUnavailableError(
+            uri, f"the S3 store cannot be reached ({exc})",
+            "check MLFLOW_S3_ENDPOINT_URL (or AWS_ENDPOINT_URL_S3) and the AWS_* credentials",
+        ) from exc
+
+
+def _b64(digest: bytes) -> str:
+    return base64.b64encode(digest).decode()
+
+
+class _Subscriber:
+    """s3transfer progress callbacks, forwarded to a progress handle."""
+
+    def __init__(self, on_bytes: OnBytes) -> None:
+        from s3transfer.subscribers import BaseSubscriber
+
+        class _Sub(BaseSubscriber):
+            def on_progress(self, future, bytes_transferred, **kwargs):
+                on_bytes(bytes_transferred)
+
+        self.instance = _Sub()
+
+
+class S3Store:
+    def __init__(self, uri: str, cfg: RegistryConfig) -> None:
+        from boto3.s3.transfer import TransferConfig
+
+        parsed = urlparse(uri)
+        self.uri = uri
+        self.bucket = parsed.netloc
+        self.prefix = parsed.path.strip("/")
+        self.client = make_client(cfg)
+        t = cfg.transfer
+        self.config = TransferConfig(
+            multipart_threshold=t.multipart_threshold_mb * MB,
+            multipart_chunksize=t.multipart_chunksize_mb * MB,
+            max_concurrency=t.concurrency,
+        )
+
+    def key(self, rel: str) -> str:
+        return f"{self.prefix}/{rel}" if self.prefix else rel
+
+    def _part_size(self, size: int) -> int | None:
+        """The part size s3transfer will use for ``size`` bytes; None for a single PUT."""
+        from s3transfer.utils import ChunksizeAdjuster
+
+        if size < self.config.multipart_threshold:
+            return None
+        return ChunksizeAdjuster().adjust_chunksize(self.config.multipart_chunksize, size)
+
+    def digest(self, path: Path) -> Digest:
+        size = path.stat().st_size
+        part = self._part_size(size)
+        whole = hashlib.sha256()
+        parts: list[bytes] = []
+        current, in_part = hashlib.sha256(), 0
+        with open(path, "rb") as fh:
+            while chunk := fh.read(CHUNK_BYTES):
+                whole.update(chunk)
+                if part:  # a read may straddle a part boundary: split it there
+                    view = memoryview(chunk)
+                    while view:
+                        take = min(len(view), part - in_part)
+                        current.update(view[:take])
+                        in_part += take
+                        view = view[take:]
+                        if in_part == part:
+                            parts.append(current.digest())
+                            current, in_part = hashlib.sha256(), 0
+        if part and in_part:
+            parts.append(current.digest())
+        check = _b64(hashlib.sha256(b"".join(parts)).digest()) if part else _b64(whole.digest())
+        return Digest(whole.hexdigest(), size, check)
+
+    def _stored_check(self, rel: str) -> tuple[int, str | None] | None:
+        """(size, SHA-256 checksum without S3's ``-<parts>`` suffix) of one object, or None."""
+        try:
+            with s3_errors(self.uri):
+                head = self.client.head_object(Bucket=self.bucket, Key=self.key(rel), ChecksumMode="ENABLED")
+        except FileNotFoundError:
+            return None
+        check = head.get("ChecksumSHA256")
+        return head["ContentLength"], check.split("-")[0] if check else None
+
+    def upload(self, files: dict[str, tuple[Path, Digest]], on_bytes: OnBytes) -> None:
+        from boto3.s3.transfer import create_transfer_manager
+
+        todo = {}
+        for rel, (path, digest) in files.items():
+            if self._stored_check(rel) == (digest.bytes, digest.store_check):
+                on_bytes(digest.bytes)  # already there intact: a re-run resumes here
+            else:
+                todo[rel] = path
+        with s3_errors(self.uri), create_transfer_manager(self.client, self.config) as manager:
+            futures = [
+                manager.upload(
+                    str(path), self.bucket, self.key(rel), extra_args={"ChecksumAlgorithm": "SHA256"},
+                    subscribers=[_Subscriber(on_bytes).instance],
+                )
+                for rel, path in todo.items()
+            ]
+            for future in futures:
+                future.result()
+
+    def verify(self, expected: dict[str, Digest]) -> list[str]:
+        problems = []
+        for rel, digest in expected.items():
+            stored = self._stored_check(rel)
+            if stored is None:
+                problems.append(f"{rel}: missing from {self.uri}")
+            elif stored[0] != digest.bytes:
+                problems.append(f"{rel}: {stored[0]} bytes in the store, expected {digest.bytes}")
+            elif stored[1] != digest.store_check:
+                problems.append(f"{rel}: the store's SHA-256 checksum differs from the local file's")
+        return problems
+
+    def download(self, files: dict[str, int], dest: Path, on_file: OnFile, on_bytes: OnBytes) -> None:
+        from boto3.s3.transfer import create_transfer_manager
+
+        with s3_errors(self.uri), create_transfer_manager(self.client, self.config) as manager:
+            futures = []
+            for rel in files:
+                (dest / rel).parent.mkdir(parents=True, exist_ok=True)
+                # s3transfer writes to a temporary name and renames when the object is whole
+                futures.append(
+                    (rel, manager.download(self.bucket, self.key(rel), str(dest / rel),
+                                           subscribers=[_Subscriber(on_bytes).instance]))
+                )
+            for rel, future in futures:
+                try:
+                    with s3_errors(self.uri):
+                        future.result()
+                except FileNotFoundError:
+                    raise FileNotFoundError(rel) from None
+                on_file(rel, dest / rel)

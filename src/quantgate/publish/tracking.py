@@ -1,0 +1,80 @@
+"""The MLflow tracking and registry client, and the few calls publish and pull share.
+
+MLflow reports "not found", "already exists" and "cannot connect" all as ``MlflowException``
+(or a requests error inside it); these helpers turn the first two into return values and the
+last into ``RegistryUnavailableError``, so the callers read as the protocol they implement.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from pathlib import Path
+
+from quantgate.errors import RegistryUnavailableError
+from quantgate.publish.config import RegistryConfig
+from quantgate.publish.store import join
+
+
+def client(cfg: RegistryConfig):
+    from mlflow import MlflowClient
+
+    for uri in {cfg.tracking_uri, cfg.model_registry_uri}:
+        if uri.startswith("sqlite:///"):  # SQLite creates the file, not its directory
+            Path(uri.removeprefix("sqlite:///")).parent.mkdir(parents=True, exist_ok=True)
+    return MlflowClient(tracking_uri=cfg.tracking_uri, registry_uri=cfg.model_registry_uri)
+
+
+def _code(exc: Exception) -> str:
+    return getattr(exc, "error_code", "") or ""
+
+
+@contextlib.contextmanager
+def registry_errors(cfg: RegistryConfig) -> Iterator[None]:
+    """Connection failures (after MLflow's own retries) become a typed error naming the URI."""
+    from mlflow.exceptions import MlflowException
+
+    try:
+        yield
+    except MlflowException as exc:
+        if _code(exc) in ("RESOURCE_DOES_NOT_EXIST", "RESOURCE_ALREADY_EXISTS", "INVALID_PARAMETER_VALUE"):
+            raise
+        raise RegistryUnavailableError(
+            cfg.tracking_uri, f"the MLflow registry failed: {str(exc).splitlines()[0][:300]}",
+            "check MLFLOW_TRACKING_URI (is the server up?) or pass --offline to use the last resolved version",
+        ) from exc
+
+
+def not_found(exc: Exception) -> bool:
+    return _code(exc) == "RESOURCE_DOES_NOT_EXIST"
+
+
+def experiment_id(mlflow_client, cfg: RegistryConfig, name: str, subdir: str) -> str:
+    """The experiment ``name``, created on first use under ``<artifact_uri>/<subdir>``."""
+    from mlflow.exceptions import MlflowException
+
+    found = mlflow_client.get_experiment_by_name(name)
+    if found is not None:
+        return found.experiment_id
+    location = join(cfg.artifact_uri, subdir) if cfg.artifact_uri else None
+    try:
+        return mlflow_client.create_experiment(name, artifact_location=location)
+    except MlflowException as exc:  # created meanwhile by a concurrent publish
+        if _code(exc) != "RESOURCE_ALREADY_EXISTS":
+            raise
+        return mlflow_client.get_experiment_by_name(name).experiment_id
+
+
+def ensure_registered_model(mlflow_client, name: str, tags: dict[str, str]) -> None:
+    from mlflow.exceptions import MlflowException
+
+    try:
+        mlflow_client.create_registered_model(name, tags=tags)
+    except MlflowException as exc:
+        if _code(exc) != "RESOURCE_ALREADY_EXISTS":
+            raise
+
+
+def quote(value: str) -> str:
+    """A value inside a single-quoted MLflow search filter."""
+    return value.replace("\\", "\\\\").replace("'", "\\'")

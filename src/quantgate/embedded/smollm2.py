@@ -92,3 +92,10 @@ def convert_gguf(gguf_file: Path, out_dir: Path) -> None:
     tokenizer.clean_up_tokenization_spaces = False
     model.save_pretrained(out_dir)
     tokenizer.save_pretrained(out_dir)
+
+
+def model_name(checkpoint: str | Path) -> str:
+    """The registered model's name for a checkpoint: its directory's name, without the cache
+    tag of the embedded default (``smollm2-135m-instruct-<hash>-v1`` -> ``smollm2-135m-instruct``)."""
+    name = Path(checkpoint).name
+    return MODEL_NAME if name.startswith(MODEL_NAME) else name

@@ -112,8 +112,14 @@ def evaluate(
     model: str | None = None,
     model_class: str | None = None,
     source_bytes: int | None = None,
+    reference_only: bool = False,
 ) -> EvalRun:
-    dirs = [d for d in artifact_dirs(artifacts) if not targets or d.name in targets]
+    """Evaluate the source (from its reference cache when present) and every artifact.
+
+    ``reference_only`` evaluates the source alone: an orchestrator runs it once, then one
+    evaluation per artifact in parallel, each finding every reference in the cache.
+    """
+    dirs = [] if reference_only else [d for d in artifact_dirs(artifacts) if not targets or d.name in targets]
     for d in dirs:  # an artifact whose files differ from its manifest is not what was built
         problems = verify_files(d, read_manifest(d))
         if problems:

@@ -1,0 +1,76 @@
+"""Merge per-artifact evaluation directories into one, as if a single ``evaluate`` had run.
+
+An orchestrator evaluates artifacts in parallel, each into its own directory (a shared
+``summary.json`` written by concurrent processes would lose entries). The gate reads one
+directory, so the parts are merged afterwards: model directories are copied, ``summary.json``
+and ``run.json`` are unioned. Every part must come from the same source, profile and suites,
+else pairing them would compare different things; that is checked, not assumed.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+from typing import Any
+
+from quantgate.atomic import write_json
+from quantgate.errors import InputError
+
+_SAME = ("model", "model_class", "profile", "source_hash", "suites")
+
+
+def merge_evaluations(parts: list[Path], out: Path) -> Path:
+    """Merge ``parts`` (each a ``quantgate eval --out`` directory) into ``out``; returns ``out``.
+
+    ``out`` is rebuilt from scratch each time, so a re-run never keeps a stale artifact's results.
+    """
+    if not parts:
+        raise InputError(None, "no evaluation directories to merge", "evaluate at least the source first")
+    runs = []
+    for part in parts:
+        run_json = Path(part) / "run.json"
+        if not run_json.exists():
+            raise InputError(run_json, "missing: not a finished evaluation", "re-run quantgate eval into this directory")
+        runs.append(json.loads(run_json.read_text()))
+    first = runs[0]
+    for part, run in zip(parts[1:], runs[1:]):
+        for key in _SAME:
+            if run.get(key) != first.get(key):
+                raise InputError(
+                    Path(part) / "run.json",
+                    f"'{key}' differs from {parts[0]}'s ({run.get(key)!r} vs {first.get(key)!r})",
+                    "evaluate every artifact with the same source, profile and suites",
+                )
+    out = Path(out)
+    if out.exists():
+        shutil.rmtree(out)
+    out.mkdir(parents=True)
+    summary: dict[str, Any] = {}
+    for part in parts:
+        part_summary = json.loads((Path(part) / "summary.json").read_text())
+        for model, metrics in part_summary.items():
+            if model not in summary:  # the source appears in every part, with identical results
+                shutil.copytree(Path(part) / model, out / model)
+                summary[model] = metrics
+    write_json(out / "summary.json", summary)
+    merged = {key: first.get(key) for key in _SAME}
+    merged |= {
+        "bytes": _union(r.get("bytes") for r in runs),
+        "numerics": _union(r.get("numerics") for r in runs),
+        "reference_cache": {
+            "hits": [h for r in runs for h in r.get("reference_cache", {}).get("hits", [])],
+            "computed": [c for r in runs for c in r.get("reference_cache", {}).get("computed", [])],
+        },
+        "source_forward_passes": sum(r.get("source_forward_passes", 0) for r in runs),
+        "merged_from": [str(p) for p in parts],
+    }
+    write_json(out / "run.json", merged)
+    return out
+
+
+def _union(dicts) -> dict:
+    merged: dict = {}
+    for d in dicts:
+        merged.update(d or {})
+    return merged

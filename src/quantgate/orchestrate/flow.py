@@ -1,0 +1,292 @@
+"""The Prefect flow ``build_and_gate``: intake -> builds -> reference -> evaluations -> gate -> publish.
+
+One code path for CI, deployments on GPU workers and a laptop: every heavy step is the
+``quantgate`` command a person would run (``steps.run_step``, in its own process with a time
+limit), and the light ones (plan, gate, publish) call the same library functions the
+commands call. What Prefect adds is what it is good at, used as DESIGN.md's "Orchestration"
+asks:
+
+- **Caching by content.** Build, reference, evaluation and gate results are cached under keys
+  made of content hashes (``plan.py``); a re-run with unchanged inputs is served from cache.
+- **Retries for transient failures only.** A step exiting 75 (network, store I/O) is retried;
+  a failed build or gate never is: retrying returns the same answer at the cost of GPU hours.
+- **A concurrency limit** (global, named ``quantgate-heavy``) on heavy steps, because the
+  default task runner would start every build and evaluation at once.
+- **The real outcome as the final state.** A failed mapped task does not fail a flow by
+  itself; this flow returns ``Failed`` when a required artifact passes no tenant (or its
+  build failed), and ``Completed`` only when the gate says the run passed.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+from prefect import flow, get_run_logger, task
+from prefect.artifacts import create_link_artifact, create_markdown_artifact, create_table_artifact
+from prefect.futures import as_completed
+from prefect.states import Completed, Failed
+
+from quantgate.atomic import write_json
+from quantgate.errors import TransientError
+from quantgate.orchestrate.plan import RunPlan, digest, make_plan
+from quantgate.orchestrate.steps import run_step
+
+HEAVY = "quantgate-heavy"
+OUTCOME = "outcome.json"
+_RETRIES = 2
+
+
+def _only_transient(_task, _task_run, state) -> bool:
+    """Retry condition: the step failed with ``TransientError`` (exit 75), nothing else."""
+    try:
+        state.result()
+    except TransientError:
+        return True
+    except Exception:
+        return False
+    return False
+
+
+def _keyed(kind: str, key_of):
+    """A ``cache_key_fn`` hashing ``kind`` with the content parts ``key_of(parameters)`` names."""
+
+    def cache_key(_context, parameters: dict[str, Any]) -> str:
+        plan: RunPlan = parameters["plan"]
+        return f"quantgate-{kind}-" + digest(kind, plan.stamp, plan.tools_hash, *key_of(parameters))
+
+    return cache_key
+
+
+def _heavy(plan: RunPlan):
+    """The global concurrency slot a heavy step holds (a no-op when the limit is disabled)."""
+    import contextlib
+
+    if plan.max_heavy <= 0:
+        return contextlib.nullcontext()
+    from prefect.concurrency.sync import concurrency
+
+    return concurrency(HEAVY, occupy=1, strict=False)
+
+
+def _step(plan: RunPlan, name: str, args: list[str]) -> None:
+    logger = get_run_logger()
+    with _heavy(plan):
+        logger.info("running quantgate %s (log: %s)", args[0], plan.log(name))
+        run_step(name, args, plan.log(name), plan.step_timeout_s, on_line=logger.info)
+
+
+def _eval_args(plan: RunPlan, out: Path) -> list[str]:
+    args = ["eval", *plan.common_args(), "--artifacts", str(plan.artifacts_dir), "--out", str(out),
+            "--profile", plan.profile, "--suites", ",".join(plan.suites)]
+    return args + (["--data-dir", plan.data_dir] if plan.data_dir else [])
+
+
+@task(name="plan", retries=_RETRIES, retry_condition_fn=_only_transient)
+def plan_run(options: dict[str, Any]) -> RunPlan:
+    """Intake (validate, hash, classify) and plan; bad input fails here, before any build."""
+    return make_plan(**options)
+
+
+@task(
+    name="build", task_run_name="build-{target}", cache_key_fn=_keyed("build", lambda p: [
+        p["plan"].source_hash, p["plan"].target_hashes[p["target"]]]),
+    persist_result=True, retries=_RETRIES, retry_condition_fn=_only_transient,
+)
+def build_artifact(plan: RunPlan, target: str) -> dict[str, Any]:
+    from quantgate.build.manifest import read_manifest
+
+    args = ["build", *plan.common_args(), "--targets", target, "--out", str(plan.artifacts_dir)]
+    _step(plan, f"build-{target}", args + (["--calibration", plan.calibration] if plan.calibration else []))
+    manifest = read_manifest(plan.artifacts_dir / target)
+    files = {rel: entry.sha256 for rel, entry in manifest.files.items()}
+    return {"target": target, "build_key": manifest.build_key, "files": digest(files), "bytes": manifest.total_bytes}
+
+
+@task(
+    name="reference", cache_key_fn=_keyed("reference", lambda p: [
+        p["plan"].source_hash, p["plan"].suites_hash, p["plan"].profile]),
+    persist_result=True, retries=_RETRIES, retry_condition_fn=_only_transient,
+)
+def evaluate_reference(plan: RunPlan) -> dict[str, Any]:
+    """The source, once: fills the reference cache every artifact evaluation then reads."""
+    out = plan.eval_part("source")
+    _step(plan, "eval-source", [*_eval_args(plan, out), "--reference-only"])
+    return {"name": "source", "dir": str(out), "summary": json.loads((out / "summary.json").read_text())}
+
+
+@task(
+    name="evaluate", task_run_name="evaluate-{built[target]}", cache_key_fn=_keyed("evaluate", lambda p: [
+        p["built"], p["plan"].source_hash, p["plan"].suites_hash, p["plan"].profile]),
+    persist_result=True, retries=_RETRIES, retry_condition_fn=_only_transient,
+)
+def evaluate_artifact(plan: RunPlan, built: dict[str, Any]) -> dict[str, Any]:
+    target = built["target"]
+    out = plan.eval_part(target)
+    _step(plan, f"eval-{target}", [*_eval_args(plan, out), "--targets", target])
+    return {"name": target, "dir": str(out), "summary": json.loads((out / "summary.json").read_text())}
+
+
+@task(
+    name="gate", cache_key_fn=_keyed("gate", lambda p: [
+        p["plan"].gates_hash, p["plan"].tenants, p["plan"].model_class, p["evaluations"]]),
+    persist_result=True,
+)
+def gate_run(plan: RunPlan, evaluations: list[dict[str, Any]]) -> dict[str, Any]:
+    """Merge the evaluations, judge every (artifact, tenant), write report.json/md/html."""
+    from quantgate.evaluate.merge import merge_evaluations
+    from quantgate.gate.run import gate_results, report_payload, write_report_json
+    from quantgate.report import write_reports
+
+    merged = merge_evaluations([Path(e["dir"]) for e in evaluations], plan.eval_dir)
+    decision = gate_results(
+        merged, Path(plan.gates), Path(plan.root), model_class=plan.model_class,
+        artifacts_dir=plan.artifacts_dir, model=plan.model, tenants=plan.tenants,
+    )
+    report_json = write_report_json(decision, plan.report_dir)
+    written = write_reports(report_payload(decision), plan.report_dir)
+    return {
+        "report": report_payload(decision),
+        "paths": {"json": str(report_json), **{kind: str(path) for kind, path in written.items()}},
+    }
+
+
+@task(name="publish", retries=_RETRIES, retry_condition_fn=_only_transient)
+def publish_artifacts(plan: RunPlan, report_json: str) -> dict[str, Any]:
+    """Register every artifact; aliases only for the tenants the gate approved (``publish``)."""
+    from quantgate.publish import RegistryConfig, publish_report
+
+    config = RegistryConfig.from_env(Path(plan.root))
+    outcome = publish_report(Path(report_json), plan.artifacts_dir, config)
+    return outcome.to_json() if hasattr(outcome, "to_json") else json.loads(outcome.model_dump_json())
+
+
+@flow(name="build-and-gate", validate_parameters=True)
+def build_and_gate(
+    checkpoint: str | None = None,
+    targets: list[str] | None = None,
+    tenants: list[str] | None = None,
+    profile: str = "smoke",
+    publish: bool = True,
+    out: str = "runs",
+    suites: list[str] | None = None,
+    gates: str | None = None,
+    max_heavy: int = 1,
+    step_timeout_s: float = 6 * 3600,
+):
+    """Build, evaluate, gate and publish every target of one source checkpoint.
+
+    ``checkpoint``: a local directory or an ``s3://bucket/prefix`` URI (default: the embedded
+    SmolLM2-135M-Instruct). ``targets``: override the model class's targets. ``tenants``: gate
+    only these. ``max_heavy``: heavy steps (builds, evaluations) running at once, across every
+    flow run on the same Prefect server (0: no limit).
+    """
+    from quantgate.orchestrate.checkpoint_uri import local_checkpoint
+    from quantgate.paths import cache_dir, project_root
+
+    root, cache = project_root(), cache_dir()
+    options = {
+        "checkpoint": local_checkpoint(checkpoint, cache) if checkpoint else None,
+        "targets": targets, "tenants": tenants, "suites": suites, "profile": profile, "root": root,
+        "gates": Path(gates) if gates else None, "cache": cache, "data_dir": _data_dir(),
+        "calibration": None, "out": Path(out), "step_timeout_s": step_timeout_s, "max_heavy": max_heavy,
+    }
+    plan = plan_run(options)
+    _ensure_heavy_limit(max_heavy)
+    logger = get_run_logger()
+    logger.info("%s (%s): targets %s, suites %s, profile %s", plan.model, plan.model_class,
+                ", ".join(plan.targets), ", ".join(plan.suites), plan.profile)
+
+    builds = {t: build_artifact.submit(plan, t) for t in plan.targets}
+    reference = evaluate_reference.submit(plan)
+    evaluations, build_failures = [], {}
+    for future in as_completed(list(builds.values())):
+        target = next(t for t, f in builds.items() if f is future)
+        future.wait()  # as_completed yields on completion; the future's state is read after wait
+        if future.state.is_completed():
+            evaluations.append(evaluate_artifact.submit(plan, future.result(), wait_for=[reference]))
+        else:
+            build_failures[target] = future.state.message or "build failed"
+    parts = [reference.result()]  # a failed reference fails the flow: nothing can be gated
+    eval_failures = {}
+    for future in evaluations:
+        future.wait()
+        if future.state.is_completed():
+            parts.append(future.result())
+        else:
+            eval_failures[future.task_run_id] = future.state.message or "evaluation failed"
+    parts = [parts[0], *sorted(parts[1:], key=lambda e: e["name"])]
+    gated = gate_run(plan, parts)
+    report = gated["report"]
+    _report_artifacts(plan, report, gated["paths"])
+    published = publish_artifacts(plan, gated["paths"]["json"]) if publish else None
+    outcome = {
+        "model": plan.model, "model_class": plan.model_class, "source_hash": plan.source_hash,
+        "targets": plan.targets, "approvals": report["approvals"], "required": report["required"],
+        "exit_code": report["exit_code"] or (1 if build_failures or eval_failures else 0),
+        "build_failures": build_failures, "evaluation_failures": list(eval_failures.values()),
+        "verdicts": [{k: v[k] for k in ("artifact", "tenant", "verdict")} for v in report["verdicts"]],
+        "reports": gated["paths"], "published": published, "out": plan.out,
+    }
+    write_json(Path(plan.out) / OUTCOME, outcome)
+    failing = [a for a in report["required"] if not report["approvals"].get(a)]
+    if failing or build_failures or eval_failures:
+        reasons = [f"required artifacts passing no tenant: {', '.join(failing)}"] if failing else []
+        reasons += [f"build {t} failed" for t in build_failures] + [f"{len(eval_failures)} evaluation(s) failed"] * bool(eval_failures)
+        return Failed(message="; ".join(reasons) + f" (report: {gated['paths'].get('md')})", data=outcome)
+    return Completed(message=f"every required artifact passed (report: {gated['paths'].get('md')})", data=outcome)
+
+
+@flow(name="regate", validate_parameters=True)
+def regate(out: str, tenants: list[str] | None = None, gates: str | None = None, publish: bool = True):
+    """Gate existing evaluations again (e.g. after gates.yaml floors changed) and publish.
+
+    Reads ``<out>/eval`` and ``<out>/artifacts`` of an earlier ``build_and_gate`` run; no model
+    is loaded. Aliases move only for tenants the new floors approve.
+    """
+    from quantgate.gate.run import gate_results, report_payload, write_report_json
+    from quantgate.paths import project_root
+    from quantgate.report import write_reports
+
+    root = project_root()
+    out_dir = Path(out).resolve()
+    gates_path = Path(gates) if gates else root / "gates.yaml"
+    decision = gate_results(out_dir / "eval", gates_path, root, artifacts_dir=out_dir / "artifacts", tenants=tenants)
+    report_json = write_report_json(decision, out_dir / "report")
+    write_reports(report_payload(decision), out_dir / "report")
+    if publish:
+        from quantgate.publish import RegistryConfig, publish_report
+
+        publish_report(report_json, out_dir / "artifacts", RegistryConfig.from_env(root))
+    if decision.exit_code:
+        return Failed(message=f"required artifacts pass no tenant under the new floors (report: {report_json})")
+    return Completed(message=f"report: {report_json}")
+
+
+def _data_dir() -> Path | None:
+    import os
+
+    return Path(os.environ["QUANTGATE_DATA"]) if os.environ.get("QUANTGATE_DATA") else None
+
+
+def _ensure_heavy_limit(max_heavy: int) -> None:
+    """Create (or resize) the global concurrency limit; without it ``concurrency`` is a no-op."""
+    if max_heavy <= 0:
+        return
+    from prefect.client.orchestration import get_client
+
+    with get_client(sync_client=True) as client:
+        client.upsert_global_concurrency_limit_by_name(HEAVY, max_heavy)
+
+
+def _report_artifacts(plan: RunPlan, report: dict[str, Any], paths: dict[str, str]) -> None:
+    """The report in Prefect's UI: the Markdown report, the verdict table, a link to the HTML."""
+    key = "quantgate-" + re.sub(r"[^a-z0-9-]+", "-", plan.model.lower()).strip("-")
+    md = Path(paths["md"]).read_text() if "md" in paths else ""
+    create_markdown_artifact(md, key=f"{key}-report", description=f"gate report for {plan.model}")
+    rows = [{"artifact": v["artifact"], "tenant": v["tenant"], "verdict": v["verdict"]} for v in report["verdicts"]]
+    create_table_artifact(rows, key=f"{key}-verdicts", description="verdict per (artifact, tenant)")
+    if "html" in paths:
+        create_link_artifact(Path(paths["html"]).as_uri(), link_text="report.html", key=f"{key}-html")

@@ -1,0 +1,100 @@
+"""Run one heavy pipeline step (a ``quantgate`` command) in its own process, with a time limit.
+
+Why a process and not a function call: a Prefect task timeout cannot stop native code (CUDA
+kernels, a stuck C extension), and a crashed or leaking step must not take the flow down with
+it. The step is the same command a release engineer runs by hand, so a flow and a person
+always run the same code path. Its whole process group is killed on timeout, its output goes
+to a log file beside the run's outputs, and its exit code keeps the command-line contract:
+75 means transient (retry), anything else is final.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from quantgate.errors import StepFailed, StepTimeout, TransientError
+
+_TAIL_LINES = 25
+
+
+def run_step(
+    name: str,
+    args: list[str],
+    log_path: Path,
+    timeout_s: float,
+    *,
+    env: dict[str, str] | None = None,
+    on_line: Callable[[str], None] | None = None,
+) -> None:
+    """Run ``quantgate <args>`` as a child process; raise unless it exits 0.
+
+    Raises ``TransientError`` for exit code 75, ``StepTimeout`` past ``timeout_s`` and
+    ``StepFailed`` (carrying the exit code and the log's tail) for every other failure.
+    ``on_line`` sees each line the step prints on stdout (its tables and paths).
+    """
+    log_path = Path(log_path)
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    command = [sys.executable, "-m", "quantgate.cli", *args]
+    # no colour codes in logs; the step's progress bars go to stderr, which the log keeps
+    child_env = {**os.environ, "NO_COLOR": "1", "TERM": "dumb", **(env or {})}
+    deadline = time.monotonic() + timeout_s
+    with open(log_path, "w") as log:
+        log.write(f"$ quantgate {' '.join(args)}\n")
+        log.flush()
+        proc = subprocess.Popen(
+            command, stdout=subprocess.PIPE, stderr=log, env=child_env, text=True, start_new_session=True
+        )
+        assert proc.stdout is not None
+        try:
+            _pump(proc, log, on_line, deadline)
+        finally:
+            if proc.poll() is None:
+                _kill_group(proc)
+    code = proc.returncode
+    if code == 0:
+        return
+    tail = "\n".join(log_path.read_text(errors="replace").splitlines()[-_TAIL_LINES:])
+    if code == -signal.SIGKILL and time.monotonic() >= deadline:
+        raise StepTimeout(name, 124, str(log_path), f"killed after {timeout_s:.0f} s\n{tail}")
+    if code == TransientError.exit_code:
+        raise TransientError(f"step '{name}' hit a transient failure (log: {log_path}):\n{tail}")
+    raise StepFailed(name, code, str(log_path), tail)
+
+
+def _pump(proc: subprocess.Popen, log, on_line, deadline: float) -> None:
+    """Copy the child's stdout to the log (and ``on_line``) until it exits or time runs out."""
+    import selectors
+
+    selector = selectors.DefaultSelector()
+    selector.register(proc.stdout, selectors.EVENT_READ)
+    while True:
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            _kill_group(proc)
+            return
+        if not selector.select(timeout=min(remaining, 1.0)):
+            if proc.poll() is not None:
+                break
+            continue
+        line = proc.stdout.readline()
+        if not line:
+            break
+        log.write(line)
+        log.flush()
+        if on_line is not None:
+            on_line(line.rstrip("\n"))
+    proc.wait()
+
+
+def _kill_group(proc: subprocess.Popen) -> None:
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    proc.wait()

@@ -1,7 +1,8 @@
 """The ``quantgate`` command line (the contract in DESIGN.md: CI, the fleet and reviewers script it).
 
-Exit codes: 0 success; 1 a required artifact failed (its build, later its gate); 2 bad input or
-usage, with a message naming the file and the fix. The commands are thin: each builds one
+Exit codes: 0 success; 1 a required artifact failed (its build or its gate); 2 bad input or
+usage, with a message naming the file and the fix; 75 a transient failure (network, store I/O)
+that an orchestrator may retry. The commands are thin: each builds one
 options object, calls library functions, and prints; all behaviour lives in the library.
 """
 
@@ -14,7 +15,7 @@ from typing import Annotated
 
 import typer
 
-from quantgate.errors import QuantgateError, UsageError
+from quantgate.errors import QuantgateError, TransientError, UsageError
 from quantgate.paths import cache_dir, project_root
 
 app = typer.Typer(
@@ -163,6 +164,10 @@ def eval_(
         Path | None,
         typer.Option("--data-dir", help="Evaluation data (GSM8K, WikiText-2). Default: $QUANTGATE_DATA, else ../shared/datasets."),
     ] = None,
+    reference_only: Annotated[
+        bool,
+        typer.Option("--reference-only", help="Evaluate the source alone (fills the reference cache); no artifacts."),
+    ] = False,
     gates: GatesOpt = None,
     cache: CacheOpt = None,
     root: RootOpt = None,
@@ -187,7 +192,7 @@ def eval_(
     policy = load_policy(gates or project / "gates.yaml", catalog)
     cache_path = (cache or cache_dir()).resolve()
     loaded = load_suites(project / "eval_suites", _split(suites))
-    if not artifacts.is_dir():
+    if not reference_only and not artifacts.is_dir():
         raise UsageError(artifacts, "artifacts directory does not exist", "run quantgate build --out DIR first")
     with RichProgress() as progress:
         source_dir = checkpoint or default_checkpoint(cache_path, progress)
@@ -196,6 +201,7 @@ def eval_(
         run = evaluate(
             Path(record.path), record.content_hash, artifacts, out.resolve(), loaded, ctx, _split(targets),
             model=model_name(record), model_class=record.model_class, source_bytes=record.bytes,
+            reference_only=reference_only,
         )
 
     table = Table(title=f"quantgate eval ({profile}); source ran {run.source_forward_passes} forward passes")
@@ -231,10 +237,8 @@ def gate(
     root: RootOpt = None,
 ) -> None:
     """Judge every artifact against every tenant's floors; exit 1 if a required artifact passes none."""
-    from rich.console import Console
-    from rich.table import Table
-
-    from quantgate.gate.run import gate_results, write_report_json
+    from quantgate.gate.run import gate_results, report_payload, write_report_json
+    from quantgate.report.console import print_table, verdict_table
 
     project = (root or project_root()).resolve()
     if not (results / "summary.json").exists():
@@ -245,20 +249,8 @@ def gate(
     )
     report = write_report_json(decision, out.resolve())
     written = _render_reports(report)
-    table = Table(title=f"quantgate gate: {decision.model} ({decision.model_class or 'class unknown'})")
-    tenants_seen = list(dict.fromkeys(v.tenant for v in decision.verdicts))
-    table.add_column("artifact")
-    for name in tenants_seen:
-        table.add_column(name)
-    for artifact in dict.fromkeys(v.artifact for v in decision.verdicts):
-        cells = {v.tenant: v.verdict for v in decision.verdicts if v.artifact == artifact}
-        role = (
-            "required" if artifact in decision.required
-            else "optional" if artifact in decision.optional
-            else "outside class"
-        )
-        table.add_row(f"{artifact} ({role})", *(cells.get(t, "-") for t in tenants_seen))
-    Console(width=None if sys.stdout.isatty() else 240).print(table)
+    title = f"quantgate gate: {decision.model} ({decision.model_class or 'class unknown'})"
+    print_table(verdict_table(report_payload(decision), title))
     for path in (report, *written):
         print(f"report: {path}")
     raise typer.Exit(decision.exit_code)
@@ -352,13 +344,64 @@ def pull(
     print(path)
 
 
-def model_name(record) -> str:
-    """The registered model's name: the checkpoint directory's name, without the cache tag of
-    the embedded default (``smollm2-135m-instruct-<hash>-v1`` -> ``smollm2-135m-instruct``)."""
-    from quantgate.embedded.smollm2 import MODEL_NAME
+@app.command()
+def run(
+    checkpoint: Annotated[
+        str | None,
+        typer.Option("--checkpoint", help="Source checkpoint: a directory or s3://bucket/prefix. "
+                     "Default: the embedded SmolLM2-135M-Instruct."),
+    ] = None,
+    out: Annotated[Path, typer.Option("--out", help="Run directory: artifacts/, eval/, report/, logs/, outcome.json.")] = Path("runs"),
+    targets: TargetsOpt = None,
+    tenants: Annotated[str | None, typer.Option("--tenants", help="Comma-separated tenants to gate (default: all).")] = None,
+    profile: ProfileOpt = "smoke",
+    suites: Annotated[str | None, typer.Option("--suites", help="Comma-separated suites (default: all).")] = None,
+    gates: GatesOpt = None,
+    publish: Annotated[
+        bool, typer.Option("--publish/--no-publish", help="Publish to the registry (MLFLOW_TRACKING_URI, else the local one).")
+    ] = True,
+    max_heavy: Annotated[int, typer.Option("--max-heavy", help="Heavy steps (builds, evaluations) at once; 0: no limit.")] = 1,
+    dask_workers: Annotated[
+        int, typer.Option("--dask-workers", help="Fan tasks out over a local Dask cluster of N worker processes.")
+    ] = 0,
+    dask_address: Annotated[
+        str | None, typer.Option("--dask-address", help="Fan tasks out over a running Dask scheduler (tcp://host:8786).")
+    ] = None,
+    step_timeout: Annotated[
+        float, typer.Option("--step-timeout", help="Seconds before a build or evaluation step is killed.")
+    ] = 6 * 3600,
+) -> None:
+    """Build, evaluate, gate and publish in one Prefect flow run (ephemeral, or PREFECT_API_URL's server)."""
+    from quantgate.orchestrate.run import run_flow
+    from quantgate.report.console import print_table, verdict_table
 
-    name = Path(record.path).name
-    return MODEL_NAME if name.startswith(MODEL_NAME) else name
+    outcome, state = run_flow(
+        checkpoint=checkpoint, targets=_split(targets), tenants=_split(tenants), profile=profile,
+        publish=publish, out=str(out), suites=_split(suites), gates=str(gates) if gates else None,
+        max_heavy=max_heavy, step_timeout_s=step_timeout, dask_workers=dask_workers, dask_address=dask_address,
+    )
+    if outcome is None:
+        typer.secho(f"error: the flow run ended {state.name}: {state.message}", fg=typer.colors.RED, err=True)
+        raise typer.Exit(1)
+    report = json.loads(Path(outcome["reports"]["json"]).read_text())
+    aliases = None
+    if outcome.get("published") is not None:
+        aliases = {a["artifact"]: a.get("aliases", []) for a in outcome["published"].get("artifacts", [])}
+    title = f"quantgate run: {outcome['model']} ({outcome['model_class']}), flow run {state.name}"
+    print_table(verdict_table(report, title, aliases))
+    for target, message in outcome["build_failures"].items():
+        typer.secho(f"build failed: {target}: {message}", fg=typer.colors.RED, err=True)
+    for kind in ("md", "html", "json"):
+        if kind in outcome["reports"]:
+            print(f"report: {outcome['reports'][kind]}")
+    raise typer.Exit(outcome["exit_code"])
+
+
+def model_name(record) -> str:
+    """The registered model's name for an intake record (see ``embedded.smollm2.model_name``)."""
+    from quantgate.embedded.smollm2 import model_name as name_of
+
+    return name_of(record.path)
 
 
 def _split(value: str | None) -> list[str] | None:
@@ -377,6 +420,9 @@ def main() -> None:
     except QuantgateError as exc:
         typer.secho(f"error: {exc}", fg=typer.colors.RED, err=True)
         sys.exit(exc.exit_code)
+    except (ConnectionError, TimeoutError) as exc:  # network or store hiccup: safe to retry
+        typer.secho(f"error (transient, retry): {exc}", fg=typer.colors.RED, err=True)
+        sys.exit(TransientError.exit_code)
 
 
 if __name__ == "__main__":

@@ -10,6 +10,8 @@ gate approved, so no alias can ever point at a version whose bytes were not veri
 
 from __future__ import annotations
 
+import contextlib
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -192,6 +194,13 @@ def _local_digests(job: _Job, store: ArtifactStore) -> dict[str, tuple[Path, Dig
     return files
 
 
+def _end_run(mlflow_client, run_id: str, status: str) -> None:
+    """End the run; MLflow prints the run's URL to stdout here, which belongs to our output
+    (``quantgate publish --json``), so it goes to stderr."""
+    with contextlib.redirect_stdout(sys.stderr):
+        mlflow_client.set_terminated(run_id, status)
+
+
 def _upload_and_register(job: _Job, mlflow_client, cfg: RegistryConfig, progress: Progress):
     run, resumed = _find_or_create_run(mlflow_client, cfg, job)
     run_id = run.info.run_id
@@ -209,10 +218,10 @@ def _upload_and_register(job: _Job, mlflow_client, cfg: RegistryConfig, progress
                 "No version or alias was created. Fix: run quantgate publish again; it re-uploads what differs"
             )
     except BaseException:
-        mlflow_client.set_terminated(run_id, "FAILED")
+        _end_run(mlflow_client, run_id, "FAILED")
         raise
     mlflow_client.set_tag(run_id, naming.UPLOAD, naming.UPLOAD_COMPLETE)
-    mlflow_client.set_terminated(run_id, "FINISHED")
+    _end_run(mlflow_client, run_id, "FINISHED")
     if files[f"{naming.ARTIFACT_PATH}/{MANIFEST}"][1].sha256 != job.manifest_sha256:
         raise ArtifactAlteredError(job.directory / MANIFEST, "changed while it was being published",
                                    "publish again once nothing writes to the artifact")

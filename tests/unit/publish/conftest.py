@@ -72,3 +72,24 @@ def registry(tmp_path) -> RegistryConfig:
 @pytest.fixture
 def pull_cache(tmp_path) -> Path:
     return tmp_path / "node-cache"
+
+
+@pytest.fixture(scope="module")
+def moto(tmp_path_factory):
+    """A real moto S3 server on loopback, shared by a module's tests (each uses its own prefix)."""
+    from quantgate.publish.local_servers import moto_s3
+
+    with moto_s3() as endpoint:
+        yield endpoint
+
+
+@pytest.fixture
+def s3_registry(moto, tmp_path, monkeypatch, request) -> RegistryConfig:
+    """SQLite MLflow in tmp_path whose artifact store is the moto S3 bucket."""
+    from quantgate.publish.local_servers import TEST_CREDENTIALS
+
+    for key, value in TEST_CREDENTIALS.items():
+        monkeypatch.setenv(key, value)
+    return RegistryConfig.local(tmp_path / "registry").model_copy(update={
+        "artifact_uri": f"s3://{moto.bucket}/{request.node.name}", "s3_endpoint_url": moto.url,
+    })

@@ -27,12 +27,23 @@ def payload(cfg: RegistryConfig, name: str, alias: str, version: str | None, pre
             "previous_version": previous, "content_hash": content_hash}
 
 
+def _prefect_in_play() -> bool:
+    if os.environ.get("PREFECT_API_URL"):
+        return True
+    if "prefect" not in sys.modules:
+        return False
+    from prefect.context import FlowRunContext, TaskRunContext
+
+    return FlowRunContext.get() is not None or TaskRunContext.get() is not None
+
+
 def alias_moved(cfg: RegistryConfig, name: str, alias: str, version: str | None, previous: str | None,
                 content_hash: str) -> bool:
-    """Emit the event; True when Prefect accepted it, False when skipped or failed."""
-    if "prefect" not in sys.modules and not os.environ.get("PREFECT_API_URL"):
-        return False
+    """Emit the event; True when handed to Prefect's events worker (which delivers it in the
+    background, and only warns if the server is unreachable), False when skipped or refused."""
     try:
+        if not _prefect_in_play():
+            return False
         from prefect.events import emit_event
 
         emitted = emit_event(

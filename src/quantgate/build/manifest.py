@@ -18,7 +18,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
-from quantgate.hashing import FileEntry, sha256_file
+from quantgate.hashing import FileEntry, file_problem, sha256_file
 
 MANIFEST = "manifest.json"
 SCHEMA_VERSION = 1
@@ -102,11 +102,6 @@ def verify_files(directory: Path, manifest: Manifest) -> list[str]:
     for rel in sorted(present - set(manifest.files)):
         problems.append(f"{rel}: not in the manifest")
     for rel, entry in manifest.files.items():
-        path = directory / rel
-        if not path.is_file():
-            problems.append(f"{rel}: missing")
-        elif path.stat().st_size != entry.bytes:
-            problems.append(f"{rel}: {path.stat().st_size} bytes, manifest says {entry.bytes}")
-        elif sha256_file(path).sha256 != entry.sha256:
-            problems.append(f"{rel}: sha256 differs from the manifest")
+        if problem := file_problem(directory / rel, entry):
+            problems.append(f"{rel}: {problem}")
     return problems

@@ -13,7 +13,7 @@ from pathlib import Path
 from urllib.parse import urlparse
 from urllib.request import url2pathname
 
-from quantgate.hashing import sha256_file
+from quantgate.hashing import FileEntry, file_problem, sha256_file
 from quantgate.publish.store import Digest, OnBytes, OnFile
 
 
@@ -45,8 +45,7 @@ class LocalStore:
         return Digest(entry.sha256, entry.bytes)
 
     def _intact(self, rel: str, digest: Digest) -> bool:
-        path = self.root / rel
-        return path.is_file() and path.stat().st_size == digest.bytes and sha256_file(path).sha256 == digest.sha256
+        return file_problem(self.root / rel, FileEntry(sha256=digest.sha256, bytes=digest.bytes)) is None
 
     def upload(self, files: dict[str, tuple[Path, Digest]], on_bytes: OnBytes) -> None:
         for rel, (path, digest) in files.items():
@@ -57,13 +56,9 @@ class LocalStore:
     def verify(self, expected: dict[str, Digest]) -> list[str]:
         problems = []
         for rel, digest in expected.items():
-            path = self.root / rel
-            if not path.is_file():
-                problems.append(f"{rel}: missing from {self.uri}")
-            elif path.stat().st_size != digest.bytes:
-                problems.append(f"{rel}: {path.stat().st_size} bytes in the store, expected {digest.bytes}")
-            elif sha256_file(path).sha256 != digest.sha256:
-                problems.append(f"{rel}: sha256 in the store differs from the local file")
+            if problem := file_problem(self.root / rel, FileEntry(sha256=digest.sha256, bytes=digest.bytes),
+                                       "the local file"):
+                problems.append(f"{rel}: {problem} (in {self.uri})")
         return problems
 
     def download(self, files: dict[str, int], dest: Path, on_file: OnFile, on_bytes: OnBytes) -> None:

@@ -19,7 +19,7 @@ from pydantic import ValidationError
 
 from quantgate.build.manifest import MANIFEST, Manifest
 from quantgate.errors import TamperedArtifactError, UnapprovedVersionError, UsageError
-from quantgate.hashing import FileEntry, content_hash, sha256_file
+from quantgate.hashing import FileEntry, content_hash, file_problem, sha256_file
 from quantgate.paths import cache_dir as default_cache_dir
 from quantgate.progress import SILENT, Progress
 from quantgate.publish import naming, tracking
@@ -105,13 +105,7 @@ def _manifest(store: ArtifactStore, staging: Path, resolved: Resolved) -> Manife
 
 
 def _problem(path: Path, entry: FileEntry) -> str | None:
-    if not path.is_file():
-        return "missing after download"
-    if path.stat().st_size != entry.bytes:
-        return f"{path.stat().st_size} bytes, the manifest says {entry.bytes}"
-    if sha256_file(path).sha256 != entry.sha256:
-        return "sha256 differs from the manifest"
-    return None
+    return "missing after download" if not path.is_file() else file_problem(path, entry)
 
 
 def _fetch(resolved: Resolved, cache: PullCache, cfg: RegistryConfig, progress: Progress) -> Path:

@@ -88,8 +88,11 @@ def _eval_args(plan: RunPlan, out: Path) -> list[str]:
 
 @task(name="plan", retries=_RETRIES, retry_condition_fn=_only_transient)
 def plan_run(options: dict[str, Any]) -> RunPlan:
-    """Intake (validate, hash, classify) and plan; bad input fails here, before any build."""
-    return make_plan(**options)
+    """Fetch (s3://), intake (validate, hash, classify) and plan; bad input fails here, before any build."""
+    from quantgate.orchestrate.checkpoint_uri import local_checkpoint
+
+    uri = options["checkpoint"]
+    return make_plan(**{**options, "checkpoint": local_checkpoint(uri, options["cache"]) if uri else None})
 
 
 @task(
@@ -163,7 +166,7 @@ def publish_artifacts(plan: RunPlan, report_json: str) -> dict[str, Any]:
 
     config = RegistryConfig.from_env(Path(plan.root))
     outcome = publish_report(Path(report_json), plan.artifacts_dir, config)
-    return outcome.to_json() if hasattr(outcome, "to_json") else json.loads(outcome.model_dump_json())
+    return outcome.to_dict()
 
 
 @flow(name="build-and-gate", validate_parameters=True)
@@ -186,12 +189,11 @@ def build_and_gate(
     only these. ``max_heavy``: heavy steps (builds, evaluations) running at once, across every
     flow run on the same Prefect server (0: no limit).
     """
-    from quantgate.orchestrate.checkpoint_uri import local_checkpoint
     from quantgate.paths import cache_dir, project_root
 
     root, cache = project_root(), cache_dir()
     options = {
-        "checkpoint": local_checkpoint(checkpoint, cache) if checkpoint else None,
+        "checkpoint": checkpoint,
         "targets": targets, "tenants": tenants, "suites": suites, "profile": profile, "root": root,
         "gates": Path(gates) if gates else None, "cache": cache, "data_dir": _data_dir(),
         "calibration": None, "out": Path(out), "step_timeout_s": step_timeout_s, "max_heavy": max_heavy,

@@ -17,7 +17,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from quantgate.build.manifest import MANIFEST, Manifest, read_manifest
+from quantgate.build.manifest import MANIFEST, Manifest, read_manifest, verify_files
 from quantgate.errors import ArtifactAlteredError, ReportError, UploadIncompleteError
 from quantgate.hashing import content_hash, sha256_file
 from quantgate.progress import SILENT, Progress
@@ -92,16 +92,15 @@ def publish_report(
         manifests[artifact] = manifest
     reports = {f"{naming.REPORTS_PATH}/{name}": report_json.parent / name
                for name in REPORT_FILES if (report_json.parent / name).is_file()}
+    report_sha256 = sha256_file(report_json).sha256
     mlflow_client = tracking.client(cfg)
     published = []
     with tracking.registry_errors(cfg):
         for artifact, manifest in manifests.items():
             if not report.approvals[artifact] and not record_failed:
                 continue
-            published.append(_publish_one(
-                _Job(artifact, Path(artifacts_dir) / artifact, manifest, report, reports, sha256_file(report_json).sha256),
-                mlflow_client, cfg, progress,
-            ))
+            job = _Job(artifact, Path(artifacts_dir) / artifact, manifest, report, reports, report_sha256)
+            published.append(_publish_one(job, mlflow_client, cfg, progress))
     return PublishOutcome(tracking_uri=cfg.tracking_uri, model=report.model, artifacts=published)
 
 
@@ -126,7 +125,11 @@ def _publish_one(job: _Job, mlflow_client, cfg: RegistryConfig, progress: Progre
     created = version is None
     if created:
         version = _upload_and_register(job, mlflow_client, cfg, progress)
-    else:
+    else:  # the approval must still be about these bytes: the local copy must match its manifest
+        problems = verify_files(job.directory, job.manifest)
+        if problems:
+            raise ArtifactAlteredError(job.directory, f"differs from its manifest: {problems[0]}",
+                                       "rebuild the artifact with quantgate build; never edit an artifact by hand")
         progress.log(f"{job.name}: content {job.content_hash[:12]} already registered as version {version.version}")
     moved = aliases.apply(mlflow_client, cfg, job.name, version, job.approved, job.report.failed_tenants(job.artifact))
     gate_tags = {naming.APPROVED_TENANTS: ",".join(job.approved), naming.GATE: "approved" if job.approved else "failed",

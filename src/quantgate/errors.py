@@ -101,9 +101,9 @@ class RegistryError(QuantgateError):
     """The registry or its artifact store failed in a way that is not the caller's input."""
 
 
-class RegistryUnavailableError(InputError):
-    """The tracking server or artifact store cannot be reached or refuses the request:
-    a configuration problem (URI, endpoint, credentials), so exit code 2."""
+class RegistryRefusedError(InputError):
+    """The tracking server or artifact store refuses the request (credentials, permissions,
+    no such bucket): a configuration problem, so exit code 2."""
 
 
 class ArtifactAlteredError(InputError):
@@ -157,3 +157,12 @@ class StepFailed(QuantgateError):
 
 class StepTimeout(StepFailed):
     """A step ran past its time limit; its whole process group was killed."""
+
+
+class RegistryUnavailableError(TransientError):
+    """The tracking server or artifact store cannot be reached or failed on its side: exit 75,
+    so an orchestrator retries, and a retried publish or pull resumes where this one stopped."""
+
+    def __init__(self, where: str | Path, problem: str, fix: str) -> None:
+        self.path, self.problem, self.fix = str(where), problem, fix
+        super().__init__(f"{where}: {problem}. Fix: {fix}")

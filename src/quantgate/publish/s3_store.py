@@ -19,7 +19,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from urllib.parse import urlparse
 
-from quantgate.errors import RegistryUnavailableError
+from quantgate.errors import RegistryRefusedError, RegistryUnavailableError
 from quantgate.hashing import CHUNK_BYTES
 from quantgate.publish.config import MB, RegistryConfig
 from quantgate.publish.store import Digest, OnBytes, OnFile
@@ -44,23 +44,29 @@ def make_client(cfg: RegistryConfig):
 
 @contextlib.contextmanager
 def s3_errors(uri: str) -> Iterator[None]:
-    """Connection, credential and permission failures become one typed error with a fix."""
+    """S3 failures as typed errors: a missing object is ``FileNotFoundError`` (callers name
+    the file), a refusal (credentials, permissions, bucket) is a configuration error, and an
+    unreachable or failing endpoint is transient (retry; uploads and pulls resume)."""
     from botocore.exceptions import BotoCoreError, ClientError
 
     try:
         yield
     except ClientError as exc:
         code = exc.response.get("Error", {}).get("Code", "")
+        status = exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode", 0)
         if code in ("404", "NoSuchKey"):
             raise FileNotFoundError(str(exc)) from exc
-        raise RegistryUnavailableError(
+        if status >= 500 or code in ("SlowDown", "RequestTimeout", "Throttling"):
+            raise RegistryUnavailableError(uri, f"the S3 store failed ({code or status})",
+                                           "retry; the transfer resumes where it stopped") from exc
+        raise RegistryRefusedError(
             uri, f"the S3 store refused the request ({code or exc})",
             "check the bucket exists and MLFLOW_S3_ENDPOINT_URL and the AWS_* credentials are right",
         ) from exc
     except BotoCoreError as exc:
         raise RegistryUnavailableError(
             uri, f"the S3 store cannot be reached ({exc})",
-            "check MLFLOW_S3_ENDPOINT_URL (or AWS_ENDPOINT_URL_S3) and the AWS_* credentials",
+            "check MLFLOW_S3_ENDPOINT_URL (or AWS_ENDPOINT_URL_S3) and the AWS_* credentials; retry",
         ) from exc
 
 

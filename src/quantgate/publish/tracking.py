@@ -11,7 +11,7 @@ import contextlib
 from collections.abc import Iterator
 from pathlib import Path
 
-from quantgate.errors import RegistryUnavailableError
+from quantgate.errors import RegistryRefusedError, RegistryUnavailableError
 from quantgate.publish.config import RegistryConfig
 from quantgate.publish.store import join
 
@@ -31,17 +31,24 @@ def _code(exc: Exception) -> str:
 
 @contextlib.contextmanager
 def registry_errors(cfg: RegistryConfig) -> Iterator[None]:
-    """Connection failures (after MLflow's own retries) become a typed error naming the URI."""
+    """MLflow failures as typed errors: "not found" and friends stay MLflow's (callers turn
+    them into answers), a refusal is a configuration error, anything else (connection
+    refused after MLflow's own retries, a server error) is transient."""
     from mlflow.exceptions import MlflowException
 
     try:
         yield
     except MlflowException as exc:
-        if _code(exc) in ("RESOURCE_DOES_NOT_EXIST", "RESOURCE_ALREADY_EXISTS", "INVALID_PARAMETER_VALUE"):
+        code = _code(exc)
+        if code in ("RESOURCE_DOES_NOT_EXIST", "RESOURCE_ALREADY_EXISTS", "INVALID_PARAMETER_VALUE"):
             raise
+        first = str(exc).splitlines()[0][:300]
+        if code in ("PERMISSION_DENIED", "UNAUTHENTICATED"):
+            raise RegistryRefusedError(cfg.tracking_uri, f"the MLflow registry refused: {first}",
+                                       "check MLFLOW_TRACKING_USERNAME/PASSWORD or MLFLOW_TRACKING_TOKEN") from exc
         raise RegistryUnavailableError(
-            cfg.tracking_uri, f"the MLflow registry failed: {str(exc).splitlines()[0][:300]}",
-            "check MLFLOW_TRACKING_URI (is the server up?) or pass --offline to use the last resolved version",
+            cfg.tracking_uri, f"the MLflow registry failed: {first}",
+            "check MLFLOW_TRACKING_URI (is the server up?) and retry, or pull with --offline",
         ) from exc
 
 

@@ -9,7 +9,12 @@ from conftest import MODEL, write_artifact, write_report
 from mlflow import MlflowClient
 
 from quantgate.build.manifest import hash_files
-from quantgate.errors import RegistryUnavailableError, TamperedArtifactError, UnapprovedVersionError
+from quantgate.errors import (
+    RegistryRefusedError,
+    RegistryUnavailableError,
+    TamperedArtifactError,
+    UnapprovedVersionError,
+)
 from quantgate.publish import RegistryConfig, naming, publish_report, pull, s3_store
 from quantgate.publish.config import TransferSettings
 
@@ -112,3 +117,22 @@ def test_a_hand_made_alias_on_an_unverified_version_is_never_pulled(s3_registry,
     client.set_registered_model_alias(outcome.registered_model, "approved-chat", partial.version)
     with pytest.raises(UnapprovedVersionError, match="no verified upload"):
         pull(MODEL, "hopper-fp8", "chat", s3_registry, cache_dir=pull_cache, allow_unapproved=True)
+
+
+def test_a_missing_bucket_is_a_configuration_error_exit_2(s3_registry, tmp_path):
+    artifacts = tmp_path / "artifacts"
+    write_artifact(artifacts / "hopper-fp8", "hopper-fp8", {"model.safetensors": b"x" * 1000})
+    cfg = s3_registry.model_copy(update={"artifact_uri": "s3://no-such-bucket/prefix"})
+    with pytest.raises(RegistryRefusedError, match="NoSuchBucket") as err:
+        publish_report(write_report(tmp_path / "gate", {"hopper-fp8": ["chat"]}), artifacts, cfg)
+    assert err.value.exit_code == 2
+
+
+def test_an_unreachable_tracking_server_is_transient_exit_75(tmp_path, monkeypatch, pull_cache):
+    from quantgate.publish.local_servers import free_port
+
+    monkeypatch.setenv("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")
+    cfg = RegistryConfig(tracking_uri=f"http://127.0.0.1:{free_port()}")
+    with pytest.raises(RegistryUnavailableError, match="MLFLOW_TRACKING_URI") as err:
+        pull(MODEL, "hopper-fp8", "chat", cfg, cache_dir=pull_cache)
+    assert err.value.exit_code == 75

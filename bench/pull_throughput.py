@@ -38,11 +38,23 @@ def synthetic_artifact(directory: Path, megabytes: int) -> Path:
             for _ in range(size // MB):
                 fh.write(os.urandom(MB))
     (directory / "config.json").write_text('{"architectures": ["LlamaForCausalLM"]}')
-    write_manifest(directory, Manifest(
-        target="hopper-fp8", hardware="bench", format="float-quantized", kv_cache="fp8_e4m3", numerics={},
-        recipe={"name": "bench", "sha256": "0" * 64}, calibration=None, source={"content_hash": "1" * 64},
-        tools=tool_versions(), build_key="2" * 64, build={"seconds": 0}, files=hash_files(directory),
-    ))
+    write_manifest(
+        directory,
+        Manifest(
+            target="hopper-fp8",
+            hardware="bench",
+            format="float-quantized",
+            kv_cache="fp8_e4m3",
+            numerics={},
+            recipe={"name": "bench", "sha256": "0" * 64},
+            calibration=None,
+            source={"content_hash": "1" * 64},
+            tools=tool_versions(),
+            build_key="2" * 64,
+            build={"seconds": 0},
+            files=hash_files(directory),
+        ),
+    )
     return directory
 
 
@@ -66,10 +78,14 @@ def main() -> None:
         else:
             synthetic_artifact(artifacts / "hopper-fp8", args.mb)
         (tmp / "gate").mkdir()
-        (tmp / "gate" / "report.json").write_text(json.dumps(
-            {"model": "bench", "exit_code": 0, "approvals": {"hopper-fp8": ["chat"]}, "verdicts": []}))
+        (tmp / "gate" / "report.json").write_text(
+            json.dumps(
+                {"model": "bench", "exit_code": 0, "approvals": {"hopper-fp8": ["chat"]}, "verdicts": []}
+            )
+        )
         cfg = RegistryConfig.local(tmp / "registry").model_copy(
-            update={"artifact_uri": f"s3://{s3.bucket}/bench", "s3_endpoint_url": s3.url})
+            update={"artifact_uri": f"s3://{s3.bucket}/bench", "s3_endpoint_url": s3.url}
+        )
         start = time.perf_counter()
         source = publish_report(tmp / "gate" / "report.json", artifacts, cfg).artifacts[0].source
         publish_s = time.perf_counter() - start
@@ -111,9 +127,13 @@ def main() -> None:
 
     median = {k: statistics.median(v) for k, v in runs.items()}
     figures = {
-        "bytes": total, "files": len(keys), "publish_s": round(publish_s, 2),
-        "anchor_boto3_s": round(median["anchor"], 3), "pull_cold_s": round(median["pull"], 3),
-        "anchor_MBps": round(total / MB / median["anchor"], 1), "pull_MBps": round(total / MB / median["pull"], 1),
+        "bytes": total,
+        "files": len(keys),
+        "publish_s": round(publish_s, 2),
+        "anchor_boto3_s": round(median["anchor"], 3),
+        "pull_cold_s": round(median["pull"], 3),
+        "anchor_MBps": round(total / MB / median["anchor"], 1),
+        "pull_MBps": round(total / MB / median["pull"], 1),
         "ratio_pull_over_anchor": round(median["anchor"] / median["pull"], 3),
         "cache_hit_s": round(median["hit"], 4),
         "runs": {k: [round(x, 3) for x in v] for k, v in runs.items()},

@@ -29,11 +29,24 @@ def registry_servers(tmp_path_factory):
 def _gate_report(directory: Path, approvals: dict[str, list[str]]) -> Path:
     """A minimal report.json as quantgate gate writes it (the gate is tested elsewhere)."""
     directory.mkdir(parents=True)
-    verdicts = [{"artifact": a, "tenant": t, "verdict": "pass", "reasons": []} for a, ts in approvals.items() for t in ts]
-    (directory / "report.json").write_text(json.dumps({
-        "schema_version": 1, "model": MODEL_NAME, "model_class": "dense", "exit_code": 0, "approvals": approvals,
-        "verdicts": verdicts, "metrics": {a: {"wikitext": {"perplexity": 10.8}} for a in approvals},
-    }))
+    verdicts = [
+        {"artifact": a, "tenant": t, "verdict": "pass", "reasons": []}
+        for a, ts in approvals.items()
+        for t in ts
+    ]
+    (directory / "report.json").write_text(
+        json.dumps(
+            {
+                "schema_version": 1,
+                "model": MODEL_NAME,
+                "model_class": "dense",
+                "exit_code": 0,
+                "approvals": approvals,
+                "verdicts": verdicts,
+                "metrics": {a: {"wikitext": {"perplexity": 10.8}} for a in approvals},
+            }
+        )
+    )
     return directory
 
 
@@ -52,7 +65,9 @@ def test_publish_then_pull_through_mlflow_server_and_s3_is_byte_identical(
     assert entry["aliases"] == ["approved-chat"] and entry["source"].startswith(f"s3://{s3.bucket}/")
 
     cache = tmp_path / "node-cache"
-    pulled = run_cli("pull", MODEL_NAME, "--target", "hopper-fp8", "--tenant", "chat", "--cache-dir", str(cache), env=env)
+    pulled = run_cli(
+        "pull", MODEL_NAME, "--target", "hopper-fp8", "--tenant", "chat", "--cache-dir", str(cache), env=env
+    )
     assert pulled.returncode == 0, pulled.stderr[-3000:]
     path = Path(pulled.stdout.strip())
     source = out / "hopper-fp8"
@@ -69,5 +84,7 @@ def test_publish_then_pull_through_mlflow_server_and_s3_is_byte_identical(
     assert pull(MODEL_NAME, "hopper-fp8", "chat", dead_s3, cache_dir=cache) == path
 
     # a tenant the gate did not approve is refused with exit code 2, and nothing is printed
-    refused = run_cli("pull", MODEL_NAME, "--target", "hopper-fp8", "--tenant", "code", "--cache-dir", str(cache), env=env)
+    refused = run_cli(
+        "pull", MODEL_NAME, "--target", "hopper-fp8", "--tenant", "code", "--cache-dir", str(cache), env=env
+    )
     assert refused.returncode == 2 and refused.stdout == "" and "approved-code" in refused.stderr

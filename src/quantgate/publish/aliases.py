@@ -21,7 +21,9 @@ class AliasChanges:
     removed: list[str] = field(default_factory=list)
 
 
-def apply(mlflow_client, cfg: RegistryConfig, name: str, version, approved: list[str], failed: list[str]) -> AliasChanges:
+def apply(
+    mlflow_client, cfg: RegistryConfig, name: str, version, approved: list[str], failed: list[str]
+) -> AliasChanges:
     changes = AliasChanges()
     current = {alias: str(v) for alias, v in (mlflow_client.get_registered_model(name).aliases or {}).items()}
     target = str(version.version)

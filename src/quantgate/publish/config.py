@@ -97,7 +97,9 @@ class RegistryConfig(_Frozen):
             "registry_uri": env.get("MLFLOW_REGISTRY_URI") or None,
             "s3_endpoint_url": env.get("MLFLOW_S3_ENDPOINT_URL") or settings.s3_endpoint_url,
             "transfer": transfer,
-            "cache_max_bytes": int(float(env.get("QUANTGATE_PULL_CACHE_MAX_GB") or settings.pull_cache_max_gb) * GB),
+            "cache_max_bytes": int(
+                float(env.get("QUANTGATE_PULL_CACHE_MAX_GB") or settings.pull_cache_max_gb) * GB
+            ),
         }
         if tracking is None:  # the embedded registry; an explicit artifact URI still wins
             embedded = cls.local(root / "artifacts_registry", **common)

@@ -30,8 +30,11 @@ def materialize(entry: Path, dest: Path) -> Path:
         existing = read_manifest(dest) if dest.is_dir() else None
         empty = dest.is_dir() and not any(dest.iterdir())
         if existing is None and not empty:
-            raise DestinationError(dest, "exists and is not an artifact quantgate pulled",
-                                   "pass a new or empty --dest; quantgate replaces only artifacts it pulled")
+            raise DestinationError(
+                dest,
+                "exists and is not an artifact quantgate pulled",
+                "pass a new or empty --dest; quantgate replaces only artifacts it pulled",
+            )
         if existing is not None and content_hash(existing.files) == entry.name:
             return dest  # the same content is already there
     dest.parent.mkdir(parents=True, exist_ok=True)

@@ -21,10 +21,17 @@ EVENT = "quantgate.alias.moved"
 log = logging.getLogger(__name__)
 
 
-def payload(cfg: RegistryConfig, name: str, alias: str, version: str | None, previous: str | None,
-            content_hash: str) -> dict[str, str | None]:
-    return {"tracking_uri": cfg.tracking_uri, "registered_model": name, "alias": alias, "version": version,
-            "previous_version": previous, "content_hash": content_hash}
+def payload(
+    cfg: RegistryConfig, name: str, alias: str, version: str | None, previous: str | None, content_hash: str
+) -> dict[str, str | None]:
+    return {
+        "tracking_uri": cfg.tracking_uri,
+        "registered_model": name,
+        "alias": alias,
+        "version": version,
+        "previous_version": previous,
+        "content_hash": content_hash,
+    }
 
 
 def _prefect_in_play() -> bool:
@@ -37,8 +44,9 @@ def _prefect_in_play() -> bool:
     return FlowRunContext.get() is not None or TaskRunContext.get() is not None
 
 
-def alias_moved(cfg: RegistryConfig, name: str, alias: str, version: str | None, previous: str | None,
-                content_hash: str) -> bool:
+def alias_moved(
+    cfg: RegistryConfig, name: str, alias: str, version: str | None, previous: str | None, content_hash: str
+) -> bool:
     """Emit the event; True when handed to Prefect's events worker (which delivers it in the
     background, and only warns if the server is unreachable), False when skipped or refused."""
     try:
@@ -48,8 +56,10 @@ def alias_moved(cfg: RegistryConfig, name: str, alias: str, version: str | None,
 
         emitted = emit_event(
             EVENT,
-            resource={"prefect.resource.id": f"mlflow.registered-model.{name}.alias.{alias}",
-                      "prefect.resource.name": f"{name}@{alias}"},
+            resource={
+                "prefect.resource.id": f"mlflow.registered-model.{name}.alias.{alias}",
+                "prefect.resource.name": f"{name}@{alias}",
+            },
             payload=payload(cfg, name, alias, version, previous, content_hash),
         )
         return emitted is not None

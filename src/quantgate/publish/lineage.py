@@ -29,7 +29,9 @@ class GateReport(BaseModel):
     metrics: dict[str, dict[str, dict[str, Any]]] = {}
 
     def failed_tenants(self, artifact: str) -> list[str]:
-        return [v["tenant"] for v in self.verdicts if v.get("artifact") == artifact and v.get("verdict") == "fail"]
+        return [
+            v["tenant"] for v in self.verdicts if v.get("artifact") == artifact and v.get("verdict") == "fail"
+        ]
 
 
 def quantgate_version() -> str:
@@ -69,7 +71,9 @@ def run_metrics(report: GateReport, artifact: str) -> dict[str, float]:
     return found
 
 
-def lineage_tags(manifest: Manifest, content_hash: str, manifest_sha256: str, report_sha256: str) -> dict[str, str]:
+def lineage_tags(
+    manifest: Manifest, content_hash: str, manifest_sha256: str, report_sha256: str
+) -> dict[str, str]:
     """Version tags that say where the bytes came from and which gate report approved them."""
     calibration = manifest.calibration or {}
     return {

@@ -22,7 +22,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 # moto accepts any credentials; boto3 still needs some to sign requests
-TEST_CREDENTIALS = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing", "AWS_DEFAULT_REGION": "us-east-1"}
+TEST_CREDENTIALS = {
+    "AWS_ACCESS_KEY_ID": "testing",
+    "AWS_SECRET_ACCESS_KEY": "testing",
+    "AWS_DEFAULT_REGION": "us-east-1",
+}
 
 
 def free_port() -> int:
@@ -44,13 +48,15 @@ def _wait(ready: Callable[[], bool], proc: subprocess.Popen, log: Path, what: st
 
 
 @contextlib.contextmanager
-def _process(args: list[str], env: dict[str, str], ready: Callable[[], bool], what: str,
-             timeout_s: float) -> Iterator[subprocess.Popen]:
+def _process(
+    args: list[str], env: dict[str, str], ready: Callable[[], bool], what: str, timeout_s: float
+) -> Iterator[subprocess.Popen]:
     with tempfile.TemporaryDirectory(prefix="quantgate-server-") as tmp:
         log = Path(tmp) / "server.log"
         with open(log, "w") as out:
-            proc = subprocess.Popen(args, env=env, stdout=out, stderr=subprocess.STDOUT, cwd=tmp,
-                                    start_new_session=True)
+            proc = subprocess.Popen(
+                args, env=env, stdout=out, stderr=subprocess.STDOUT, cwd=tmp, start_new_session=True
+            )
         try:
             _wait(ready, proc, log, what, timeout_s)
             yield proc
@@ -86,23 +92,40 @@ def moto_s3(bucket: str = "quantgate-registry", timeout_s: float = 30) -> Iterat
     endpoint = S3Endpoint(f"http://127.0.0.1:{port}", bucket)
     env = {**os.environ, **TEST_CREDENTIALS}
     args = [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)]
-    with _process(args, env, lambda: endpoint.client().list_buckets() is not None, "moto S3 server", timeout_s):
+    with _process(
+        args, env, lambda: endpoint.client().list_buckets() is not None, "moto S3 server", timeout_s
+    ):
         endpoint.client().create_bucket(Bucket=bucket)
         yield endpoint
 
 
 @contextlib.contextmanager
-def mlflow_server(backend_uri: str, artifact_root: str, s3_endpoint: str | None = None,
-                  timeout_s: float = 90) -> Iterator[str]:
+def mlflow_server(
+    backend_uri: str, artifact_root: str, s3_endpoint: str | None = None, timeout_s: float = 90
+) -> Iterator[str]:
     """``mlflow server`` (one worker) on loopback; yields its tracking URI."""
     port = free_port()
     url = f"http://127.0.0.1:{port}"
     env = {**os.environ, **TEST_CREDENTIALS}
     if s3_endpoint:
         env["MLFLOW_S3_ENDPOINT_URL"] = s3_endpoint
-    args = [sys.executable, "-m", "mlflow", "server", "--backend-store-uri", backend_uri,
-            "--default-artifact-root", artifact_root, "--no-serve-artifacts",
-            "--host", "127.0.0.1", "--port", str(port), "--workers", "1"]
+    args = [
+        sys.executable,
+        "-m",
+        "mlflow",
+        "server",
+        "--backend-store-uri",
+        backend_uri,
+        "--default-artifact-root",
+        artifact_root,
+        "--no-serve-artifacts",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--workers",
+        "1",
+    ]
 
     def ready() -> bool:
         with urllib.request.urlopen(f"{url}/health", timeout=2) as response:

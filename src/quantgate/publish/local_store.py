@@ -56,8 +56,9 @@ class LocalStore:
     def verify(self, expected: dict[str, Digest]) -> list[str]:
         problems = []
         for rel, digest in expected.items():
-            if problem := file_problem(self.root / rel, FileEntry(sha256=digest.sha256, bytes=digest.bytes),
-                                       "the local file"):
+            if problem := file_problem(
+                self.root / rel, FileEntry(sha256=digest.sha256, bytes=digest.bytes), "the local file"
+            ):
                 problems.append(f"{rel}: {problem} (in {self.uri})")
         return problems
 

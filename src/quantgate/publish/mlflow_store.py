@@ -25,7 +25,9 @@ class MlflowStore:
 
         self.uri = uri
         self.concurrency = cfg.transfer.concurrency
-        self.repo = get_artifact_repository(uri, tracking_uri=cfg.tracking_uri, registry_uri=cfg.model_registry_uri)
+        self.repo = get_artifact_repository(
+            uri, tracking_uri=cfg.tracking_uri, registry_uri=cfg.model_registry_uri
+        )
 
     def digest(self, path: Path) -> Digest:
         entry = sha256_file(path)

@@ -39,7 +39,8 @@ _ALIAS = re.compile(r"^[\w\-]*$")  # MLflow's own rule for alias names
 def _check(kind: str, value: str) -> str:
     if not _NAME.match(value):
         raise UsageError(
-            None, f"{kind} '{value}' is not a valid registry name",
+            None,
+            f"{kind} '{value}' is not a valid registry name",
             "use letters, digits, '.', '_' and '-' only, starting with a letter or digit",
         )
     return value
@@ -54,7 +55,9 @@ def alias_for(tenant: str) -> str:
     """The alias that approves a version for one tenant: ``approved-<tenant>``."""
     alias = f"{ALIAS_PREFIX}{tenant}"
     if not _ALIAS.match(alias) or not tenant:
-        raise UsageError(None, f"tenant '{tenant}' cannot be an alias", "tenant names may use letters, digits, '_' and '-'")
+        raise UsageError(
+            None, f"tenant '{tenant}' cannot be an alias", "tenant names may use letters, digits, '_' and '-'"
+        )
     return alias
 
 

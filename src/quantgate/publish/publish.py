@@ -60,8 +60,11 @@ def read_report(path: Path) -> GateReport:
     try:
         return GateReport.model_validate_json(Path(path).read_text())
     except (OSError, ValidationError) as exc:
-        raise ReportError(path, f"not a readable gate report ({str(exc).splitlines()[0]})",
-                          "pass the directory written by quantgate gate --out") from None
+        raise ReportError(
+            path,
+            f"not a readable gate report ({str(exc).splitlines()[0]})",
+            "pass the directory written by quantgate gate --out",
+        ) from None
 
 
 def publish_report(
@@ -81,17 +84,26 @@ def publish_report(
     report_json = Path(report_json)
     report = read_report(report_json)
     if report.exit_code != 0:
-        raise ReportError(report_json, f"the gate failed this run (exit code {report.exit_code})",
-                          "publish only a report whose required artifacts passed; fix or re-gate first")
+        raise ReportError(
+            report_json,
+            f"the gate failed this run (exit code {report.exit_code})",
+            "publish only a report whose required artifacts passed; fix or re-gate first",
+        )
     manifests = {}
     for artifact in report.approvals:
         manifest = read_manifest(Path(artifacts_dir) / artifact)
         if manifest is None:
-            raise ReportError(Path(artifacts_dir) / artifact / MANIFEST, f"artifact '{artifact}' has no valid manifest",
-                              "pass --artifacts the directory quantgate build wrote for this report")
+            raise ReportError(
+                Path(artifacts_dir) / artifact / MANIFEST,
+                f"artifact '{artifact}' has no valid manifest",
+                "pass --artifacts the directory quantgate build wrote for this report",
+            )
         manifests[artifact] = manifest
-    reports = {f"{naming.REPORTS_PATH}/{name}": report_json.parent / name
-               for name in REPORT_FILES if (report_json.parent / name).is_file()}
+    reports = {
+        f"{naming.REPORTS_PATH}/{name}": report_json.parent / name
+        for name in REPORT_FILES
+        if (report_json.parent / name).is_file()
+    }
     report_sha256 = sha256_file(report_json).sha256
     mlflow_client = tracking.client(cfg)
     published = []
@@ -107,8 +119,15 @@ def publish_report(
 class _Job:
     """One artifact to publish and what it is published with."""
 
-    def __init__(self, artifact: str, directory: Path, manifest: Manifest, report: GateReport,
-                 reports: dict[str, Path], report_sha256: str) -> None:
+    def __init__(
+        self,
+        artifact: str,
+        directory: Path,
+        manifest: Manifest,
+        report: GateReport,
+        reports: dict[str, Path],
+        report_sha256: str,
+    ) -> None:
         self.artifact, self.directory, self.manifest, self.report = artifact, directory, manifest, report
         self.reports, self.report_sha256 = reports, report_sha256
         self.name = naming.registered_model_name(report.model, artifact)
@@ -119,8 +138,9 @@ class _Job:
 
 
 def _publish_one(job: _Job, mlflow_client, cfg: RegistryConfig, progress: Progress) -> PublishedArtifact:
-    tracking.ensure_registered_model(mlflow_client, job.name, {"quantgate.model": job.report.model,
-                                                               naming.TARGET: job.artifact})
+    tracking.ensure_registered_model(
+        mlflow_client, job.name, {"quantgate.model": job.report.model, naming.TARGET: job.artifact}
+    )
     version = _complete_version(mlflow_client, job)
     created = version is None
     if created:
@@ -128,18 +148,35 @@ def _publish_one(job: _Job, mlflow_client, cfg: RegistryConfig, progress: Progre
     else:  # the approval must still be about these bytes: the local copy must match its manifest
         problems = verify_files(job.directory, job.manifest)
         if problems:
-            raise ArtifactAlteredError(job.directory, f"differs from its manifest: {problems[0]}",
-                                       "rebuild the artifact with quantgate build; never edit an artifact by hand")
-        progress.log(f"{job.name}: content {job.content_hash[:12]} already registered as version {version.version}")
-    moved = aliases.apply(mlflow_client, cfg, job.name, version, job.approved, job.report.failed_tenants(job.artifact))
-    gate_tags = {naming.APPROVED_TENANTS: ",".join(job.approved), naming.GATE: "approved" if job.approved else "failed",
-                 naming.REPORT_SHA256: job.report_sha256}
+            raise ArtifactAlteredError(
+                job.directory,
+                f"differs from its manifest: {problems[0]}",
+                "rebuild the artifact with quantgate build; never edit an artifact by hand",
+            )
+        progress.log(
+            f"{job.name}: content {job.content_hash[:12]} already registered as version {version.version}"
+        )
+    moved = aliases.apply(
+        mlflow_client, cfg, job.name, version, job.approved, job.report.failed_tenants(job.artifact)
+    )
+    gate_tags = {
+        naming.APPROVED_TENANTS: ",".join(job.approved),
+        naming.GATE: "approved" if job.approved else "failed",
+        naming.REPORT_SHA256: job.report_sha256,
+    }
     for key, value in gate_tags.items():
         mlflow_client.set_model_version_tag(job.name, version.version, key, value)
     return PublishedArtifact(
-        artifact=job.artifact, registered_model=job.name, version=str(version.version), created=created,
-        aliases=moved.set, removed_aliases=moved.removed, approved_tenants=job.approved,
-        content_hash=job.content_hash, source=version.source, run_id=version.run_id or "",
+        artifact=job.artifact,
+        registered_model=job.name,
+        version=str(version.version),
+        created=created,
+        aliases=moved.set,
+        removed_aliases=moved.removed,
+        approved_tenants=job.approved,
+        content_hash=job.content_hash,
+        source=version.source,
+        run_id=version.run_id or "",
     )
 
 
@@ -156,16 +193,23 @@ def _find_or_create_run(mlflow_client, cfg: RegistryConfig, job: _Job):
     """The run an interrupted publish of the same content left behind, or a new one."""
     from mlflow.entities import Metric, Param
 
-    experiment = tracking.experiment_id(mlflow_client, cfg, naming.experiment_name(job.report.model), job.report.model)
+    experiment = tracking.experiment_id(
+        mlflow_client, cfg, naming.experiment_name(job.report.model), job.report.model
+    )
     runs = mlflow_client.search_runs(
         [experiment],
-        f"tags.`{naming.CONTENT_HASH}` = '{job.content_hash}' and tags.`{naming.REGISTERED_MODEL}` = '{tracking.quote(job.name)}'",
-        order_by=["attributes.start_time DESC"], max_results=1,
+        f"tags.`{naming.CONTENT_HASH}` = '{job.content_hash}'"
+        f" and tags.`{naming.REGISTERED_MODEL}` = '{tracking.quote(job.name)}'",
+        order_by=["attributes.start_time DESC"],
+        max_results=1,
     )
     if runs:
         return runs[0], True
-    run = mlflow_client.create_run(experiment, run_name=f"{job.artifact}-{job.content_hash[:12]}",
-                                   tags={**job.tags, naming.REGISTERED_MODEL: job.name, naming.UPLOAD: "started"})
+    run = mlflow_client.create_run(
+        experiment,
+        run_name=f"{job.artifact}-{job.content_hash[:12]}",
+        tags={**job.tags, naming.REGISTERED_MODEL: job.name, naming.UPLOAD: "started"},
+    )
     stamp = run.info.start_time or 0
     mlflow_client.log_batch(  # one call: a run never has half its params
         run.info.run_id,
@@ -177,18 +221,26 @@ def _find_or_create_run(mlflow_client, cfg: RegistryConfig, job: _Job):
 
 def _local_digests(job: _Job, store: ArtifactStore) -> dict[str, tuple[Path, Digest]]:
     """Every file to upload, hashed once; the artifact's files must match its manifest."""
-    present = {p.relative_to(job.directory).as_posix() for p in job.directory.rglob("*") if p.is_file()} - {MANIFEST}
+    present = {p.relative_to(job.directory).as_posix() for p in job.directory.rglob("*") if p.is_file()} - {
+        MANIFEST
+    }
     extra = sorted(present - set(job.manifest.files))
     if extra:
-        raise ArtifactAlteredError(job.directory / extra[0], "file not listed in the manifest",
-                                   "rebuild the artifact with quantgate build; never edit an artifact by hand")
+        raise ArtifactAlteredError(
+            job.directory / extra[0],
+            "file not listed in the manifest",
+            "rebuild the artifact with quantgate build; never edit an artifact by hand",
+        )
     files = {}
     for rel, entry in job.manifest.files.items():
         path = job.directory / rel
         digest = store.digest(path) if path.is_file() else None
         if digest is None or (digest.sha256, digest.bytes) != (entry.sha256, entry.bytes):
-            raise ArtifactAlteredError(path, "missing or different from its manifest entry",
-                                       "rebuild the artifact with quantgate build; never edit an artifact by hand")
+            raise ArtifactAlteredError(
+                path,
+                "missing or different from its manifest entry",
+                "rebuild the artifact with quantgate build; never edit an artifact by hand",
+            )
         files[f"{naming.ARTIFACT_PATH}/{rel}"] = (path, digest)
     manifest_path = job.directory / MANIFEST
     files[f"{naming.ARTIFACT_PATH}/{MANIFEST}"] = (manifest_path, store.digest(manifest_path))
@@ -217,8 +269,9 @@ def _upload_and_register(job: _Job, mlflow_client, cfg: RegistryConfig, progress
         problems = store.verify({rel: digest for rel, (_, digest) in files.items()})
         if problems:
             raise UploadIncompleteError(
-                f"{job.name}: the store's copy does not match the manifest after upload: {'; '.join(problems[:5])}. "
-                "No version or alias was created. Fix: run quantgate publish again; it re-uploads what differs"
+                f"{job.name}: the store's copy does not match the manifest after upload: "
+                f"{'; '.join(problems[:5])}. No version or alias was created. "
+                "Fix: run quantgate publish again; it re-uploads what differs"
             )
     except BaseException:
         _end_run(mlflow_client, run_id, "FAILED")
@@ -226,10 +279,15 @@ def _upload_and_register(job: _Job, mlflow_client, cfg: RegistryConfig, progress
     mlflow_client.set_tag(run_id, naming.UPLOAD, naming.UPLOAD_COMPLETE)
     _end_run(mlflow_client, run_id, "FINISHED")
     if files[f"{naming.ARTIFACT_PATH}/{MANIFEST}"][1].sha256 != job.manifest_sha256:
-        raise ArtifactAlteredError(job.directory / MANIFEST, "changed while it was being published",
-                                   "publish again once nothing writes to the artifact")
+        raise ArtifactAlteredError(
+            job.directory / MANIFEST,
+            "changed while it was being published",
+            "publish again once nothing writes to the artifact",
+        )
     version = mlflow_client.create_model_version(
-        job.name, source=join(run.info.artifact_uri, naming.ARTIFACT_PATH), run_id=run_id,
+        job.name,
+        source=join(run.info.artifact_uri, naming.ARTIFACT_PATH),
+        run_id=run_id,
         tags={**job.tags, naming.UPLOAD: naming.UPLOAD_COMPLETE},
         description=f"{job.artifact} of {job.report.model}, content {job.content_hash[:12]}",
     )

@@ -54,8 +54,14 @@ def pull(
     else:
         with tracking.registry_errors(cfg):
             resolved = resolve(tracking.client(cfg), name, tenant, version, allow_unapproved)
-        cache.remember(key, {"version": resolved.version, "content_hash": resolved.content_hash,
-                             "approved": str(resolved.approved).lower()})
+        cache.remember(
+            key,
+            {
+                "version": resolved.version,
+                "content_hash": resolved.content_hash,
+                "approved": str(resolved.approved).lower(),
+            },
+        )
         path = cache.lookup(resolved.content_hash)
         if path is None:
             progress.log(f"{name} version {resolved.version}: not cached, downloading from {resolved.source}")
@@ -67,24 +73,37 @@ def _offline(cache: PullCache, key: str, allow_unapproved: bool) -> Path:
     record = cache.index().get(key)
     path = cache.lookup(record["content_hash"]) if record else None
     if path is None:
-        raise UsageError("--offline", f"this node has no cached pull for {key.split(' ', 1)[1]}",
-                         "pull once with the registry reachable, then --offline works")
+        raise UsageError(
+            "--offline",
+            f"this node has no cached pull for {key.split(' ', 1)[1]}",
+            "pull once with the registry reachable, then --offline works",
+        )
     if record.get("approved") != "true" and not allow_unapproved:
-        raise UnapprovedVersionError(None, f"the cached version {record['version']} was not approved when pulled",
-                                     "pass --allow-unapproved, or pull online")
+        raise UnapprovedVersionError(
+            None,
+            f"the cached version {record['version']} was not approved when pulled",
+            "pass --allow-unapproved, or pull online",
+        )
     return path
 
 
 def _tampered(rel: str, resolved: Resolved, problem: str) -> TamperedArtifactError:
     return TamperedArtifactError(
-        f"{resolved.source}/{rel}", f"{problem} (version {resolved.version} of {resolved.registered_model})",
-        "the store's copy was altered or damaged: re-publish the artifact from its build and its gate report; "
-        "nothing was installed",
+        f"{resolved.source}/{rel}",
+        f"{problem} (version {resolved.version} of {resolved.registered_model})",
+        "the store's copy was altered or damaged: re-publish the artifact from its build and "
+        "its gate report; nothing was installed",
     )
 
 
 def _safe_rel(rel: str) -> bool:
-    return bool(rel) and not rel.startswith("/") and "\\" not in rel and ".." not in rel.split("/") and rel != MANIFEST
+    return (
+        bool(rel)
+        and not rel.startswith("/")
+        and "\\" not in rel
+        and ".." not in rel.split("/")
+        and rel != MANIFEST
+    )
 
 
 def _manifest(store: ArtifactStore, staging: Path, resolved: Resolved) -> Manifest:
@@ -123,9 +142,11 @@ def _fetch(resolved: Resolved, cache: PullCache, cfg: RegistryConfig, progress: 
         todo = {rel: e.bytes for rel, e in manifest.files.items() if _problem(staging / rel, e) is not None}
         checks: dict[str, Future] = {}
         total = sum(todo.values())
-        with ThreadPoolExecutor(HASH_THREADS) as hashers, progress.task(
-            f"pull {resolved.registered_model} v{resolved.version}", total
-        ) as bar:
+        with (
+            ThreadPoolExecutor(HASH_THREADS) as hashers,
+            progress.task(f"pull {resolved.registered_model} v{resolved.version}", total) as bar,
+        ):
+
             def hash_later(rel: str, path: Path) -> None:
                 checks[rel] = hashers.submit(_problem, path, manifest.files[rel])
 

@@ -28,8 +28,10 @@ def _unknown_model(mlflow_client, name: str) -> UnknownModelError:
     names = [m.name for m in mlflow_client.search_registered_models(max_results=1000)]
     hint = nearest(name, names)
     return UnknownModelError(
-        None, f"no registered model '{name}' in the registry",
-        (f"did you mean '{hint}'? " if hint else "") + "check MODEL and --target (the name is <model>.<target>), "
+        None,
+        f"no registered model '{name}' in the registry",
+        (f"did you mean '{hint}'? " if hint else "")
+        + "check MODEL and --target (the name is <model>.<target>), "
         "and MLFLOW_TRACKING_URI",
     )
 
@@ -37,7 +39,8 @@ def _unknown_model(mlflow_client, name: str) -> UnknownModelError:
 def _latest_complete(mlflow_client, name: str):
     found = mlflow_client.search_model_versions(
         f"name = '{tracking.quote(name)}' and tags.`{naming.UPLOAD}` = '{naming.UPLOAD_COMPLETE}'",
-        order_by=["version_number DESC"], max_results=1,
+        order_by=["version_number DESC"],
+        max_results=1,
     )
     return found[0] if found else None
 
@@ -57,8 +60,10 @@ def resolve(mlflow_client, name: str, tenant: str, version: str | None, allow_un
     if wanted is None:
         if not allow_unapproved:
             raise UnapprovedVersionError(
-                None, f"no version of '{name}' is approved for tenant '{tenant}' (no alias '{alias}')",
-                "wait for an approved publish, or pass --allow-unapproved (with --version) for a non-serving test",
+                None,
+                f"no version of '{name}' is approved for tenant '{tenant}' (no alias '{alias}')",
+                "wait for an approved publish, or pass --allow-unapproved (with --version) "
+                "for a non-serving test",
             )
         latest = _latest_complete(mlflow_client, name)
         if latest is None:
@@ -68,20 +73,31 @@ def resolve(mlflow_client, name: str, tenant: str, version: str | None, allow_un
         mv = mlflow_client.get_model_version(name, str(wanted))
     except MlflowException as exc:
         if tracking.not_found(exc):
-            raise UnknownModelError(None, f"'{name}' has no version {wanted}", "list versions in the MLflow UI") from None
+            raise UnknownModelError(
+                None, f"'{name}' has no version {wanted}", "list versions in the MLflow UI"
+            ) from None
         raise
     approved = approved_version is not None and str(approved_version) == str(mv.version)
     if not approved and not allow_unapproved:
         raise UnapprovedVersionError(
-            None, f"version {mv.version} of '{name}' is not approved for tenant '{tenant}'"
+            None,
+            f"version {mv.version} of '{name}' is not approved for tenant '{tenant}'"
             + (f" (alias '{alias}' points at version {approved_version})" if approved_version else ""),
             "pull the approved version (omit --version), or pass --allow-unapproved for a non-serving test",
         )
     tags = mv.tags or {}
     if tags.get(naming.UPLOAD) != naming.UPLOAD_COMPLETE or naming.CONTENT_HASH not in tags:
         raise UnapprovedVersionError(
-            None, f"version {mv.version} of '{name}' has no verified upload (tag {naming.UPLOAD} is not 'complete')",
+            None,
+            f"version {mv.version} of '{name}' has no verified upload "
+            f"(tag {naming.UPLOAD} is not 'complete')",
             "run quantgate publish again for its report; it completes the upload",
         )
-    return Resolved(name, str(mv.version), mv.source, tags[naming.CONTENT_HASH], tags.get(naming.MANIFEST_SHA256, ""),
-                    approved)
+    return Resolved(
+        name,
+        str(mv.version),
+        mv.source,
+        tags[naming.CONTENT_HASH],
+        tags.get(naming.MANIFEST_SHA256, ""),
+        approved,
+    )

@@ -57,15 +57,18 @@ def s3_errors(uri: str) -> Iterator[None]:
         if code in ("404", "NoSuchKey"):
             raise FileNotFoundError(str(exc)) from exc
         if status >= 500 or code in ("SlowDown", "RequestTimeout", "Throttling"):
-            raise RegistryUnavailableError(uri, f"the S3 store failed ({code or status})",
-                                           "retry; the transfer resumes where it stopped") from exc
+            raise RegistryUnavailableError(
+                uri, f"the S3 store failed ({code or status})", "retry; the transfer resumes where it stopped"
+            ) from exc
         raise RegistryRefusedError(
-            uri, f"the S3 store refused the request ({code or exc})",
+            uri,
+            f"the S3 store refused the request ({code or exc})",
             "check the bucket exists and MLFLOW_S3_ENDPOINT_URL and the AWS_* credentials are right",
         ) from exc
     except BotoCoreError as exc:
         raise RegistryUnavailableError(
-            uri, f"the S3 store cannot be reached ({exc})",
+            uri,
+            f"the S3 store cannot be reached ({exc})",
             "check MLFLOW_S3_ENDPOINT_URL (or AWS_ENDPOINT_URL_S3) and the AWS_* credentials; retry",
         ) from exc
 
@@ -160,7 +163,10 @@ class S3Store:
         with s3_errors(self.uri), create_transfer_manager(self.client, self.config) as manager:
             futures = [
                 manager.upload(
-                    str(path), self.bucket, self.key(rel), extra_args={"ChecksumAlgorithm": "SHA256"},
+                    str(path),
+                    self.bucket,
+                    self.key(rel),
+                    extra_args={"ChecksumAlgorithm": "SHA256"},
                     subscribers=[_Subscriber(on_bytes).instance],
                 )
                 for rel, path in todo.items()
@@ -189,8 +195,15 @@ class S3Store:
                 (dest / rel).parent.mkdir(parents=True, exist_ok=True)
                 # s3transfer writes to a temporary name and renames when the object is whole
                 futures.append(
-                    (rel, manager.download(self.bucket, self.key(rel), str(dest / rel),
-                                           subscribers=[_Subscriber(on_bytes).instance]))
+                    (
+                        rel,
+                        manager.download(
+                            self.bucket,
+                            self.key(rel),
+                            str(dest / rel),
+                            subscribers=[_Subscriber(on_bytes).instance],
+                        ),
+                    )
                 )
             for rel, future in futures:
                 try:

@@ -44,10 +44,14 @@ def registry_errors(cfg: RegistryConfig) -> Iterator[None]:
             raise
         first = str(exc).splitlines()[0][:300]
         if code in ("PERMISSION_DENIED", "UNAUTHENTICATED"):
-            raise RegistryRefusedError(cfg.tracking_uri, f"the MLflow registry refused: {first}",
-                                       "check MLFLOW_TRACKING_USERNAME/PASSWORD or MLFLOW_TRACKING_TOKEN") from exc
+            raise RegistryRefusedError(
+                cfg.tracking_uri,
+                f"the MLflow registry refused: {first}",
+                "check MLFLOW_TRACKING_USERNAME/PASSWORD or MLFLOW_TRACKING_TOKEN",
+            ) from exc
         raise RegistryUnavailableError(
-            cfg.tracking_uri, f"the MLflow registry failed: {first}",
+            cfg.tracking_uri,
+            f"the MLflow registry failed: {first}",
             "check MLFLOW_TRACKING_URI (is the server up?) and retry, or pull with --offline",
         ) from exc
 

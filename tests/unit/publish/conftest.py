@@ -22,26 +22,44 @@ def write_artifact(directory: Path, target: str, files: dict[str, bytes]) -> Pat
         (directory / rel).parent.mkdir(parents=True, exist_ok=True)
         (directory / rel).write_bytes(data)
     manifest = Manifest(
-        target=target, hardware="test", format="float-quantized", kv_cache="fp8_e4m3",
-        numerics={"weights": "fp8_e4m3fn"}, recipe={"name": "fp8-dynamic", "sha256": "ab" * 32, "engine": "model_free"},
-        calibration=None, source={"content_hash": "cd" * 32, "architecture": "LlamaForCausalLM", "model_class": "dense"},
-        tools=tool_versions(), build_key="ef" * 32, build={"seconds": 0.1}, files=hash_files(directory),
+        target=target,
+        hardware="test",
+        format="float-quantized",
+        kv_cache="fp8_e4m3",
+        numerics={"weights": "fp8_e4m3fn"},
+        recipe={"name": "fp8-dynamic", "sha256": "ab" * 32, "engine": "model_free"},
+        calibration=None,
+        source={"content_hash": "cd" * 32, "architecture": "LlamaForCausalLM", "model_class": "dense"},
+        tools=tool_versions(),
+        build_key="ef" * 32,
+        build={"seconds": 0.1},
+        files=hash_files(directory),
     )
     write_manifest(directory, manifest)
     return directory
 
 
-def write_report(directory: Path, approvals: dict[str, list[str]], *, tenants=("chat", "code"), exit_code=0) -> Path:
+def write_report(
+    directory: Path, approvals: dict[str, list[str]], *, tenants=("chat", "code"), exit_code=0
+) -> Path:
     """A minimal report.json of the shape quantgate gate writes (the gate is tested elsewhere)."""
     directory.mkdir(parents=True, exist_ok=True)
     verdicts = [
         {"artifact": a, "tenant": t, "verdict": "pass" if t in ok else "fail", "reasons": []}
-        for a, ok in approvals.items() for t in tenants
+        for a, ok in approvals.items()
+        for t in tenants
     ]
     report = {
-        "schema_version": 1, "model": MODEL, "model_class": "dense", "source_hash": "cd" * 32,
-        "approvals": approvals, "verdicts": verdicts, "exit_code": exit_code,
-        "metrics": {a: {"wikitext": {"perplexity": 10.5, "kld_mean": 0.01, "note": "text"}} for a in approvals},
+        "schema_version": 1,
+        "model": MODEL,
+        "model_class": "dense",
+        "source_hash": "cd" * 32,
+        "approvals": approvals,
+        "verdicts": verdicts,
+        "exit_code": exit_code,
+        "metrics": {
+            a: {"wikitext": {"perplexity": 10.5, "kld_mean": 0.01, "note": "text"}} for a in approvals
+        },
     }
     (directory / "report.json").write_text(json.dumps(report))
     (directory / "report.md").write_text("# report\n")
@@ -51,10 +69,18 @@ def write_report(directory: Path, approvals: dict[str, list[str]], *, tenants=("
 @pytest.fixture
 def artifacts(tmp_path) -> Path:
     out = tmp_path / "artifacts"
-    write_artifact(out / "hopper-fp8", "hopper-fp8", {
-        "model.safetensors": os.urandom(300_000), "config.json": b'{"a": 1}', "sub/tokenizer.json": b"{}",
-    })
-    write_artifact(out / "draft-int4", "draft-int4", {"model.safetensors": os.urandom(100_000), "config.json": b"{}"})
+    write_artifact(
+        out / "hopper-fp8",
+        "hopper-fp8",
+        {
+            "model.safetensors": os.urandom(300_000),
+            "config.json": b'{"a": 1}',
+            "sub/tokenizer.json": b"{}",
+        },
+    )
+    write_artifact(
+        out / "draft-int4", "draft-int4", {"model.safetensors": os.urandom(100_000), "config.json": b"{}"}
+    )
     return out
 
 
@@ -90,6 +116,9 @@ def s3_registry(moto, tmp_path, monkeypatch, request) -> RegistryConfig:
 
     for key, value in TEST_CREDENTIALS.items():
         monkeypatch.setenv(key, value)
-    return RegistryConfig.local(tmp_path / "registry").model_copy(update={
-        "artifact_uri": f"s3://{moto.bucket}/{request.node.name}", "s3_endpoint_url": moto.url,
-    })
+    return RegistryConfig.local(tmp_path / "registry").model_copy(
+        update={
+            "artifact_uri": f"s3://{moto.bucket}/{request.node.name}",
+            "s3_endpoint_url": moto.url,
+        }
+    )

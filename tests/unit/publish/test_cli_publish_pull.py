@@ -15,23 +15,37 @@ pytestmark = pytest.mark.unit
 
 
 def _cli(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "quantgate.cli", *args], capture_output=True, text=True,
-                          env={**os.environ, **env})
+    return subprocess.run(
+        [sys.executable, "-m", "quantgate.cli", *args],
+        capture_output=True,
+        text=True,
+        env={**os.environ, **env},
+    )
 
 
-def test_publish_json_then_pull_prints_only_the_path_and_refusals_exit_2(artifacts, report, registry, pull_cache):
+def test_publish_json_then_pull_prints_only_the_path_and_refusals_exit_2(
+    artifacts, report, registry, pull_cache
+):
     env = {"MLFLOW_TRACKING_URI": registry.tracking_uri, "QUANTGATE_ARTIFACT_URI": registry.artifact_uri}
-    published = _cli("publish", "--report", str(report.parent), "--artifacts", str(artifacts), "--json", env=env)
+    published = _cli(
+        "publish", "--report", str(report.parent), "--artifacts", str(artifacts), "--json", env=env
+    )
     assert published.returncode == 0, published.stderr[-2000:]
     outcome = json.loads(published.stdout)
     hopper = next(a for a in outcome["artifacts"] if a["artifact"] == "hopper-fp8")
     assert hopper["aliases"] == ["approved-chat"]
 
-    pulled = _cli("pull", MODEL, "--target", "hopper-fp8", "--tenant", "chat", "--cache-dir", str(pull_cache), env=env)
+    pulled = _cli(
+        "pull", MODEL, "--target", "hopper-fp8", "--tenant", "chat", "--cache-dir", str(pull_cache), env=env
+    )
     assert pulled.returncode == 0, pulled.stderr[-2000:]
     assert pulled.stdout.splitlines() == [str(pull_cache.resolve() / "pull" / hopper["content_hash"])]
     assert Path(pulled.stdout.strip(), "model.safetensors").is_file()
 
-    refused = _cli("pull", MODEL, "--target", "hopper-fp8", "--tenant", "code", "--cache-dir", str(pull_cache), env=env)
+    refused = _cli(
+        "pull", MODEL, "--target", "hopper-fp8", "--tenant", "code", "--cache-dir", str(pull_cache), env=env
+    )
     assert refused.returncode == 2 and refused.stdout == ""
-    assert "approved-code" in refused.stderr and "Fix:" in refused.stderr and "Traceback" not in refused.stderr
+    assert (
+        "approved-code" in refused.stderr and "Fix:" in refused.stderr and "Traceback" not in refused.stderr
+    )

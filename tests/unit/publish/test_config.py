@@ -18,11 +18,20 @@ def test_default_is_the_embedded_registry_under_artifacts_registry(tmp_path):
 
 
 def test_the_environment_points_at_a_server_and_an_s3_store(tmp_path):
-    cfg = RegistryConfig.from_env(tmp_path, environ={
-        "MLFLOW_TRACKING_URI": "http://mlflow:5000", "MLFLOW_S3_ENDPOINT_URL": "http://minio:9000",
-        "QUANTGATE_PULL_CACHE_MAX_GB": "2.5", "QUANTGATE_TRANSFER_CONCURRENCY": "3",
-    })
-    assert (cfg.tracking_uri, cfg.artifact_uri, cfg.s3_endpoint_url) == ("http://mlflow:5000", None, "http://minio:9000")
+    cfg = RegistryConfig.from_env(
+        tmp_path,
+        environ={
+            "MLFLOW_TRACKING_URI": "http://mlflow:5000",
+            "MLFLOW_S3_ENDPOINT_URL": "http://minio:9000",
+            "QUANTGATE_PULL_CACHE_MAX_GB": "2.5",
+            "QUANTGATE_TRANSFER_CONCURRENCY": "3",
+        },
+    )
+    assert (cfg.tracking_uri, cfg.artifact_uri, cfg.s3_endpoint_url) == (
+        "http://mlflow:5000",
+        None,
+        "http://minio:9000",
+    )
     assert cfg.cache_max_bytes == 2_500_000_000 and cfg.transfer.concurrency == 3
 
 
@@ -39,11 +48,16 @@ def test_the_settings_file_is_read_and_a_typo_in_it_is_an_error(tmp_path):
 
 
 def test_the_shipped_settings_file_is_valid(repo_root):
-    assert RegistryConfig.from_env(repo_root, environ={}).tracking_uri.endswith("artifacts_registry/mlflow.db")
+    assert RegistryConfig.from_env(repo_root, environ={}).tracking_uri.endswith(
+        "artifacts_registry/mlflow.db"
+    )
 
 
 def test_names_the_fleet_relies_on():
-    assert naming.registered_model_name("smollm2-135m-instruct", "hopper-fp8") == "smollm2-135m-instruct.hopper-fp8"
+    assert (
+        naming.registered_model_name("smollm2-135m-instruct", "hopper-fp8")
+        == "smollm2-135m-instruct.hopper-fp8"
+    )
     assert naming.alias_for("chat") == "approved-chat"
     with pytest.raises(UsageError):
         naming.registered_model_name("a/b", "hopper-fp8")

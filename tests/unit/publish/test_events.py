@@ -14,15 +14,22 @@ pytestmark = pytest.mark.unit
 def test_payload_names_the_alias_both_versions_and_the_content():
     cfg = RegistryConfig(tracking_uri="http://mlflow:5000")
     assert events.payload(cfg, "m.hopper-fp8", "approved-chat", "3", "2", "ab" * 32) == {
-        "tracking_uri": "http://mlflow:5000", "registered_model": "m.hopper-fp8", "alias": "approved-chat",
-        "version": "3", "previous_version": "2", "content_hash": "ab" * 32,
+        "tracking_uri": "http://mlflow:5000",
+        "registered_model": "m.hopper-fp8",
+        "alias": "approved-chat",
+        "version": "3",
+        "previous_version": "2",
+        "content_hash": "ab" * 32,
     }
 
 
 def test_outside_prefect_nothing_is_emitted_and_no_server_is_started(monkeypatch):
     monkeypatch.delenv("PREFECT_API_URL", raising=False)
     start = time.monotonic()
-    assert events.alias_moved(RegistryConfig(tracking_uri="sqlite:///x.db"), "m.t", "approved-a", "1", None, "") is False
+    assert (
+        events.alias_moved(RegistryConfig(tracking_uri="sqlite:///x.db"), "m.t", "approved-a", "1", None, "")
+        is False
+    )
     assert time.monotonic() - start < 1.0
 
 

@@ -24,11 +24,17 @@ def _aliases(client: MlflowClient, name: str) -> dict[str, str]:
     return {alias: str(v) for alias, v in client.get_registered_model(name).aliases.items()}
 
 
-def test_publish_registers_version_with_lineage_and_aliases_only_approved_tenants(artifacts, report, registry):
+def test_publish_registers_version_with_lineage_and_aliases_only_approved_tenants(
+    artifacts, report, registry
+):
     outcome = publish_report(report, artifacts, registry)
     by_name = {a.artifact: a for a in outcome.artifacts}
     hopper, draft = by_name["hopper-fp8"], by_name["draft-int4"]
-    assert hopper.registered_model == f"{MODEL}.hopper-fp8" and hopper.created and hopper.aliases == ["approved-chat"]
+    assert (
+        hopper.registered_model == f"{MODEL}.hopper-fp8"
+        and hopper.created
+        and hopper.aliases == ["approved-chat"]
+    )
     assert draft.created and draft.aliases == []  # failed: recorded for audit, no alias
     client = _client(registry)
     assert _aliases(client, hopper.registered_model) == {"approved-chat": hopper.version}
@@ -46,7 +52,9 @@ def test_publish_registers_version_with_lineage_and_aliases_only_approved_tenant
     assert run.data.params["tools.torch"] == manifest.tools["torch"]
     assert run.data.metrics == {"wikitext.perplexity": 10.5, "wikitext.kld_mean": 0.01}
     stored = local_path(hopper.source)
-    assert (stored / "model.safetensors").read_bytes() == (artifacts / "hopper-fp8" / "model.safetensors").read_bytes()
+    assert (stored / "model.safetensors").read_bytes() == (
+        artifacts / "hopper-fp8" / "model.safetensors"
+    ).read_bytes()
     assert (stored.parent / "reports" / "report.json").is_file()
     assert json.loads(json.dumps(outcome.to_dict()))["artifacts"][0]["registered_model"].startswith(MODEL)
 
@@ -62,16 +70,22 @@ def test_publishing_the_same_content_twice_creates_no_second_version(artifacts, 
 
 def test_new_content_moves_the_alias_and_a_failing_tenant_loses_it(artifacts, report, registry, tmp_path):
     first = publish_report(report, artifacts, registry).artifacts[0]
-    rebuilt = write_artifact(tmp_path / "v2" / "hopper-fp8", "hopper-fp8", {"model.safetensors": b"other bytes"})
-    second = publish_report(write_report(tmp_path / "gate2", {"hopper-fp8": ["chat", "code"]}), rebuilt.parent,
-                            registry).artifacts[0]
+    rebuilt = write_artifact(
+        tmp_path / "v2" / "hopper-fp8", "hopper-fp8", {"model.safetensors": b"other bytes"}
+    )
+    second = publish_report(
+        write_report(tmp_path / "gate2", {"hopper-fp8": ["chat", "code"]}), rebuilt.parent, registry
+    ).artifacts[0]
     assert second.created and second.version != first.version
     client = _client(registry)
     assert _aliases(client, second.registered_model) == {
-        "approved-chat": second.version, "approved-code": second.version}
+        "approved-chat": second.version,
+        "approved-code": second.version,
+    }
     # a later gate of the same content fails 'code': its approval on this version is withdrawn
-    third = publish_report(write_report(tmp_path / "gate3", {"hopper-fp8": ["chat"]}), rebuilt.parent,
-                           registry).artifacts[0]
+    third = publish_report(
+        write_report(tmp_path / "gate3", {"hopper-fp8": ["chat"]}), rebuilt.parent, registry
+    ).artifacts[0]
     assert not third.created and third.removed_aliases == ["approved-code"]
     assert _aliases(client, second.registered_model) == {"approved-chat": second.version}
 

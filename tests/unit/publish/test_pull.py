@@ -9,7 +9,13 @@ import pytest
 from conftest import MODEL, write_artifact, write_report
 
 from quantgate.build.manifest import MANIFEST, hash_files, read_manifest
-from quantgate.errors import DestinationError, TamperedArtifactError, UnapprovedVersionError, UnknownModelError, UsageError
+from quantgate.errors import (
+    DestinationError,
+    TamperedArtifactError,
+    UnapprovedVersionError,
+    UnknownModelError,
+    UsageError,
+)
 from quantgate.publish import publish_report, pull
 from quantgate.publish.local_store import local_path
 
@@ -19,12 +25,18 @@ pytestmark = pytest.mark.unit
 @pytest.fixture
 def published(artifacts, report, registry):
     """The hopper-fp8 entry of a publish: approved for 'chat' only."""
-    return next(a for a in publish_report(report, artifacts, registry).artifacts if a.artifact == "hopper-fp8")
+    return next(
+        a for a in publish_report(report, artifacts, registry).artifacts if a.artifact == "hopper-fp8"
+    )
 
 
 def _installed(pull_cache) -> list[str]:
     root = pull_cache / "pull"
-    return sorted(p.name for p in root.iterdir() if not p.name.startswith(".") and p.is_dir()) if root.exists() else []
+    return (
+        sorted(p.name for p in root.iterdir() if not p.name.startswith(".") and p.is_dir())
+        if root.exists()
+        else []
+    )
 
 
 def test_pull_installs_a_byte_identical_verified_copy(published, artifacts, registry, pull_cache):
@@ -41,7 +53,9 @@ def test_second_pull_is_a_cache_hit_that_reads_no_store_bytes(published, registr
     assert pull(MODEL, "hopper-fp8", "chat", registry, cache_dir=pull_cache) == first
 
 
-def test_offline_pull_uses_the_last_resolution_and_needs_no_registry(published, registry, pull_cache, monkeypatch):
+def test_offline_pull_uses_the_last_resolution_and_needs_no_registry(
+    published, registry, pull_cache, monkeypatch
+):
     from quantgate.publish import tracking
 
     first = pull(MODEL, "hopper-fp8", "chat", registry, cache_dir=pull_cache)
@@ -84,7 +98,9 @@ def test_a_file_missing_from_the_store_is_named(published, registry, pull_cache)
         pull(MODEL, "hopper-fp8", "chat", registry, cache_dir=pull_cache)
 
 
-def test_an_unapproved_tenant_or_version_is_refused_unless_allowed(published, registry, pull_cache, artifacts):
+def test_an_unapproved_tenant_or_version_is_refused_unless_allowed(
+    published, registry, pull_cache, artifacts
+):
     with pytest.raises(UnapprovedVersionError, match="approved-code") as err:
         pull(MODEL, "hopper-fp8", "code", registry, cache_dir=pull_cache)
     assert err.value.exit_code == 2
@@ -145,8 +161,11 @@ def test_least_recently_used_entries_are_evicted_past_the_size_limit(registry, p
     for i, tenant in enumerate(("a", "b", "c")):
         target = f"t{i}"
         write_artifact(tmp_path / "arts" / target, target, {"w.bin": bytes([i]) * 40_000})
-        publish_report(write_report(tmp_path / f"gate-{i}", {target: [tenant]}, tenants=(tenant,)), tmp_path / "arts",
-                       registry)
+        publish_report(
+            write_report(tmp_path / f"gate-{i}", {target: [tenant]}, tenants=(tenant,)),
+            tmp_path / "arts",
+            registry,
+        )
     small = registry.model_copy(update={"cache_max_bytes": 90_000})  # room for two entries
     first = pull(MODEL, "t0", "a", small, cache_dir=pull_cache)
     pull(MODEL, "t1", "b", small, cache_dir=pull_cache)

@@ -70,8 +70,11 @@ def test_interrupted_upload_leaves_no_version_or_alias_and_a_rerun_completes_it(
     s3_registry, tmp_path, monkeypatch, pull_cache
 ):
     artifacts = tmp_path / "artifacts"
-    write_artifact(artifacts / "hopper-fp8", "hopper-fp8",
-                   {"a.safetensors": os.urandom(200_000), "b.safetensors": os.urandom(200_000), "config.json": b"{}"})
+    write_artifact(
+        artifacts / "hopper-fp8",
+        "hopper-fp8",
+        {"a.safetensors": os.urandom(200_000), "b.safetensors": os.urandom(200_000), "config.json": b"{}"},
+    )
     report = write_report(tmp_path / "gate", {"hopper-fp8": ["chat"]})
     cfg = s3_registry.model_copy(update={"transfer": TransferSettings(concurrency=1)})
     _with_faults(monkeypatch, _Faults(allow=2))
@@ -90,7 +93,9 @@ def test_interrupted_upload_leaves_no_version_or_alias_and_a_rerun_completes_it(
     _with_faults(monkeypatch, counting)
     outcome = publish_report(report, artifacts, cfg).artifacts[0]
     assert outcome.created and outcome.run_id == run.info.run_id and outcome.aliases == ["approved-chat"]
-    assert counting.sent == 6 - 2  # 3 files, manifest.json, report.json, report.md: 2 were already there intact
+    assert (
+        counting.sent == 6 - 2
+    )  # 3 files, manifest.json, report.json, report.md: 2 were already there intact
     assert client.get_run(run.info.run_id).info.status == "FINISHED"
     path = pull(MODEL, "hopper-fp8", "chat", cfg, cache_dir=pull_cache)
     assert hash_files(path) == hash_files(artifacts / "hopper-fp8")
@@ -99,8 +104,9 @@ def test_interrupted_upload_leaves_no_version_or_alias_and_a_rerun_completes_it(
 def test_an_object_altered_in_s3_is_caught_at_pull(s3_registry, tmp_path, moto, pull_cache):
     artifacts = tmp_path / "artifacts"
     write_artifact(artifacts / "hopper-fp8", "hopper-fp8", {"model.safetensors": os.urandom(100_000)})
-    outcome = publish_report(write_report(tmp_path / "gate", {"hopper-fp8": ["chat"]}), artifacts,
-                             s3_registry).artifacts[0]
+    outcome = publish_report(
+        write_report(tmp_path / "gate", {"hopper-fp8": ["chat"]}), artifacts, s3_registry
+    ).artifacts[0]
     key = outcome.source.removeprefix(f"s3://{moto.bucket}/") + "/model.safetensors"
     moto.client().put_object(Bucket=moto.bucket, Key=key, Body=os.urandom(100_000))
     with pytest.raises(TamperedArtifactError, match="model.safetensors"):
@@ -111,9 +117,13 @@ def test_an_object_altered_in_s3_is_caught_at_pull(s3_registry, tmp_path, moto, 
 def test_a_hand_made_alias_on_an_unverified_version_is_never_pulled(s3_registry, tmp_path, pull_cache):
     artifacts = tmp_path / "artifacts"
     write_artifact(artifacts / "hopper-fp8", "hopper-fp8", {"model.safetensors": b"x" * 1000})
-    outcome = publish_report(write_report(tmp_path / "gate", {"hopper-fp8": []}), artifacts, s3_registry).artifacts[0]
+    outcome = publish_report(
+        write_report(tmp_path / "gate", {"hopper-fp8": []}), artifacts, s3_registry
+    ).artifacts[0]
     client = MlflowClient(tracking_uri=s3_registry.tracking_uri)
-    partial = client.create_model_version(outcome.registered_model, outcome.source, tags={naming.CONTENT_HASH: "0" * 64})
+    partial = client.create_model_version(
+        outcome.registered_model, outcome.source, tags={naming.CONTENT_HASH: "0" * 64}
+    )
     client.set_registered_model_alias(outcome.registered_model, "approved-chat", partial.version)
     with pytest.raises(UnapprovedVersionError, match="no verified upload"):
         pull(MODEL, "hopper-fp8", "chat", s3_registry, cache_dir=pull_cache, allow_unapproved=True)

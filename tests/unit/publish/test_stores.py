@@ -17,7 +17,11 @@ pytestmark = pytest.mark.unit
 @pytest.fixture(params=["local", "mlflow"])
 def store(request, tmp_path):
     uri = (tmp_path / "store").as_uri()
-    return LocalStore(uri) if request.param == "local" else MlflowStore(uri, RegistryConfig.local(tmp_path / "reg"))
+    return (
+        LocalStore(uri)
+        if request.param == "local"
+        else MlflowStore(uri, RegistryConfig.local(tmp_path / "reg"))
+    )
 
 
 def test_upload_verify_download_and_tamper_detection(store, tmp_path):
@@ -34,8 +38,12 @@ def test_upload_verify_download_and_tamper_detection(store, tmp_path):
     assert store.verify(expected) == []
 
     done = {}
-    store.download({rel: d.bytes for rel, d in expected.items()}, tmp_path / "dst", done.__setitem__, lambda n: None)
-    assert {rel: p.read_bytes() for rel, p in done.items()} == {rel: p.read_bytes() for rel, (p, _) in files.items()}
+    store.download(
+        {rel: d.bytes for rel, d in expected.items()}, tmp_path / "dst", done.__setitem__, lambda n: None
+    )
+    assert {rel: p.read_bytes() for rel, p in done.items()} == {
+        rel: p.read_bytes() for rel, (p, _) in files.items()
+    }
 
     (tmp_path / "store" / "artifact" / "config.json").write_bytes(b"[]")
     problems = store.verify(expected)

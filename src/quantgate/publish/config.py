@@ -104,4 +104,7 @@ class RegistryConfig(_Frozen):
         if tracking is None:  # the embedded registry; an explicit artifact URI still wins
             embedded = cls.local(root / "artifacts_registry", **common)
             return embedded.model_copy(update={"artifact_uri": artifact}) if artifact else embedded
+        if artifact is None and tracking.startswith("sqlite:///"):
+            # MLflow would put a database's artifacts in ./mlruns of whatever the working directory is
+            artifact = (Path(tracking.removeprefix("sqlite:///")).resolve().parent / "artifacts").as_uri()
         return cls(tracking_uri=tracking, artifact_uri=artifact, **common)

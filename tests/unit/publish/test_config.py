@@ -35,6 +35,11 @@ def test_the_environment_points_at_a_server_and_an_s3_store(tmp_path):
     assert cfg.cache_max_bytes == 2_500_000_000 and cfg.transfer.concurrency == 3
 
 
+def test_another_sqlite_registry_keeps_its_artifacts_beside_it_not_in_the_working_directory(tmp_path):
+    cfg = RegistryConfig.from_env(tmp_path, environ={"MLFLOW_TRACKING_URI": f"sqlite:///{tmp_path}/reg/m.db"})
+    assert cfg.artifact_uri == (tmp_path / "reg" / "artifacts").as_uri()
+
+
 def test_the_settings_file_is_read_and_a_typo_in_it_is_an_error(tmp_path):
     settings = tmp_path / "artifacts_registry" / "registry.yaml"
     settings.parent.mkdir()

@@ -64,7 +64,7 @@ def _process(
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(proc.pid, 15)  # its own session: the server and the workers it forked
             try:
-                proc.wait(timeout=10)
+                proc.wait(timeout=3)  # test servers hold nothing worth a slow, graceful stop
             except subprocess.TimeoutExpired:
                 os.killpg(proc.pid, 9)
                 proc.wait()

@@ -61,7 +61,7 @@ def _isolated_cache(tmp_path_factory):
 
 
 def _repo_listing() -> set[str]:
-    skip = {".git", ".venv", ".pytest_cache", "__pycache__"}
+    skip = {".git", ".venv", ".pytest_cache", ".ruff_cache", ".tools", "__pycache__"}
     found = set()
     for root, dirs, files in os.walk(REPO):
         dirs[:] = [d for d in dirs if d not in skip and not d.endswith(".egg-info")]

@@ -232,6 +232,7 @@ def test_a_deployment_run_on_a_process_worker_ends_in_the_gates_outcome(prefect_
                       "--watch", "--watch-timeout", "600", timeout=660)
     finally:
         _stop(worker)
+    assert (out / "outcome.json").exists(), run.stdout[-3000:] + run.stderr[-2000:] + log.read_text()[-5000:]
     outcome = json.loads((out / "outcome.json").read_text())
     flow_run = _flow_run(prefect_api, outcome["flow_run_id"])
     assert flow_run.deployment_id is not None
@@ -250,3 +251,34 @@ def test_quantgate_run_refuses_bad_input_before_any_work_without_a_server(scenar
     assert result.returncode == 2, result.stderr[-3000:]
     assert str(tmp_path / "missing") in result.stderr and "Fix:" in result.stderr
     assert not (tmp_path / "registry").exists() and not (tmp_path / "run" / "artifacts").exists()
+
+
+def test_regating_against_tightened_floors_takes_the_withdrawn_alias_off(prefect_api, scenario, first_run, monkeypatch):
+    """The `regate` flow (prefect.yaml's regate deployment) on the first run's evaluations,
+    with the lenient tenant's floor made impossible: its alias goes, the others stay."""
+    from prefect.settings import PREFECT_API_URL, PREFECT_HOME, PREFECT_LOGGING_TO_API_ENABLED, temporary_settings
+
+    from quantgate.orchestrate.flow import regate
+
+    env, out, first, _ = first_run
+    tightened = scenario["base"] / "gates-tightened.yaml"
+    tightened.write_text(GATES.replace("floors: [{suite: wikitext, metric: kld_mean, max: 10.0}]\n  strict",
+                                       "floors: [{suite: wikitext, metric: kld_mean, max: 1.0e-12}]\n  strict"))
+    for key in ("MLFLOW_TRACKING_URI", "QUANTGATE_ARTIFACT_URI"):
+        monkeypatch.setenv(key, env[key])
+    monkeypatch.chdir(REPO)
+    with temporary_settings({PREFECT_API_URL: prefect_api, PREFECT_HOME: env["PREFECT_HOME"], PREFECT_LOGGING_TO_API_ENABLED: False}):
+        state = regate(out=str(out), gates=str(tightened), return_state=True)
+    assert state.is_completed(), state.message  # hopper-fp8 still passes support
+    report = json.loads((out / "report" / "report.json").read_text())
+    assert report["approvals"]["hopper-fp8"] == ["support"]
+    aliases = _aliases(env["MLFLOW_TRACKING_URI"], first["model"], TARGETS)
+    assert aliases == {t: {alias_for("support")} for t in TARGETS}
+
+    # floors no quantized artifact can meet: the run fails, publishes nothing, withdraws the rest
+    impossible = scenario["base"] / "gates-impossible.yaml"
+    impossible.write_text(GATES.replace("max: 10.0}", "max: 1.0e-12}"))
+    with temporary_settings({PREFECT_API_URL: prefect_api, PREFECT_HOME: env["PREFECT_HOME"], PREFECT_LOGGING_TO_API_ENABLED: False}):
+        state = regate(out=str(out), gates=str(impossible), return_state=True)
+    assert state.is_failed() and "report" in state.message
+    assert _aliases(env["MLFLOW_TRACKING_URI"], first["model"], TARGETS) == {t: set() for t in TARGETS}

@@ -160,13 +160,20 @@ def gate_run(plan: RunPlan, evaluations: list[dict[str, Any]]) -> dict[str, Any]
 
 
 @task(name="publish", retries=_RETRIES, retry_condition_fn=_only_transient)
-def publish_artifacts(plan: RunPlan, report_json: str) -> dict[str, Any]:
+def publish_artifacts(root: str, report_json: str, artifacts_dir: str) -> dict[str, Any]:
     """Register every artifact; aliases only for the tenants the gate approved (``publish``)."""
     from quantgate.publish import RegistryConfig, publish_report
 
-    config = RegistryConfig.from_env(Path(plan.root))
-    outcome = publish_report(Path(report_json), plan.artifacts_dir, config)
-    return outcome.to_dict()
+    config = RegistryConfig.from_env(Path(root))
+    return publish_report(Path(report_json), Path(artifacts_dir), config).to_dict()
+
+
+@task(name="withdraw", retries=_RETRIES, retry_condition_fn=_only_transient)
+def withdraw_approvals(root: str, report_json: str, artifacts_dir: str) -> dict[str, list[str]]:
+    """A failed run: take ``approved-<tenant>`` off registered versions that now fail it."""
+    from quantgate.publish import RegistryConfig, withdraw_failed
+
+    return withdraw_failed(Path(report_json), Path(artifacts_dir), RegistryConfig.from_env(Path(root)))
 
 
 @flow(name="build-and-gate", validate_parameters=True)
@@ -227,7 +234,14 @@ def build_and_gate(
     gated = gate_run(plan, parts)
     report = gated["report"]
     _report_artifacts(plan, report, gated["paths"])
-    published = publish_artifacts(plan, gated["paths"]["json"]) if publish else None
+    # a failed run publishes nothing: no version of it may be mistaken for a release
+    failing = [a for a in report["required"] if not report["approvals"].get(a)]
+    published = None
+    if publish and not (failing or build_failures or eval_failures):
+        published = publish_artifacts(plan.root, gated["paths"]["json"], str(plan.artifacts_dir))
+    elif publish:
+        logger.warning("not publishing: the run failed its gate")
+        published = {"withdrawn": withdraw_approvals(plan.root, gated["paths"]["json"], str(plan.artifacts_dir))}
     outcome = {
         "model": plan.model, "model_class": plan.model_class, "source_hash": plan.source_hash,
         "targets": plan.targets, "approvals": report["approvals"], "required": report["required"],
@@ -240,7 +254,6 @@ def build_and_gate(
         "tasks_ran_in": sorted({r["ran_in"] for r in [*built_results, *parts]}),
     }
     write_json(Path(plan.out) / OUTCOME, outcome)
-    failing = [a for a in report["required"] if not report["approvals"].get(a)]
     if failing or build_failures or eval_failures:
         reasons = [f"required artifacts passing no tenant: {', '.join(failing)}"] if failing else []
         reasons += [f"build {t} failed" for t in build_failures] + [f"{len(eval_failures)} evaluation(s) failed"] * bool(eval_failures)
@@ -265,10 +278,10 @@ def regate(out: str, tenants: list[str] | None = None, gates: str | None = None,
     decision = gate_results(out_dir / "eval", gates_path, root, artifacts_dir=out_dir / "artifacts", tenants=tenants)
     report_json = write_report_json(decision, out_dir / "report")
     write_reports(report_payload(decision), out_dir / "report")
-    if publish:
-        from quantgate.publish import RegistryConfig, publish_report
-
-        publish_report(report_json, out_dir / "artifacts", RegistryConfig.from_env(root))
+    if publish and decision.exit_code == 0:
+        publish_artifacts(str(root), str(report_json), str(out_dir / "artifacts"))
+    elif publish:  # a failed gate publishes nothing, but withdraws the approvals it no longer gives
+        withdraw_approvals(str(root), str(report_json), str(out_dir / "artifacts"))
     if decision.exit_code:
         return Failed(message=f"required artifacts pass no tenant under the new floors (report: {report_json})")
     return Completed(message=f"report: {report_json}")

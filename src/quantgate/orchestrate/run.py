@@ -40,7 +40,8 @@ def run_flow(*, dask_workers: int = 0, dask_address: str | None = None, **parame
     (out / OUTCOME).unlink(missing_ok=True)  # only this run's outcome may be reported
     runner = task_runner(dask_workers, dask_address)
     flow_fn = build_and_gate.with_options(task_runner=runner) if runner else build_and_gate
-    os.environ.setdefault("PREFECT_LOGGING_LEVEL", "INFO")
+    # the ephemeral API server is a child process: it reads this from the environment
+    os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
     state = flow_fn(**parameters, return_state=True)
     outcome_path = out / OUTCOME
     if outcome_path.exists():

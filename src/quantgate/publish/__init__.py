@@ -10,7 +10,7 @@ Named ``publish`` because ``quantgate.registry`` is the plugin registry of exten
 """
 
 from quantgate.publish.config import RegistryConfig
-from quantgate.publish.publish import PublishedArtifact, PublishOutcome, publish_report
+from quantgate.publish.publish import PublishedArtifact, PublishOutcome, publish_report, withdraw_failed
 from quantgate.publish.pull import pull
 
-__all__ = ["PublishOutcome", "PublishedArtifact", "RegistryConfig", "publish_report", "pull"]
+__all__ = ["PublishOutcome", "PublishedArtifact", "RegistryConfig", "publish_report", "pull", "withdraw_failed"]

@@ -293,3 +293,32 @@ def _upload_and_register(job: _Job, mlflow_client, cfg: RegistryConfig, progress
     )
     progress.log(f"{job.name}: registered version {version.version}")
     return version
+
+
+def withdraw_failed(report_json: Path, artifacts_dir: Path, cfg: RegistryConfig) -> dict[str, list[str]]:
+    """A failed run publishes nothing, but it may still *withdraw* approvals.
+
+    Re-gating against tightened floors is exactly when a version already in the registry stops
+    passing a tenant; its ``approved-<tenant>`` alias must not keep pointing at it. For every
+    artifact of the report whose content is already registered, the aliases of the tenants it
+    now fails are removed (announced like any move); nothing is uploaded, registered or set.
+    Returns ``{registered model: [aliases removed]}``.
+    """
+    report_json = Path(report_json)
+    report = read_report(report_json)
+    removed: dict[str, list[str]] = {}
+    mlflow_client = tracking.client(cfg)
+    with tracking.registry_errors(cfg):
+        for artifact in report.approvals:
+            manifest = read_manifest(Path(artifacts_dir) / artifact)
+            if manifest is None:
+                continue
+            name = naming.registered_model_name(report.model, artifact)
+            found = mlflow_client.search_model_versions(
+                f"name = '{tracking.quote(name)}' and tags.`{naming.CONTENT_HASH}` = '{content_hash(manifest.files)}'"
+            )
+            for version in found:
+                moved = aliases.apply(mlflow_client, cfg, name, version, [], report.failed_tenants(artifact))
+                if moved.removed:
+                    removed.setdefault(name, []).extend(moved.removed)
+    return removed

@@ -47,6 +47,7 @@ ENGINES: Registry[type] = Registry(
         "llmcompressor.model_free": "quantgate.build.engines.model_free",
         "llmcompressor.oneshot": "quantgate.build.engines.oneshot",
         "modelopt": "quantgate.build.engines.modelopt",
+        "quantgate.stream_fp8": "quantgate.build.engines.stream_fp8",
     },
 )
 register = ENGINES.register

@@ -1,0 +1,257 @@
+"""FP8_DYNAMIC, streamed tensor by tensor: quantgate's own data-free FP8 engine.
+
+Why not ``model_free_ptq`` (engine ``llmcompressor.model_free``, which this replaces for the
+fp8-dynamic recipe only): it loads a whole shard, builds a ``Linear`` module and an observer per
+weight, then serializes the whole shard again, all one step after another; measured on a 3 GB,
+4-shard checkpoint it took longer than loading the full model with ``oneshot`` (BENCHMARKS.md).
+Here every output shard's layout is known from the source headers alone, so the header is
+written first and each tensor is then read (``preadv``), quantized into per-thread buffers and
+written at its offset (``pwrite``) by a small thread pool; reading, computing and writing of
+different tensors overlap (torch and the I/O calls release the GIL), tensors kept as they are
+are copied inside the kernel, and memory is a few tensors whatever the shard size.
+
+The artifact is llm-compressor's: the same tensor names, shapes and dtypes, the same shard
+names, weights quantized op for op as compressed-tensors does (``fp8_channel.py``), and the
+``quantization_config`` built by compressed-tensors' own classes exactly as llm-compressor
+builds it. Which tensors are quantized is decided by compressed-tensors'
+``match_quantizable_tensors`` with the recipe's ignore list, as ``model_free_ptq`` does.
+Checkpoints with fused 3-D expert tensors (which ``model_free_ptq`` splits per expert first)
+are handed to the ``llmcompressor.model_free`` engine unchanged.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from quantgate.build.engines import BuildJob, register
+from quantgate.build.engines._shard_io import DTYPES, OutTensor, ShardWriter, read_into
+from quantgate.config.targets import Recipe
+from quantgate.errors import ConfigFileError, RecipeIncompatibleError
+from quantgate.intake import SourceRecord
+from quantgate.intake.safetensors_header import SafetensorsHeader, TensorInfo, read_header
+
+SCHEME = "FP8_DYNAMIC"
+INDEX = "model.safetensors.index.json"
+_FUSED_EXPERTS = ("gate_up_proj", "down_proj")  # 3-D in fused-expert checkpoints
+
+
+@dataclass(frozen=True)
+class Item:
+    """One source tensor and what becomes of it."""
+
+    shard: str
+    name: str
+    info: TensorInfo
+    quantize: bool
+
+
+def _ignore(recipe: Recipe) -> list[str]:
+    kind, args = recipe.modifier()
+    if kind != "QuantizationModifier" or args.get("scheme") != SCHEME or set(args) - {"targets", "scheme", "ignore"}:
+        raise ConfigFileError(
+            f"recipes/{recipe.name}.yaml",
+            f"engine quantgate.stream_fp8 builds only a QuantizationModifier with scheme {SCHEME} "
+            f"(targets, scheme, ignore), got {kind} with {sorted(args)}",
+            "use engine llmcompressor.model_free for other data-free schemes",
+        )
+    if args.get("targets", ["Linear"]) != ["Linear"]:
+        raise ConfigFileError(
+            f"recipes/{recipe.name}.yaml", "engine quantgate.stream_fp8 targets Linear weights only", "targets: [Linear]"
+        )
+    return list(args.get("ignore", []))
+
+
+def plan(source: Path, ignore: list[str]) -> tuple[dict[str, SafetensorsHeader], list[Item], bool]:
+    """Source headers by shard, every tensor's fate in file order, and whether experts are fused."""
+    from compressed_tensors.utils.match import match_quantizable_tensors
+
+    headers = {p.name: read_header(p) for p in sorted(source.glob("*.safetensors"))}
+    items: list[Item] = []
+    fused = False
+    for shard, header in headers.items():
+        targeted = {n for _, n in match_quantizable_tensors(dict.fromkeys(header.tensors), ignore, ["Linear"])}
+        for name, info in sorted(header.tensors.items(), key=lambda kv: kv[1].begin):
+            if name in targeted and len(info.shape) == 3 and any(k in name for k in _FUSED_EXPERTS):
+                fused = True
+            elif name in targeted and len(info.shape) != 2:
+                raise RecipeIncompatibleError(
+                    str(source / shard),
+                    f"{name} is targeted for FP8 but has shape {list(info.shape)}, not a 2-D Linear weight",
+                    "add its module to the recipe's ignore list with a stated reason",
+                )
+            items.append(Item(shard, name, info, name in targeted))
+    return headers, items, fused
+
+
+def quantization_config(ignore: list[str], quantized: bool) -> dict[str, Any]:
+    """``config.json``'s ``quantization_config``, built as llm-compressor's model_free path builds it."""
+    import torch
+    from compressed_tensors import __version__
+    from compressed_tensors.base import (
+        COMPRESSION_VERSION_NAME,
+        QUANTIZATION_METHOD_NAME,
+        TRANSFORM_CONFIG_NAME,
+    )
+    from compressed_tensors.compressors.format import infer_module_format
+    from compressed_tensors.quantization import QuantizationConfig, QuantizationStatus, preset_name_to_scheme
+
+    scheme = preset_name_to_scheme(SCHEME, ["Linear"])
+    if quantized:  # llm-compressor records the format a module was compressed with
+        scheme.format = infer_module_format(torch.nn.Linear, scheme)
+    config = QuantizationConfig(
+        config_groups={SCHEME: scheme},
+        ignore=ignore,
+        quantization_status=QuantizationStatus.COMPRESSED,
+        format=scheme.format.value if scheme.format else "dense",
+    )
+    return {
+        COMPRESSION_VERSION_NAME: __version__,
+        QUANTIZATION_METHOD_NAME: "compressed-tensors",
+        TRANSFORM_CONFIG_NAME: {},
+        **config.model_dump(),
+    }
+
+
+@contextmanager
+def _torch_threads(n: int):
+    """Each worker computes on one thread: the workers, not torch, share out the cores."""
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(n)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
+def _layouts(headers: dict[str, SafetensorsHeader], items: list[Item]) -> dict[str, list[OutTensor]]:
+    """Every output tensor per shard, in source order; a quantized weight is followed by its scale."""
+    layouts: dict[str, list[OutTensor]] = {s: [] for s in headers}
+    for it in items:
+        shape = tuple(it.info.shape)
+        if it.quantize:
+            layouts[it.shard].append(OutTensor(it.name, "F8_E4M3", shape))
+            layouts[it.shard].append(OutTensor(f"{it.name}_scale", it.info.dtype, (shape[0], 1)))
+        else:
+            layouts[it.shard].append(OutTensor(it.name, it.info.dtype, shape))
+    return layouts
+
+
+class _Buffers(threading.local):
+    """Per-worker buffers sized for the largest weight, reused for every tensor.
+
+    A fresh allocation per tensor costs a page fault per 4 KiB page the first time it is touched.
+    """
+
+    def __init__(self, nbytes: int, numel: int) -> None:
+        import torch
+
+        self.raw = torch.empty(nbytes, dtype=torch.uint8)
+        self.scratch = torch.empty(nbytes, dtype=torch.uint8)
+        self.fp8 = torch.empty(numel, dtype=torch.uint8)
+
+
+def stream(
+    source: Path, out_dir: Path, headers: dict[str, SafetensorsHeader], items: list[Item], workers: int | None = None
+) -> tuple[dict[str, str], int]:
+    """Write the FP8 shards of ``source`` into ``out_dir``; return the weight map and data bytes."""
+    from quantgate.build.engines.fp8_channel import FP8, quantize_rows
+
+    layouts = _layouts(headers, items)
+    quantized = [it for it in items if it.quantize]
+    buffers = _Buffers(
+        max((it.info.nbytes for it in quantized), default=0), max((it.info.numel for it in quantized), default=0)
+    )
+    src_fds: dict[str, int] = {}
+    writers: dict[str, ShardWriter] = {}
+
+    def work(it: Item) -> None:
+        writer, start = writers[it.shard], headers[it.shard].data_offset + it.info.begin
+        if not it.quantize:
+            writer.copy_from(it.name, src_fds[it.shard], start, it.info.nbytes)
+            return
+        dtype, shape, n = DTYPES[it.info.dtype], tuple(it.info.shape), it.info.nbytes
+        read_into(src_fds[it.shard], buffers.raw[:n], start)
+        q = buffers.fp8[: it.info.numel].view(FP8).view(shape)
+        scale = quantize_rows(buffers.raw[:n].view(dtype).view(shape), buffers.scratch[:n].view(dtype).view(shape), q)
+        writer.write(it.name, q)
+        writer.write(f"{it.name}_scale", scale)
+
+    try:
+        for shard, layout in layouts.items():
+            src_fds[shard] = os.open(source / shard, os.O_RDONLY)
+            writers[shard] = ShardWriter(out_dir / shard, layout, {"format": "pt"})
+        workers = workers or min(4, os.cpu_count() or 1)
+        with _torch_threads(1), ThreadPoolExecutor(workers, thread_name_prefix="stream-fp8") as pool:
+            # every job is submitted at once; a job holds no memory until a worker runs it
+            for _ in pool.map(work, items):
+                pass
+    finally:
+        for fd in src_fds.values():
+            os.close(fd)
+        for writer in writers.values():
+            writer.close()
+    weight_map = {t.name: shard for shard, layout in layouts.items() for t in layout}
+    return weight_map, sum(t.nbytes for layout in layouts.values() for t in layout)
+
+
+def write_metadata(
+    source: Path, out_dir: Path, ignore: list[str], weight_map: dict[str, str], total_size: int, quantized: bool
+) -> None:
+    """Copy the non-weight files, then add the quantization config and the shard index.
+
+    Both JSON files are written as llm-compressor writes them (indent 2, sorted keys).
+    """
+    for path in sorted(p for p in source.rglob("*") if p.is_file() and p.suffix != ".safetensors"):
+        rel = path.relative_to(source)
+        if rel.as_posix() != INDEX:
+            (out_dir / rel).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(path, out_dir / rel)
+    config_path = out_dir / "config.json"
+    config = json.loads(config_path.read_text())
+    config["quantization_config"] = quantization_config(ignore, quantized)
+    config_path.write_text(json.dumps(config, indent=2, sort_keys=True))
+    index = {"metadata": {"total_size": total_size}, "weight_map": weight_map}
+    (out_dir / INDEX).write_text(json.dumps(index, indent=2, sort_keys=True))
+
+
+def build_fp8(source: Path, out_dir: Path, ignore: list[str], workers: int | None = None) -> int:
+    """The whole artifact from a checkpoint directory; returns how many weights were quantized.
+
+    Callable without a recipe or a source record, so that benchmarks time exactly this.
+    """
+    headers, items, _ = plan(source, ignore)
+    weight_map, total = stream(source, out_dir, headers, items, workers)
+    quantized = sum(it.quantize for it in items)
+    write_metadata(source, out_dir, ignore, weight_map, total, quantized > 0)
+    return quantized
+
+
+@register("quantgate.stream_fp8")
+class StreamFp8Engine:
+    def __init__(self, workers: int | None = None) -> None:
+        self.workers = workers
+
+    def preflight(self, source: SourceRecord, recipe: Recipe) -> None:
+        plan(Path(source.path), _ignore(recipe))
+
+    def build(self, job: BuildJob) -> None:
+        source, ignore = Path(job.source.path), _ignore(job.recipe)
+        _, items, fused = plan(source, ignore)
+        if fused:
+            from quantgate.build.engines.model_free import ModelFreeEngine
+
+            job.progress.log(f"{job.recipe.name}: fused expert tensors, handing over to llmcompressor.model_free")
+            ModelFreeEngine().build(job)
+            return
+        with job.progress.task(f"{job.recipe.name}: streaming {len(items)} tensors", total=None):
+            build_fp8(source, job.out_dir, ignore, self.workers)

@@ -77,7 +77,7 @@ class Recipe(Frozen):
     version: Literal[1] = 1
     name: str
     description: str
-    engine: Literal["llmcompressor.model_free", "llmcompressor.oneshot", "modelopt"]
+    engine: Literal["llmcompressor.model_free", "llmcompressor.oneshot", "modelopt", "quantgate.stream_fp8"]
     calibration: Calibration
     requires_cuda: bool = False
     recipe: dict[str, Any] = Field(description="the engine's own recipe, passed through verbatim")

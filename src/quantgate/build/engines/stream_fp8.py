@@ -13,7 +13,8 @@ are copied inside the kernel, and memory is a few tensors whatever the shard siz
 The artifact is llm-compressor's: the same tensor names, shapes and dtypes, the same shard
 names, weights quantized op for op as compressed-tensors does (``fp8_channel.py``), and the
 ``quantization_config`` built by compressed-tensors' own classes exactly as llm-compressor
-builds it. Which tensors are quantized is decided by compressed-tensors'
+builds it (in a side thread: importing compressed-tensors imports transformers, seconds of work
+that overlap the streaming). Which tensors are quantized follows compressed-tensors'
 ``match_quantizable_tensors`` with the recipe's ignore list, as ``model_free_ptq`` does.
 Checkpoints with fused 3-D expert tensors (which ``model_free_ptq`` splits per expert first)
 are handed to the ``llmcompressor.model_free`` engine unchanged.
@@ -23,6 +24,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import threading
 from concurrent.futures import ThreadPoolExecutor
@@ -33,6 +35,7 @@ from typing import Any
 
 from quantgate.build.engines import BuildJob, register
 from quantgate.build.engines._shard_io import DTYPES, OutTensor, ShardWriter, read_into
+from quantgate.build.preflight import weight_group_size
 from quantgate.config.targets import Recipe
 from quantgate.errors import ConfigFileError, RecipeIncompatibleError
 from quantgate.intake import SourceRecord
@@ -55,6 +58,8 @@ class Item:
 
 def _ignore(recipe: Recipe) -> list[str]:
     kind, args = recipe.modifier()
+    if kind == "QuantizationModifier":
+        weight_group_size(args, f"recipes/{recipe.name}.yaml")  # an unknown scheme: suggests the nearest
     if kind != "QuantizationModifier" or args.get("scheme") != SCHEME or set(args) - {"targets", "scheme", "ignore"}:
         raise ConfigFileError(
             f"recipes/{recipe.name}.yaml",
@@ -69,25 +74,40 @@ def _ignore(recipe: Recipe) -> list[str]:
     return list(args.get("ignore", []))
 
 
+def targeted(name: str, ignore: list[str]) -> bool:
+    """Whether ``match_quantizable_tensors(..., ignore, targets=["Linear"])`` would yield ``name``.
+
+    The same rule as compressed-tensors 0.19 (``utils/match.py``): parameter ``weight`` of any
+    module not ending in ``norm`` (``Linear`` in targets means every module, by name), unless a
+    module name matches an ignore entry (``re:`` entries with ``re.match``, others exactly).
+    Restated here because importing compressed-tensors imports transformers, which took longer
+    than quantizing a 3 GB checkpoint on 2 cores; ``test_stream_fp8.py`` checks it against the
+    library on every tensor name of the test models.
+    """
+    module, _, param = name.rpartition(".")
+    if module.endswith("norm") or param != "weight":
+        return False
+    return not any(
+        re.match(ign.removeprefix("re:"), module) if ign.startswith("re:") else ign == module for ign in ignore
+    )
+
+
 def plan(source: Path, ignore: list[str]) -> tuple[dict[str, SafetensorsHeader], list[Item], bool]:
     """Source headers by shard, every tensor's fate in file order, and whether experts are fused."""
-    from compressed_tensors.utils.match import match_quantizable_tensors
-
     headers = {p.name: read_header(p) for p in sorted(source.glob("*.safetensors"))}
     items: list[Item] = []
     fused = False
     for shard, header in headers.items():
-        targeted = {n for _, n in match_quantizable_tensors(dict.fromkeys(header.tensors), ignore, ["Linear"])}
         for name, info in sorted(header.tensors.items(), key=lambda kv: kv[1].begin):
-            if name in targeted and len(info.shape) == 3 and any(k in name for k in _FUSED_EXPERTS):
-                fused = True
-            elif name in targeted and len(info.shape) != 2:
+            if len(info.shape) == 3 and any(k in name for k in _FUSED_EXPERTS):
+                fused = True  # model_free_ptq splits these per expert before matching names
+            elif targeted(name, ignore) and len(info.shape) != 2:
                 raise RecipeIncompatibleError(
                     str(source / shard),
                     f"{name} is targeted for FP8 but has shape {list(info.shape)}, not a 2-D Linear weight",
                     "add its module to the recipe's ignore list with a stated reason",
                 )
-            items.append(Item(shard, name, info, name in targeted))
+            items.append(Item(shard, name, info, targeted(name, ignore)))
     return headers, items, fused
 
 
@@ -205,7 +225,7 @@ def stream(
 
 
 def write_metadata(
-    source: Path, out_dir: Path, ignore: list[str], weight_map: dict[str, str], total_size: int, quantized: bool
+    source: Path, out_dir: Path, quant_config: dict[str, Any], weight_map: dict[str, str], total_size: int
 ) -> None:
     """Copy the non-weight files, then add the quantization config and the shard index.
 
@@ -218,7 +238,7 @@ def write_metadata(
             shutil.copyfile(path, out_dir / rel)
     config_path = out_dir / "config.json"
     config = json.loads(config_path.read_text())
-    config["quantization_config"] = quantization_config(ignore, quantized)
+    config["quantization_config"] = quant_config
     config_path.write_text(json.dumps(config, indent=2, sort_keys=True))
     index = {"metadata": {"total_size": total_size}, "weight_map": weight_map}
     (out_dir / INDEX).write_text(json.dumps(index, indent=2, sort_keys=True))
@@ -230,9 +250,11 @@ def build_fp8(source: Path, out_dir: Path, ignore: list[str], workers: int | Non
     Callable without a recipe or a source record, so that benchmarks time exactly this.
     """
     headers, items, _ = plan(source, ignore)
-    weight_map, total = stream(source, out_dir, headers, items, workers)
     quantized = sum(it.quantize for it in items)
-    write_metadata(source, out_dir, ignore, weight_map, total, quantized > 0)
+    with ThreadPoolExecutor(1, thread_name_prefix="stream-fp8-config") as side:
+        config = side.submit(quantization_config, ignore, quantized > 0)
+        weight_map, total = stream(source, out_dir, headers, items, workers)
+        write_metadata(source, out_dir, config.result(), weight_map, total)
     return quantized
 
 

@@ -15,8 +15,9 @@ most 800 MiB, 1.57 B parameters) under ``--workdir``, then measures in this run:
     anchors:  ``oneshot`` (load the model, FP8_DYNAMIC, ``save_pretrained`` compressed) and
               ``model_free_ptq`` (one worker, as the engine it replaces ran it);
     steps:    ``plain loop`` (per shard: ``load_file``, quantize each weight, ``save_file``),
-              ``stream_fp8`` with 1 worker (positioned reads and writes, no shard in memory),
-              ``stream_fp8`` with the default workers (reading, computing and writing overlap);
+              ``stream_fp8`` with 1 worker and no readahead (positioned reads and writes, no
+              shard in memory), with the default workers (reading, computing and writing of
+              different tensors overlap), and with kernel readahead ahead of the workers too;
     CLI:      ``quantgate build --targets hopper-fp8`` (intake: validation and a sha256 of every
               source file, the build, and the manifest's sha256 of every output file);
 - the artifact: ``stream_fp8``'s output against ``model_free_ptq``'s and ``oneshot``'s (scales,
@@ -41,7 +42,15 @@ from pathlib import Path
 
 GB = 1e9
 IGNORE = ["lm_head", "re:.*embed_tokens$", "re:.*\\.gate$", "re:.*shared_expert_gate$", "re:.*router$"]
-CONTENDERS = ["oneshot", "model_free_ptq", "plain_loop", "stream_fp8_1", "stream_fp8", "quantgate_build"]
+CONTENDERS = [
+    "oneshot",
+    "model_free_ptq",
+    "plain_loop",
+    "stream_fp8_1",
+    "stream_fp8_no_readahead",
+    "stream_fp8",
+    "quantgate_build",
+]
 ANCHORS = ("oneshot", "model_free_ptq")
 
 
@@ -96,10 +105,10 @@ def _plain_loop(src: Path, dst: Path) -> None:
     write_metadata(src, dst, quantization_config(IGNORE, quantized=True), weight_map, total)
 
 
-def _stream(src: Path, dst: Path, workers: int | None) -> None:
-    from quantgate.build.engines.stream_fp8 import build_fp8
+def _stream(src: Path, dst: Path, workers: int | None, readahead: bool = True) -> None:
+    from quantgate.build.engines.stream_fp8 import READAHEAD_BYTES, build_fp8
 
-    build_fp8(src, dst, IGNORE, workers=workers)
+    build_fp8(src, dst, IGNORE, workers=workers, readahead=READAHEAD_BYTES if readahead else 0)
 
 
 def _child(name: str, src: Path, dst: Path) -> None:
@@ -111,7 +120,9 @@ def _child(name: str, src: Path, dst: Path) -> None:
     elif name == "plain_loop":
         _plain_loop(src, dst)
     elif name == "stream_fp8_1":
-        _stream(src, dst, 1)
+        _stream(src, dst, 1, readahead=False)
+    elif name == "stream_fp8_no_readahead":
+        _stream(src, dst, None, readahead=False)
     elif name == "stream_fp8":
         _stream(src, dst, None)
     else:

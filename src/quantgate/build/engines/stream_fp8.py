@@ -42,6 +42,7 @@ from quantgate.intake import SourceRecord
 from quantgate.intake.safetensors_header import SafetensorsHeader, TensorInfo, read_header
 
 SCHEME = "FP8_DYNAMIC"
+READAHEAD_BYTES = 256 * 1024**2
 INDEX = "model.safetensors.index.json"
 _FUSED_EXPERTS = ("gate_up_proj", "down_proj")  # 3-D in fused-expert checkpoints
 
@@ -166,6 +167,31 @@ def _layouts(headers: dict[str, SafetensorsHeader], items: list[Item]) -> dict[s
     return layouts
 
 
+class _Progress:
+    """Bytes of source tensors the workers have started on, for the readahead thread to follow."""
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition()
+        self._bytes = 0
+        self._done = False
+
+    def add(self, nbytes: int) -> None:
+        with self._cond:
+            self._bytes += nbytes
+            self._cond.notify_all()
+
+    def finish(self) -> None:
+        with self._cond:
+            self._done = True
+            self._cond.notify_all()
+
+    def wait_below(self, threshold: int) -> bool:
+        """Wait until the started bytes exceed ``threshold``; False once the work is over."""
+        with self._cond:
+            self._cond.wait_for(lambda: self._done or self._bytes > threshold)
+            return not self._done
+
+
 class _Buffers(threading.local):
     """Per-worker buffers sized for the largest weight, reused for every tensor.
 
@@ -181,9 +207,19 @@ class _Buffers(threading.local):
 
 
 def stream(
-    source: Path, out_dir: Path, headers: dict[str, SafetensorsHeader], items: list[Item], workers: int | None = None
+    source: Path,
+    out_dir: Path,
+    headers: dict[str, SafetensorsHeader],
+    items: list[Item],
+    workers: int | None = None,
+    readahead: int = READAHEAD_BYTES,
 ) -> tuple[dict[str, str], int]:
-    """Write the FP8 shards of ``source`` into ``out_dir``; return the weight map and data bytes."""
+    """Write the FP8 shards of ``source`` into ``out_dir``; return the weight map and data bytes.
+
+    Workers take tensors in file order. A readahead thread asks the kernel
+    (``POSIX_FADV_WILLNEED``) for up to ``readahead`` bytes beyond the tensors already started,
+    so the disk keeps reading while both cores compute; 0 turns it off.
+    """
     from quantgate.build.engines.fp8_channel import FP8, quantize_rows
 
     layouts = _layouts(headers, items)
@@ -193,8 +229,19 @@ def stream(
     )
     src_fds: dict[str, int] = {}
     writers: dict[str, ShardWriter] = {}
+    started = _Progress()
+
+    def prefetch() -> None:
+        advised = 0
+        for it in items:
+            if not started.wait_below(advised - readahead):
+                return
+            start = headers[it.shard].data_offset + it.info.begin
+            os.posix_fadvise(src_fds[it.shard], start, it.info.nbytes, os.POSIX_FADV_WILLNEED)
+            advised += it.info.nbytes
 
     def work(it: Item) -> None:
+        started.add(it.info.nbytes)
         writer, start = writers[it.shard], headers[it.shard].data_offset + it.info.begin
         if not it.quantize:
             writer.copy_from(it.name, src_fds[it.shard], start, it.info.nbytes)
@@ -206,16 +253,21 @@ def stream(
         writer.write(it.name, q)
         writer.write(f"{it.name}_scale", scale)
 
+    reader = threading.Thread(target=prefetch, name="stream-fp8-readahead", daemon=True)
     try:
         for shard, layout in layouts.items():
             src_fds[shard] = os.open(source / shard, os.O_RDONLY)
             writers[shard] = ShardWriter(out_dir / shard, layout, {"format": "pt"})
-        workers = workers or min(4, os.cpu_count() or 1)
-        with _torch_threads(1), ThreadPoolExecutor(workers, thread_name_prefix="stream-fp8") as pool:
+        if readahead > 0:
+            reader.start()
+        with _torch_threads(1), ThreadPoolExecutor(workers or min(4, os.cpu_count() or 1)) as pool:
             # every job is submitted at once; a job holds no memory until a worker runs it
             for _ in pool.map(work, items):
                 pass
     finally:
+        started.finish()
+        if reader.is_alive():
+            reader.join()
         for fd in src_fds.values():
             os.close(fd)
         for writer in writers.values():
@@ -244,7 +296,9 @@ def write_metadata(
     (out_dir / INDEX).write_text(json.dumps(index, indent=2, sort_keys=True))
 
 
-def build_fp8(source: Path, out_dir: Path, ignore: list[str], workers: int | None = None) -> int:
+def build_fp8(
+    source: Path, out_dir: Path, ignore: list[str], workers: int | None = None, readahead: int = READAHEAD_BYTES
+) -> int:
     """The whole artifact from a checkpoint directory; returns how many weights were quantized.
 
     Callable without a recipe or a source record, so that benchmarks time exactly this.
@@ -253,7 +307,7 @@ def build_fp8(source: Path, out_dir: Path, ignore: list[str], workers: int | Non
     quantized = sum(it.quantize for it in items)
     with ThreadPoolExecutor(1, thread_name_prefix="stream-fp8-config") as side:
         config = side.submit(quantization_config, ignore, quantized > 0)
-        weight_map, total = stream(source, out_dir, headers, items, workers)
+        weight_map, total = stream(source, out_dir, headers, items, workers, readahead)
         write_metadata(source, out_dir, config.result(), weight_map, total)
     return quantized
 

@@ -205,6 +205,10 @@ def _tensors(artifact: Path) -> dict[str, Path]:
     return {name: shard for shard in artifact.glob("*.safetensors") for name in read_header(shard).tensors}
 
 
+def _schemes(config: dict | None) -> list[str]:
+    return sorted(json.dumps(g, sort_keys=True) for g in (config or {}).get("config_groups", {}).values())
+
+
 def compare(ours: Path, reference: Path) -> dict[str, object]:
     """Scales and kept tensors equal? FP8 codes equal, and how far apart where not?"""
     import torch
@@ -235,6 +239,10 @@ def compare(ours: Path, reference: Path) -> dict[str, object]:
         tensors_with_other_dtype_or_shape=mismatched_meta,
         scales_or_kept_tensors_unequal=unequal_other,
         quantization_config_equal=qa == qb,
+        # oneshot names its group "group_0", lists only the modules its ignore list matched and
+        # writes an empty sparsity_config: the schemes themselves are what must agree
+        schemes_equal=_schemes(qa) == _schemes(qb),
+        config_keys_differing=sorted(k for k in {*(qa or {}), *(qb or {})} if (qa or {}).get(k) != (qb or {}).get(k)),
     )
     return out
 

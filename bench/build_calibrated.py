@@ -7,7 +7,8 @@ across ``--repeats`` rounds, each a fresh ``quantgate build`` process as a user 
 every calibrated target alone, then all of them in one process. Reported: the medians, the
 ratio of the joint build to the slowest single target (issue 7: at most 1.3x), peak RSS (the
 child's ``VmHWM``, polled from outside), and the per-target seconds each manifest records, which
-show where the joint run's time goes.
+show where the joint run's time goes. ``--parallel`` adds one more configuration: the single-target
+builds started at the same time, each with one torch thread (``OMP_NUM_THREADS=1``).
 """
 
 from __future__ import annotations
@@ -24,21 +25,27 @@ import time
 from pathlib import Path
 
 
-def _run(argv: list[str]) -> tuple[float, int]:
+def _run(argvs: list[list[str]], env: dict[str, str] | None = None) -> tuple[float, int]:
+    """Wall seconds until every process has exited, and the sum of their peak RSS."""
     from quantgate.memory import peak_rss_bytes
 
-    with tempfile.TemporaryFile("w+") as err:
-        started = time.perf_counter()
-        proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=err)
-        peak = 0
-        while proc.poll() is None:
-            peak = max(peak, peak_rss_bytes(proc.pid) or 0)
-            time.sleep(0.05)
-        seconds = time.perf_counter() - started
+    errs = [tempfile.TemporaryFile("w+") for _ in argvs]
+    started = time.perf_counter()
+    procs = [
+        subprocess.Popen(a, stdout=subprocess.DEVNULL, stderr=e, env={**os.environ, **(env or {})})
+        for a, e in zip(argvs, errs, strict=True)
+    ]
+    peaks = [0] * len(procs)
+    while any(p.poll() is None for p in procs):
+        peaks = [max(peak, peak_rss_bytes(p.pid) or 0) for peak, p in zip(peaks, procs, strict=True)]
+        time.sleep(0.05)
+    seconds = time.perf_counter() - started
+    for argv, proc, err in zip(argvs, procs, errs, strict=True):
         err.seek(0)
         if proc.returncode:
             raise SystemExit(f"{argv} failed ({proc.returncode}):\n{err.read()[-3000:]}")
-    return seconds, peak
+        err.close()
+    return seconds, sum(peaks)
 
 
 def _manifest_seconds(out: Path) -> dict[str, float]:
@@ -51,6 +58,11 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--targets", default="blackwell-nvfp4,draft-int4")
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument(
+        "--parallel",
+        action="store_true",
+        help="also run the single-target builds at the same time, one torch thread each",
+    )
     parser.add_argument("--out", type=Path, default=None, help="write the figures as JSON here")
     args = parser.parse_args()
 
@@ -59,7 +71,7 @@ def main() -> None:
 
     checkpoint = default_checkpoint(cache_dir())
     targets = args.targets.split(",")
-    configs = [[t] for t in targets] + [targets]
+    configs = [[t] for t in targets] + [targets] + ([["parallel", *targets]] if args.parallel else [])
     runs: dict[str, list[dict[str, object]]] = {",".join(c): [] for c in configs}
     with tempfile.TemporaryDirectory(prefix="quantgate-bench-calibrated-") as tmp:
         for round_ in range(args.repeats):
@@ -67,7 +79,11 @@ def main() -> None:
                 key = ",".join(config)
                 out = Path(tmp) / f"r{round_}-{len(config)}-{config[0]}"
                 argv = [sys.executable, "-m", "quantgate.cli", "build", "--checkpoint", str(checkpoint)]
-                seconds, peak = _run([*argv, "--targets", key, "--out", str(out)])
+                if config[0] == "parallel":  # one process per target, started together
+                    argvs = [[*argv, "--targets", t, "--out", str(out)] for t in config[1:]]
+                    seconds, peak = _run(argvs, {"OMP_NUM_THREADS": "1"})
+                else:
+                    seconds, peak = _run([[*argv, "--targets", key, "--out", str(out)]])
                 runs[key].append({"seconds": seconds, "peak_rss_bytes": peak, "per_target_s": _manifest_seconds(out)})
                 print(f"round {round_ + 1} {key}: {seconds:.1f} s, peak {peak / 1e9:.2f} GB", file=sys.stderr)
 

@@ -59,7 +59,7 @@ class Item:
 
 def _ignore(recipe: Recipe) -> list[str]:
     kind, args = recipe.modifier()
-    if kind == "QuantizationModifier":
+    if kind == "QuantizationModifier" and args.get("scheme") != SCHEME:
         weight_group_size(args, f"recipes/{recipe.name}.yaml")  # an unknown scheme: suggests the nearest
     if kind != "QuantizationModifier" or args.get("scheme") != SCHEME or set(args) - {"targets", "scheme", "ignore"}:
         raise ConfigFileError(

@@ -68,11 +68,9 @@ class ShardWriter:
         self.data_bytes = position
         self.fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
         try:
-            size = self.data_offset + position
-            try:  # reserve the blocks now: parallel writers then never extend the file
-                os.posix_fallocate(self.fd, 0, size)
-            except OSError:
-                os.ftruncate(self.fd, size)
+            # the final size up front (sparse), so writers at any offset never extend the file;
+            # not posix_fallocate: writing into its reserved extents measured 3-10x slower here
+            os.ftruncate(self.fd, self.data_offset + position)
             write_all(self.fd, struct.pack("<Q", len(raw)) + raw, 0)
         except BaseException:
             os.close(self.fd)

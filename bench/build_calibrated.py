@@ -14,6 +14,7 @@ builds started at the same time, each with one torch thread (``OMP_NUM_THREADS=1
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import platform
@@ -29,22 +30,22 @@ def _run(argvs: list[list[str]], env: dict[str, str] | None = None) -> tuple[flo
     """Wall seconds until every process has exited, and the sum of their peak RSS."""
     from quantgate.memory import peak_rss_bytes
 
-    errs = [tempfile.TemporaryFile("w+") for _ in argvs]
-    started = time.perf_counter()
-    procs = [
-        subprocess.Popen(a, stdout=subprocess.DEVNULL, stderr=e, env={**os.environ, **(env or {})})
-        for a, e in zip(argvs, errs, strict=True)
-    ]
-    peaks = [0] * len(procs)
-    while any(p.poll() is None for p in procs):
-        peaks = [max(peak, peak_rss_bytes(p.pid) or 0) for peak, p in zip(peaks, procs, strict=True)]
-        time.sleep(0.05)
-    seconds = time.perf_counter() - started
-    for argv, proc, err in zip(argvs, procs, errs, strict=True):
-        err.seek(0)
-        if proc.returncode:
-            raise SystemExit(f"{argv} failed ({proc.returncode}):\n{err.read()[-3000:]}")
-        err.close()
+    with contextlib.ExitStack() as stack:
+        errs = [stack.enter_context(tempfile.TemporaryFile("w+")) for _ in argvs]
+        started = time.perf_counter()
+        procs = [
+            subprocess.Popen(a, stdout=subprocess.DEVNULL, stderr=e, env={**os.environ, **(env or {})})
+            for a, e in zip(argvs, errs, strict=True)
+        ]
+        peaks = [0] * len(procs)
+        while any(p.poll() is None for p in procs):
+            peaks = [max(peak, peak_rss_bytes(p.pid) or 0) for peak, p in zip(peaks, procs, strict=True)]
+            time.sleep(0.05)
+        seconds = time.perf_counter() - started
+        for argv, proc, err in zip(argvs, procs, errs, strict=True):
+            err.seek(0)
+            if proc.returncode:
+                raise SystemExit(f"{argv} failed ({proc.returncode}):\n{err.read()[-3000:]}")
     return seconds, sum(peaks)
 
 
@@ -84,7 +85,9 @@ def main() -> None:
                     seconds, peak = _run(argvs, {"OMP_NUM_THREADS": "1"})
                 else:
                     seconds, peak = _run([[*argv, "--targets", key, "--out", str(out)]])
-                runs[key].append({"seconds": seconds, "peak_rss_bytes": peak, "per_target_s": _manifest_seconds(out)})
+                runs[key].append(
+                    {"seconds": seconds, "peak_rss_bytes": peak, "per_target_s": _manifest_seconds(out)}
+                )
                 print(f"round {round_ + 1} {key}: {seconds:.1f} s, peak {peak / 1e9:.2f} GB", file=sys.stderr)
 
     summary = {

@@ -161,7 +161,9 @@ def _run(argv: list[str], env: dict[str, str] | None = None) -> tuple[float, int
 
     with tempfile.TemporaryFile("w+") as err:
         started = time.perf_counter()
-        proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=err, env={**os.environ, **(env or {})})
+        proc = subprocess.Popen(
+            argv, stdout=subprocess.DEVNULL, stderr=err, env={**os.environ, **(env or {})}
+        )
         peak = 0
         while proc.poll() is None:
             peak = max(peak, peak_rss_bytes(proc.pid) or 0)
@@ -242,7 +244,9 @@ def compare(ours: Path, reference: Path) -> dict[str, object]:
         # oneshot names its group "group_0", lists only the modules its ignore list matched and
         # writes an empty sparsity_config: the schemes themselves are what must agree
         schemes_equal=_schemes(qa) == _schemes(qb),
-        config_keys_differing=sorted(k for k in {*(qa or {}), *(qb or {})} if (qa or {}).get(k) != (qb or {}).get(k)),
+        config_keys_differing=sorted(
+            k for k in {*(qa or {}), *(qb or {})} if (qa or {}).get(k) != (qb or {}).get(k)
+        ),
     )
     return out
 
@@ -250,7 +254,9 @@ def compare(ours: Path, reference: Path) -> dict[str, object]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--child", nargs=3, metavar=("NAME", "SRC", "DST"), help=argparse.SUPPRESS)
-    parser.add_argument("--workdir", type=Path, default=None, help="where the checkpoint goes (default: a /tmp dir)")
+    parser.add_argument(
+        "--workdir", type=Path, default=None, help="where the checkpoint goes (default: a /tmp dir)"
+    )
     parser.add_argument("--layers", type=int, default=28)
     parser.add_argument("--hidden", type=int, default=2048)
     parser.add_argument("--intermediate", type=int, default=5632)
@@ -300,8 +306,11 @@ def main() -> None:
                 seconds, peak = _run(argv, env)
                 sync_s = _sync_tree(dst)
                 runs[name].append({"seconds": seconds, "sync_seconds": sync_s, "peak_rss_bytes": peak})
-                print(f"round {round_ + 1} {name}: {seconds:.2f} s (+{sync_s:.2f} s sync), "
-                      f"peak {peak / GB:.2f} GB", file=sys.stderr)
+                print(
+                    f"round {round_ + 1} {name}: {seconds:.2f} s (+{sync_s:.2f} s sync), "
+                    f"peak {peak / GB:.2f} GB",
+                    file=sys.stderr,
+                )
                 if name == "stream_fp8":
                     artifact_bytes = sum(p.stat().st_size for p in dst.glob("*.safetensors"))
                 if round_ == args.repeats - 1 and name in ("oneshot", "model_free_ptq", "stream_fp8"):
@@ -329,7 +338,11 @@ def main() -> None:
         read_gbps = statistics.median(d["read_GBps"] for d in disks)
         write_gbps = statistics.median(d["write_GBps"] for d in disks)
         floor = checkpoint_bytes / GB / read_gbps + artifact_bytes / GB / write_gbps
-        equivalence = {ref: compare(kept["stream_fp8"], kept[ref]) for ref in ANCHORS if ref in kept and "stream_fp8" in kept}
+        equivalence = {
+            ref: compare(kept["stream_fp8"], kept[ref])
+            for ref in ANCHORS
+            if ref in kept and "stream_fp8" in kept
+        }
         result = {
             "machine": f"{platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}",
             "load_average_at_end": os.getloadavg(),

@@ -54,7 +54,7 @@ def _by_name(artifact: Path) -> dict[str, tuple[str, torch.Tensor]]:
     out = {}
     for shard in sorted(artifact.glob("*.safetensors")):
         with safe_open(shard, "pt") as f:
-            out.update({k: (shard.name, f.get_tensor(k)) for k in f.keys()})
+            out.update({k: (shard.name, f.get_tensor(k)) for k in f.keys()})  # noqa: SIM118 (safe_open is no dict)
     return out
 
 
@@ -72,7 +72,9 @@ def assert_same_artifact(ours: Path, reference: Path) -> None:
         assert (shard, tensor.dtype, tensor.shape) == (ref_shard, ref.dtype, ref.shape), name
         if tensor.dtype == FP8:
             assert (tensor.view(torch.uint8) == ref.view(torch.uint8)).float().mean() >= 0.999, name
-            assert int((_ordinal(tensor) - _ordinal(ref)).abs().max()) <= 1, f"{name}: codes more than one step apart"
+            assert int((_ordinal(tensor) - _ordinal(ref)).abs().max()) <= 1, (
+                f"{name}: codes more than one step apart"
+            )
         else:
             assert torch.equal(tensor, ref), f"{name}: not equal (scales and kept tensors must be)"
     config = json.loads((ours / "config.json").read_text())
@@ -155,7 +157,9 @@ def test_fused_experts_are_detected_and_odd_targets_refused(tmp_path):
 
     odd = tmp_path / "odd"
     odd.mkdir()
-    save_file({"model.layers.0.conv.weight": torch.zeros(4, 4, 3, dtype=torch.bfloat16)}, odd / "model.safetensors")
+    save_file(
+        {"model.layers.0.conv.weight": torch.zeros(4, 4, 3, dtype=torch.bfloat16)}, odd / "model.safetensors"
+    )
     with pytest.raises(RecipeIncompatibleError, match="conv.weight.*ignore list"):
         plan(odd, IGNORE)
 
@@ -165,9 +169,17 @@ def test_the_name_rule_is_compressed_tensors_rule(_tiny_models, tmp_path):
 
     from quantgate.build.engines.stream_fp8 import targeted
 
-    names = {n for source in _tiny_models.values() for shard in source.glob("*.safetensors") for n in _names(shard)}
+    names = {
+        n for source in _tiny_models.values() for shard in source.glob("*.safetensors") for n in _names(shard)
+    }
     names |= {"model.norm.weight", "model.layers.0.mlp.gate.weight", "model.layers.0.mlp.gate_proj.weight"}
-    names |= {"model.layers.0.self_attn.q_proj.bias", "lm_head.weight", "model.lm_head.weight", "weight", "x.router.weight"}
+    names |= {
+        "model.layers.0.self_attn.q_proj.bias",
+        "lm_head.weight",
+        "model.lm_head.weight",
+        "weight",
+        "x.router.weight",
+    }
     ignores = [IGNORE, [], ["re:.*q_proj"], ["model.layers.0.mlp.gate_proj", "re:model\\.layers\\.1\\."]]
     for ignore in ignores:
         expected = {n for _, n in match_quantizable_tensors(dict.fromkeys(names), ignore, ["Linear"])}

@@ -59,7 +59,11 @@ class ShardWriter:
         self.offsets: dict[str, int] = {}
         position = 0
         for t in tensors:
-            header[t.name] = {"dtype": t.dtype, "shape": list(t.shape), "data_offsets": [position, position + t.nbytes]}
+            header[t.name] = {
+                "dtype": t.dtype,
+                "shape": list(t.shape),
+                "data_offsets": [position, position + t.nbytes],
+            }
             self.offsets[t.name] = position
             position += t.nbytes
         raw = json.dumps(header, separators=(",", ":")).encode()

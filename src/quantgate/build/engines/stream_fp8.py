@@ -61,7 +61,11 @@ def _ignore(recipe: Recipe) -> list[str]:
     kind, args = recipe.modifier()
     if kind == "QuantizationModifier" and args.get("scheme") != SCHEME:
         weight_group_size(args, f"recipes/{recipe.name}.yaml")  # an unknown scheme: suggests the nearest
-    if kind != "QuantizationModifier" or args.get("scheme") != SCHEME or set(args) - {"targets", "scheme", "ignore"}:
+    if (
+        kind != "QuantizationModifier"
+        or args.get("scheme") != SCHEME
+        or set(args) - {"targets", "scheme", "ignore"}
+    ):
         raise ConfigFileError(
             f"recipes/{recipe.name}.yaml",
             f"engine quantgate.stream_fp8 builds only a QuantizationModifier with scheme {SCHEME} "
@@ -70,7 +74,9 @@ def _ignore(recipe: Recipe) -> list[str]:
         )
     if args.get("targets", ["Linear"]) != ["Linear"]:
         raise ConfigFileError(
-            f"recipes/{recipe.name}.yaml", "engine quantgate.stream_fp8 targets Linear weights only", "targets: [Linear]"
+            f"recipes/{recipe.name}.yaml",
+            "engine quantgate.stream_fp8 targets Linear weights only",
+            "targets: [Linear]",
         )
     return list(args.get("ignore", []))
 
@@ -89,7 +95,8 @@ def targeted(name: str, ignore: list[str]) -> bool:
     if module.endswith("norm") or param != "weight":
         return False
     return not any(
-        re.match(ign.removeprefix("re:"), module) if ign.startswith("re:") else ign == module for ign in ignore
+        re.match(ign.removeprefix("re:"), module) if ign.startswith("re:") else ign == module
+        for ign in ignore
     )
 
 
@@ -225,7 +232,8 @@ def stream(
     layouts = _layouts(headers, items)
     quantized = [it for it in items if it.quantize]
     buffers = _Buffers(
-        max((it.info.nbytes for it in quantized), default=0), max((it.info.numel for it in quantized), default=0)
+        max((it.info.nbytes for it in quantized), default=0),
+        max((it.info.numel for it in quantized), default=0),
     )
     src_fds: dict[str, int] = {}
     writers: dict[str, ShardWriter] = {}
@@ -249,7 +257,9 @@ def stream(
         dtype, shape, n = DTYPES[it.info.dtype], tuple(it.info.shape), it.info.nbytes
         read_into(src_fds[it.shard], buffers.raw[:n], start)
         q = buffers.fp8[: it.info.numel].view(FP8).view(shape)
-        scale = quantize_rows(buffers.raw[:n].view(dtype).view(shape), buffers.scratch[:n].view(dtype).view(shape), q)
+        scale = quantize_rows(
+            buffers.raw[:n].view(dtype).view(shape), buffers.scratch[:n].view(dtype).view(shape), q
+        )
         writer.write(it.name, q)
         writer.write(f"{it.name}_scale", scale)
 
@@ -297,7 +307,11 @@ def write_metadata(
 
 
 def build_fp8(
-    source: Path, out_dir: Path, ignore: list[str], workers: int | None = None, readahead: int = READAHEAD_BYTES
+    source: Path,
+    out_dir: Path,
+    ignore: list[str],
+    workers: int | None = None,
+    readahead: int = READAHEAD_BYTES,
 ) -> int:
     """The whole artifact from a checkpoint directory; returns how many weights were quantized.
 
@@ -326,7 +340,9 @@ class StreamFp8Engine:
         if fused:
             from quantgate.build.engines.model_free import ModelFreeEngine
 
-            job.progress.log(f"{job.recipe.name}: fused expert tensors, handing over to llmcompressor.model_free")
+            job.progress.log(
+                f"{job.recipe.name}: fused expert tensors, handing over to llmcompressor.model_free"
+            )
             ModelFreeEngine().build(job)
             return
         with job.progress.task(f"{job.recipe.name}: streaming {len(items)} tensors", total=None):

@@ -23,7 +23,8 @@ most 800 MiB, 1.57 B parameters) under ``--workdir``, then measures in this run:
 - the artifact: ``stream_fp8``'s output against ``model_free_ptq``'s and ``oneshot``'s (scales,
   FP8 codes, names, shapes, dtypes, ``quantization_config``).
 
-Medians are reported with ratios to the faster anchor; the figures go to stdout as JSON.
+Medians are reported with ratios to the faster anchor (of the medians, and the median of the
+ratios paired within each round); the figures go to stdout as JSON.
 """
 
 from __future__ import annotations
@@ -332,8 +333,16 @@ def main() -> None:
             }
         anchors = [summary[a]["median_s"] for a in ANCHORS if a in summary]
         fastest_anchor = min(anchors) if anchors else None
+        present = [a for a in ANCHORS if a in runs]
         for name, s in summary.items():
             s["speedup_vs_faster_anchor"] = fastest_anchor / s["median_s"] if fastest_anchor else None
+            if present:  # paired within each round: a load spike slows a whole round, not one side
+                per_round = [
+                    min(runs[a][i]["seconds"] for a in present) / runs[name][i]["seconds"]
+                    for i in range(args.repeats)
+                ]
+                s["speedup_per_round"] = [round(x, 2) for x in per_round]
+                s["median_speedup_per_round"] = statistics.median(per_round)
             s["peak_rss_vs_largest_shard"] = s["median_peak_rss_GB"] * GB / largest_shard
         read_gbps = statistics.median(d["read_GBps"] for d in disks)
         write_gbps = statistics.median(d["write_GBps"] for d in disks)

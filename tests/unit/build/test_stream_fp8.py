@@ -189,3 +189,14 @@ def test_the_name_rule_is_compressed_tensors_rule(_tiny_models, tmp_path):
 def _names(shard: Path) -> list[str]:
     with safe_open(shard, "pt") as f:
         return list(f.keys())
+
+
+def test_the_cached_config_is_the_computed_one(tmp_path, monkeypatch):
+    from quantgate.build.engines.fp8_config import build_config, quantization_config
+
+    monkeypatch.setenv("QUANTGATE_CACHE", str(tmp_path / "cache"))
+    first = quantization_config(IGNORE, True)
+    assert len(list((tmp_path / "cache").rglob("*.json"))) == 1
+    assert quantization_config(IGNORE, True) == first == build_config(IGNORE, True)
+    assert quantization_config(IGNORE[:1], True)["ignore"] == IGNORE[:1]  # another key, another entry
+    assert quantization_config(IGNORE, False)["format"] == "dense"

@@ -13,8 +13,8 @@ are copied inside the kernel, and memory is a few tensors whatever the shard siz
 The artifact is llm-compressor's: the same tensor names, shapes and dtypes, the same shard
 names, weights quantized op for op as compressed-tensors does (``fp8_channel.py``), and the
 ``quantization_config`` built by compressed-tensors' own classes exactly as llm-compressor
-builds it (in a side thread: importing compressed-tensors imports transformers, seconds of work
-that overlap the streaming). Which tensors are quantized follows compressed-tensors'
+builds it (``fp8_config.py``; in a side thread, and cached per compressed-tensors version:
+importing compressed-tensors imports transformers, seconds of CPU on a 2-core machine). Which tensors are quantized follows compressed-tensors'
 ``match_quantizable_tensors`` with the recipe's ignore list, as ``model_free_ptq`` does.
 Checkpoints with fused 3-D expert tensors (which ``model_free_ptq`` splits per expert first)
 are handed to the ``llmcompressor.model_free`` engine unchanged.
@@ -35,13 +35,13 @@ from typing import Any
 
 from quantgate.build.engines import BuildJob, register
 from quantgate.build.engines._shard_io import DTYPES, OutTensor, ShardWriter, read_into
+from quantgate.build.engines.fp8_config import SCHEME, quantization_config
 from quantgate.build.preflight import weight_group_size
 from quantgate.config.targets import Recipe
 from quantgate.errors import ConfigFileError, RecipeIncompatibleError
 from quantgate.intake import SourceRecord
 from quantgate.intake.safetensors_header import SafetensorsHeader, TensorInfo, read_header
 
-SCHEME = "FP8_DYNAMIC"
 READAHEAD_BYTES = 256 * 1024**2
 INDEX = "model.safetensors.index.json"
 _FUSED_EXPERTS = ("gate_up_proj", "down_proj")  # 3-D in fused-expert checkpoints
@@ -117,35 +117,6 @@ def plan(source: Path, ignore: list[str]) -> tuple[dict[str, SafetensorsHeader],
                 )
             items.append(Item(shard, name, info, targeted(name, ignore)))
     return headers, items, fused
-
-
-def quantization_config(ignore: list[str], quantized: bool) -> dict[str, Any]:
-    """``config.json``'s ``quantization_config``, built as llm-compressor's model_free path builds it."""
-    import torch
-    from compressed_tensors import __version__
-    from compressed_tensors.base import (
-        COMPRESSION_VERSION_NAME,
-        QUANTIZATION_METHOD_NAME,
-        TRANSFORM_CONFIG_NAME,
-    )
-    from compressed_tensors.compressors.format import infer_module_format
-    from compressed_tensors.quantization import QuantizationConfig, QuantizationStatus, preset_name_to_scheme
-
-    scheme = preset_name_to_scheme(SCHEME, ["Linear"])
-    if quantized:  # llm-compressor records the format a module was compressed with
-        scheme.format = infer_module_format(torch.nn.Linear, scheme)
-    config = QuantizationConfig(
-        config_groups={SCHEME: scheme},
-        ignore=ignore,
-        quantization_status=QuantizationStatus.COMPRESSED,
-        format=scheme.format.value if scheme.format else "dense",
-    )
-    return {
-        COMPRESSION_VERSION_NAME: __version__,
-        QUANTIZATION_METHOD_NAME: "compressed-tensors",
-        TRANSFORM_CONFIG_NAME: {},
-        **config.model_dump(),
-    }
 
 
 @contextmanager

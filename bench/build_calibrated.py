@@ -88,7 +88,11 @@ def main() -> None:
                 runs[key].append(
                     {"seconds": seconds, "peak_rss_bytes": peak, "per_target_s": _manifest_seconds(out)}
                 )
-                print(f"round {round_ + 1} {key}: {seconds:.1f} s, peak {peak / 1e9:.2f} GB", file=sys.stderr)
+                print(
+                    f"round {round_ + 1} {key}: {seconds:.1f} s, peak {peak / 1e9:.2f} GB, "
+                    f"per target {runs[key][-1]['per_target_s']}",
+                    file=sys.stderr,
+                )
 
     summary = {
         key: {

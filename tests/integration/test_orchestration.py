@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -22,6 +21,7 @@ from pathlib import Path
 import pytest
 from mlflow import MlflowClient
 
+from quantgate.publish.local_servers import free_port
 from quantgate.publish.naming import alias_for, registered_model_name
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -48,12 +48,6 @@ tenants:
     description: named by eval_suites/support-domain.yaml; judged on wikitext here
     floors: [{suite: wikitext, metric: kld_mean, max: 10.0}]
 """
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _wait_healthy(url: str, proc: subprocess.Popen, log: Path, seconds: float = 180) -> None:
@@ -83,7 +77,7 @@ def _stop(proc: subprocess.Popen) -> None:
 def prefect_api(tmp_path_factory):
     """A real ``prefect server`` on loopback (SQLite), for the whole module."""
     home = tmp_path_factory.mktemp("prefect-server")
-    port = _free_port()
+    port = free_port()
     log = home / "server.log"
     env = {**os.environ, "PREFECT_HOME": str(home), "PREFECT_SERVER_ANALYTICS_ENABLED": "false"}
     env.pop("PREFECT_API_URL", None)

@@ -159,16 +159,22 @@ def evaluate_artifact(plan: RunPlan, built: dict[str, Any]) -> dict[str, Any]:
 def gate_run(plan: RunPlan, evaluations: list[dict[str, Any]]) -> dict[str, Any]:
     """Merge the evaluations, judge every (artifact, tenant), write report.json/md/html."""
     from quantgate.evaluate.merge import merge_evaluations
+
+    merged = merge_evaluations([Path(e["dir"]) for e in evaluations], plan.eval_dir)
+    return _gate_and_report(
+        merged, Path(plan.gates), Path(plan.root), plan.report_dir, model_class=plan.model_class,
+        artifacts_dir=plan.artifacts_dir, model=plan.model, tenants=plan.tenants,
+    )
+
+
+def _gate_and_report(eval_dir: Path, gates: Path, root: Path, report_dir: Path, **options) -> dict[str, Any]:
+    """Gate ``eval_dir`` and write report.json/md/html; the report payload and the paths."""
     from quantgate.gate.run import gate_results, report_payload, write_report_json
     from quantgate.report import write_reports
 
-    merged = merge_evaluations([Path(e["dir"]) for e in evaluations], plan.eval_dir)
-    decision = gate_results(
-        merged, Path(plan.gates), Path(plan.root), model_class=plan.model_class,
-        artifacts_dir=plan.artifacts_dir, model=plan.model, tenants=plan.tenants,
-    )
-    report_json = write_report_json(decision, plan.report_dir)
-    written = write_reports(report_payload(decision), plan.report_dir)
+    decision = gate_results(eval_dir, gates, root, **options)
+    report_json = write_report_json(decision, report_dir)
+    written = write_reports(report_payload(decision), report_dir)
     return {
         "report": report_payload(decision),
         "paths": {"json": str(report_json), **{kind: str(path) for kind, path in written.items()}},
@@ -284,21 +290,19 @@ def regate(out: str, tenants: list[str] | None = None, gates: str | None = None,
     Reads ``<out>/eval`` and ``<out>/artifacts`` of an earlier ``build_and_gate`` run; no model
     is loaded. Aliases move only for tenants the new floors approve.
     """
-    from quantgate.gate.run import gate_results, report_payload, write_report_json
     from quantgate.paths import project_root
-    from quantgate.report import write_reports
 
     root = project_root()
     out_dir = Path(out).resolve()
     gates_path = Path(gates) if gates else root / "gates.yaml"
-    decision = gate_results(out_dir / "eval", gates_path, root, artifacts_dir=out_dir / "artifacts", tenants=tenants)
-    report_json = write_report_json(decision, out_dir / "report")
-    write_reports(report_payload(decision), out_dir / "report")
-    if publish and decision.exit_code == 0:
-        publish_artifacts(str(root), str(report_json), str(out_dir / "artifacts"))
+    gated = _gate_and_report(out_dir / "eval", gates_path, root, out_dir / "report",
+                             artifacts_dir=out_dir / "artifacts", tenants=tenants)
+    report_json, exit_code = gated["paths"]["json"], gated["report"]["exit_code"]
+    if publish and exit_code == 0:
+        publish_artifacts(str(root), report_json, str(out_dir / "artifacts"))
     elif publish:  # a failed gate publishes nothing, but withdraws the approvals it no longer gives
-        withdraw_approvals(str(root), str(report_json), str(out_dir / "artifacts"))
-    if decision.exit_code:
+        withdraw_approvals(str(root), report_json, str(out_dir / "artifacts"))
+    if exit_code:
         return Failed(message=f"required artifacts pass no tenant under the new floors (report: {report_json})")
     return Completed(message=f"report: {report_json}")
 

@@ -6,8 +6,15 @@ The anchor is lm-eval's own scoring core (``HFLM._loglikelihood_tokens``) at its
 measured here (bfloat16, batch 8, length 512), fed exactly our token windows (context = the
 first token, continuation = the rest), so both sides score the same 511 tokens per window.
 Ours is ``quantgate.evaluate.scoring.score``: perplexity *and* KL divergence to a reference
-*and* top-1 agreement, in the same pass. Runs alternate (anchor, ours) and the median of each
-is reported with the ratio measured in this run, so a busy machine slows both alike.
+*and* top-1 agreement, in the same pass, on the model as ``quantgate eval`` loads it
+(``load_source_for_eval``: tiled causal attention for prefill). The anchor gets the model as a
+user would load it for lm-eval (transformers' default attention, sdpa, the faster of sdpa and
+eager here). Runs alternate (anchor, ours) and the median of each is reported with the ratio
+measured in this run, so a busy machine slows both alike.
+
+Perplexity parity is checked at equal precision: lm-eval takes ``log_softmax`` in the model's
+dtype and quantgate in float32, so in bf16 the two differ by bf16 rounding (reported, not a
+defect); with both models in float32 (``--parity-tokens`` tokens) they must agree within 1e-3.
 """
 
 from __future__ import annotations
@@ -29,6 +36,7 @@ def main() -> None:
     parser.add_argument("--seq-len", type=int, default=512)
     parser.add_argument("--batch", type=int, default=8)
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--parity-tokens", type=int, default=2048, help="tokens for the float32 parity check")
     parser.add_argument("--out", type=Path, default=None, help="write the figures as JSON here")
     args = parser.parse_args()
 
@@ -40,28 +48,42 @@ def main() -> None:
     from quantgate.evaluate.scoring import build_reference, score
     from quantgate.evaluate.suites import load_suite
     from quantgate.evaluate.suites.text import TextSizes, windows
+    from quantgate.numerics.load import load_source_for_eval
     from quantgate.paths import cache_dir, project_root
 
     root = project_root()
     checkpoint = default_checkpoint(cache_dir())
     tokenizer = AutoTokenizer.from_pretrained(checkpoint)
-    model = AutoModelForCausalLM.from_pretrained(checkpoint, dtype=torch.bfloat16).eval()
+    anchor_model = AutoModelForCausalLM.from_pretrained(checkpoint, dtype=torch.bfloat16).eval()
+    model = load_source_for_eval(checkpoint).model
     spec = load_suite(root / "eval_suites" / "wikitext.yaml").spec
     text = load_text(DataDir.resolve(None, root), spec.data)
-    seqs = windows(tokenizer, text, TextSizes(tokens=args.tokens, seq_len=args.seq_len, batch_size=args.batch))
+
+    def token_windows(tokens: int) -> list[list[int]]:
+        return windows(tokenizer, text, TextSizes(tokens=tokens, seq_len=args.seq_len, batch_size=args.batch))
+
+    def harness(lm_model) -> HFLM:
+        return HFLM(pretrained=lm_model, tokenizer=tokenizer, batch_size=args.batch, max_length=args.seq_len)
+
+    def lm_eval_nll(lm: HFLM, seqs) -> float:
+        results = lm._loglikelihood_tokens([(("", ""), s[:1], s[1:]) for s in seqs], disable_tqdm=True)
+        return -sum(ll for ll, _ in results)
+
+    def quantgate_nll(q_model, seqs, reference) -> tuple[float, float]:
+        scores = score(q_model, seqs, reference, batch_size=args.batch, pad_id=0)
+        return float(sum(s.nll.sum() for s in scores)), float(torch.cat([s.kld for s in scores]).mean())
+
+    seqs = token_windows(args.tokens)
     scored = sum(len(s) - 1 for s in seqs)
     reference = build_reference(model, seqs, k=32, batch_size=args.batch, pad_id=0)
 
-    lm = HFLM(pretrained=model, tokenizer=tokenizer, batch_size=args.batch, max_length=args.seq_len)
-    requests = [(("", ""), s[:1], s[1:]) for s in seqs]
+    anchor_lm = harness(anchor_model)
 
     def anchor() -> float:
-        results = lm._loglikelihood_tokens(requests, disable_tqdm=True)
-        return -sum(ll for ll, _ in results)
+        return lm_eval_nll(anchor_lm, seqs)
 
     def ours() -> tuple[float, float]:
-        scores = score(model, seqs, reference, batch_size=args.batch, pad_id=0)
-        return float(sum(s.nll.sum() for s in scores)), float(torch.cat([s.kld for s in scores]).mean())
+        return quantgate_nll(model, seqs, reference)
 
     timings: dict[str, list[float]] = {"lm-eval": [], "quantgate": []}
     nll_anchor = nll_ours = kld = 0.0
@@ -76,6 +98,15 @@ def main() -> None:
 
     med = {k: statistics.median(v) for k, v in timings.items()}
     ppl_anchor, ppl_ours = math.exp(nll_anchor / scored), math.exp(nll_ours / scored)
+
+    # parity at equal precision: both sides in float32, the same windows
+    parity_seqs = token_windows(args.parity_tokens)
+    parity_scored = sum(len(s) - 1 for s in parity_seqs)
+    fp32_anchor = AutoModelForCausalLM.from_pretrained(checkpoint, dtype=torch.float32).eval()
+    fp32_ours = load_source_for_eval(checkpoint).model.float()
+    fp32_ref = build_reference(fp32_ours, parity_seqs, k=32, batch_size=args.batch, pad_id=0)
+    ppl32_anchor = math.exp(lm_eval_nll(harness(fp32_anchor), parity_seqs) / parity_scored)
+    ppl32_ours = math.exp(quantgate_nll(fp32_ours, parity_seqs, fp32_ref)[0] / parity_scored)
     figures = {
         "machine": f"{platform.machine()}, {torch.get_num_threads()} threads, torch {torch.__version__}",
         "tokens_scored": scored,
@@ -87,7 +118,11 @@ def main() -> None:
         "ratio": med["lm-eval"] / med["quantgate"],
         "perplexity_lm_eval": ppl_anchor,
         "perplexity_quantgate": ppl_ours,
-        "perplexity_rel_diff": abs(ppl_ours - ppl_anchor) / ppl_anchor,
+        "perplexity_rel_diff_bf16": abs(ppl_ours - ppl_anchor) / ppl_anchor,
+        "parity_tokens_fp32": parity_scored,
+        "perplexity_fp32_lm_eval": ppl32_anchor,
+        "perplexity_fp32_quantgate": ppl32_ours,
+        "perplexity_rel_diff_fp32": abs(ppl32_ours - ppl32_anchor) / ppl32_anchor,
         "kld_mean_vs_self": kld,
         "runs_s": timings,
     }

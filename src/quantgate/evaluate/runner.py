@@ -27,7 +27,9 @@ from quantgate.build.manifest import read_manifest, verify_files
 from quantgate.errors import InputError
 from quantgate.evaluate.suites import EvalContext, LoadedSuite, SuiteResult
 
-REFERENCE_VERSION = 1
+# 2: references computed with tiled prefill attention and log-sum-exp scoring; a version-1
+# reference (sdpa) paired with a version-2 artifact pass would carry attention rounding as KLD
+REFERENCE_VERSION = 2
 
 
 def artifact_dirs(artifacts: Path) -> list[Path]:

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 import torch
 
-_CHUNK = 1024  # positions per lm_head chunk
+_CHUNK = 128  # positions per lm_head chunk: 64-256 measured; larger chunks' logits fall out of cache
 
 
 @dataclass
@@ -50,6 +50,17 @@ class Scores:
     agree: torch.Tensor  # bool: the model's top-1 equals the source's top-1
 
 
+@dataclass
+class _Chunk:
+    """Up to ``_CHUNK`` scored positions of a batch, across its sequences."""
+
+    logits: torch.Tensor  # [n, vocab] float32
+    lse: torch.Tensor  # [n] log-sum-exp of each row: log-probability = logits - lse
+    top: torch.Tensor  # [n] each row's largest logit
+    targets: torch.Tensor  # [n] the actual next tokens
+    rows: slice  # these positions' place in the batch's concatenated positions
+
+
 def _decoder_and_head(model):
     decoder = model.get_decoder() if hasattr(model, "get_decoder") else model.model
     return decoder, model.get_output_embeddings()
@@ -61,8 +72,13 @@ def _batches(sequences: list[list[int]], batch_size: int):
 
 
 @torch.inference_mode()
-def _log_probs(model, batch: list[list[int]], pad_id: int):
-    """Yield (index in batch, [len-1, vocab] float32 log-probs) for each sequence."""
+def _chunks(model, batch: list[list[int]], pad_id: int):
+    """One decoder pass over ``batch``, then its scored positions (all sequences' positions
+    0..len-2, concatenated) through the head a chunk at a time.
+
+    Why log-sum-exp and not ``log_softmax``: every measure needs only a few log-probabilities
+    per position (the target's, the reference's top-k, the top-1), so the [n, vocab] array of
+    log-probabilities is never formed; the head's bf16 output is widened to float32 once."""
     decoder, head = _decoder_and_head(model)
     width = max(len(s) for s in batch)
     ids = torch.full((len(batch), width), pad_id, dtype=torch.long)
@@ -70,11 +86,21 @@ def _log_probs(model, batch: list[list[int]], pad_id: int):
     for row, seq in enumerate(batch):
         ids[row, : len(seq)] = torch.tensor(seq)
         mask[row, : len(seq)] = 1
-    hidden = decoder(input_ids=ids, attention_mask=mask).last_hidden_state
-    for row, seq in enumerate(batch):
-        h = hidden[row, : len(seq) - 1]
-        parts = [torch.log_softmax(head(h[i : i + _CHUNK]).float(), dim=-1) for i in range(0, len(h), _CHUNK)]
-        yield row, torch.cat(parts) if parts else h.new_zeros((0, 1))
+    # no mask when nothing is padded: the decoder's causal fast paths apply
+    hidden = decoder(input_ids=ids, attention_mask=None if bool(mask.all()) else mask).last_hidden_state
+    scored = torch.cat([hidden[row, : len(seq) - 1] for row, seq in enumerate(batch)])
+    targets = torch.tensor([t for seq in batch for t in seq[1:]], dtype=torch.long)
+    for start in range(0, len(scored), _CHUNK):
+        rows = slice(start, min(len(scored), start + _CHUNK))
+        logits = head(scored[rows]).float()
+        # torch.logsumexp, written out: its max is the top logit, and exp runs in place
+        top = logits.amax(dim=-1, keepdim=True)
+        lse = (logits - top).exp_().sum(dim=-1).log_() + top[:, 0]
+        yield _Chunk(logits, lse, top[:, 0], targets[rows], rows)
+
+
+def _split(values: torch.Tensor, batch: list[list[int]]) -> list[torch.Tensor]:
+    return list(values.split([len(seq) - 1 for seq in batch]))
 
 
 def build_reference(
@@ -82,20 +108,23 @@ def build_reference(
 ) -> Reference:
     ref = Reference([], [], [])
     for _, batch in _batches(sequences, batch_size):
-        for row, logp in _log_probs(model, batch, pad_id):
-            targets = torch.tensor(batch[row][1:], dtype=torch.long)
-            top = torch.topk(logp, k=min(k, logp.shape[-1]), dim=-1)
-            ref.topk_ids.append(top.indices.to(torch.int32))
-            ref.topk_logp.append(top.values)
-            ref.target_logp.append(logp.gather(1, targets[:, None])[:, 0])
+        ids, logp, target = [], [], []
+        for chunk in _chunks(model, batch, pad_id):
+            top = torch.topk(chunk.logits, k=min(k, chunk.logits.shape[-1]), dim=-1)
+            ids.append(top.indices.to(torch.int32))
+            logp.append(top.values - chunk.lse[:, None])
+            target.append(chunk.logits.gather(1, chunk.targets[:, None])[:, 0] - chunk.lse)
+        ref.topk_ids += _split(torch.cat(ids), batch)
+        ref.topk_logp += _split(torch.cat(logp), batch)
+        ref.target_logp += _split(torch.cat(target), batch)
         if on_batch:
             on_batch(len(batch))
     return ref
 
 
-def kl_topk(ref_ids: torch.Tensor, ref_logp: torch.Tensor, logp: torch.Tensor) -> torch.Tensor:
-    """KL(source || model) per position, over the source's top-k and one tail bucket."""
-    q_logp = logp.gather(1, ref_ids.long())
+def kl_topk(ref_logp: torch.Tensor, q_logp: torch.Tensor) -> torch.Tensor:
+    """KL(source || model) per position, over the source's top-k and one tail bucket;
+    ``q_logp`` is the model's log-probability of each of the source's top-k tokens."""
     p = ref_logp.exp()
     head = (p * (ref_logp - q_logp)).sum(-1)
     p_tail = (1 - p.sum(-1)).clamp_min(0)
@@ -109,18 +138,25 @@ def score(
 ) -> list[Scores]:
     out: list[Scores] = []
     for start, batch in _batches(sequences, batch_size):
-        for row, logp in _log_probs(model, batch, pad_id):
-            i = start + row
-            targets = torch.tensor(batch[row][1:], dtype=torch.long)
-            out.append(
-                Scores(
-                    nll=-logp.gather(1, targets[:, None])[:, 0],
-                    kld=kl_topk(ref.topk_ids[i], ref.topk_logp[i], logp),
-                    # ties are common in bf16 logits: the source's top token agrees when it is
-                    # among the model's top tokens, whichever index a tie-break would pick
-                    agree=logp.gather(1, ref.topk_ids[i][:, :1].long())[:, 0] >= logp.max(-1).values,
-                )
+        ref_ids = torch.cat(ref.topk_ids[start : start + len(batch)]).long()
+        ref_logp = torch.cat(ref.topk_logp[start : start + len(batch)])
+        nll, kld, agree = [], [], []
+        for chunk in _chunks(model, batch, pad_id):
+            ids = ref_ids[chunk.rows]
+            nll.append(chunk.lse - chunk.logits.gather(1, chunk.targets[:, None])[:, 0])
+            kld.append(kl_topk(ref_logp[chunk.rows], chunk.logits.gather(1, ids) - chunk.lse[:, None]))
+            # ties are common in bf16 logits: the source's top token agrees when it is
+            # among the model's top tokens, whichever index a tie-break would pick
+            agree.append(chunk.logits.gather(1, ids[:, :1])[:, 0] >= chunk.top)
+        out += [
+            Scores(nll=n, kld=d, agree=a)
+            for n, d, a in zip(
+                _split(torch.cat(nll), batch),
+                _split(torch.cat(kld), batch),
+                _split(torch.cat(agree), batch),
+                strict=True,
             )
+        ]
         if on_batch:
             on_batch(len(batch))
     return out

@@ -38,6 +38,7 @@ from torch import nn
 from quantgate.build.manifest import read_manifest
 from quantgate.config.targets import ActivationNumerics, KVCache, Target, WeightNumerics
 from quantgate.errors import InputError
+from quantgate.numerics import attention as tiled_attention
 from quantgate.numerics.artifact import (
     check_config,
     emulated_modules,
@@ -148,6 +149,8 @@ def _kv_format_name(n: _Numerics) -> str | None:
 def _load_hf(directory: Path, **kwargs):
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
+    # long prefills (every scored window) run tiled; decoding and short prompts stay on sdpa
+    kwargs.setdefault("attn_implementation", tiled_attention.register())
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message=".*quantization_config.*")
         model = AutoModelForCausalLM.from_pretrained(directory, dtype=torch.bfloat16, **kwargs)

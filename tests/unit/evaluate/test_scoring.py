@@ -1,0 +1,50 @@
+"""Teacher-forced scoring against a direct computation from full log-softmax, per position."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from transformers import AutoModelForCausalLM
+
+from quantgate.evaluate.scoring import build_reference, score
+
+pytestmark = pytest.mark.unit
+
+
+def _direct(model, seq: list[int]) -> torch.Tensor:
+    """[len-1, vocab] float32 log-probabilities of one unpadded sequence, the textbook way."""
+    with torch.inference_mode():
+        logits = model(input_ids=torch.tensor([seq])).logits[0, :-1].float()
+    return torch.log_softmax(logits, dim=-1)
+
+
+def test_measures_equal_the_full_softmax_computation_on_ragged_batches(tiny_llama):
+    source = AutoModelForCausalLM.from_pretrained(tiny_llama, dtype=torch.float32).eval()
+    other = AutoModelForCausalLM.from_pretrained(tiny_llama, dtype=torch.float32).eval()
+    with torch.no_grad():
+        other.model.layers[0].mlp.down_proj.weight.mul_(1.5)
+    g = torch.Generator().manual_seed(0)
+    # lengths that pad within a batch and split across lm_head chunks (300 > 128 positions)
+    seqs = [torch.randint(3, 500, (n,), generator=g).tolist() for n in (300, 17, 64, 250, 2)]
+
+    ref = build_reference(source, seqs, k=8, batch_size=3, pad_id=0)
+    scores = score(other, seqs, ref, batch_size=3, pad_id=0)
+
+    assert [len(s.nll) for s in scores] == [n - 1 for n in (300, 17, 64, 250, 2)]
+    for seq, s, ids, ref_logp, target_logp in zip(
+        seqs, scores, ref.topk_ids, ref.topk_logp, ref.target_logp, strict=True
+    ):
+        p, q = _direct(source, seq), _direct(other, seq)
+        targets = torch.tensor(seq[1:])[:, None]
+        top = torch.topk(p, k=8, dim=-1)
+        torch.testing.assert_close(ids.long(), top.indices)
+        torch.testing.assert_close(ref_logp, top.values, rtol=1e-4, atol=1e-4)
+        torch.testing.assert_close(target_logp, p.gather(1, targets)[:, 0], rtol=1e-4, atol=1e-4)
+        torch.testing.assert_close(s.nll, -q.gather(1, targets)[:, 0], rtol=1e-4, atol=1e-4)
+        # KL over the top-8 plus one tail bucket, from the full distributions
+        p_top, q_top = top.values.exp(), q.gather(1, top.indices).exp()
+        p_tail, q_tail = 1 - p_top.sum(-1), 1 - q_top.sum(-1)
+        kl = (p_top * (p_top.log() - q_top.log())).sum(-1) + p_tail * (p_tail.log() - q_tail.log())
+        torch.testing.assert_close(s.kld, kl.clamp_min(0), rtol=1e-3, atol=1e-5)
+        assert torch.equal(s.agree, q.argmax(-1) == top.indices[:, 0])
+    assert torch.cat([s.kld for s in scores]).mean() > 0

@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import platform
 import statistics
 import time
@@ -36,9 +37,17 @@ def main() -> None:
     parser.add_argument("--seq-len", type=int, default=512)
     parser.add_argument("--batch", type=int, default=8)
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument(
+        "--compile",
+        choices=["auto", "1", "0"],
+        default="1",
+        help="QUANTGATE_COMPILE for quantgate's passes (auto compiles passes of 65,536+ tokens; "
+        "a --tokens run is shorter, so the default forces it, and the compile pass is reported apart)",
+    )
     parser.add_argument("--parity-tokens", type=int, default=2048, help="tokens for the float32 parity check")
     parser.add_argument("--out", type=Path, default=None, help="write the figures as JSON here")
     args = parser.parse_args()
+    os.environ["QUANTGATE_COMPILE"] = args.compile
 
     from lm_eval.models.huggingface import HFLM
     from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -75,7 +84,9 @@ def main() -> None:
 
     seqs = token_windows(args.tokens)
     scored = sum(len(s) - 1 for s in seqs)
-    reference = build_reference(model, seqs, k=32, batch_size=args.batch, pad_id=0)
+    start = time.perf_counter()
+    reference = build_reference(model, seqs, k=32, batch_size=args.batch, pad_id=0)  # compiles when on
+    first_pass_s = time.perf_counter() - start
 
     anchor_lm = harness(anchor_model)
 
@@ -85,16 +96,42 @@ def main() -> None:
     def ours() -> tuple[float, float]:
         return quantgate_nll(model, seqs, reference)
 
-    timings: dict[str, list[float]] = {"lm-eval": [], "quantgate": []}
-    nll_anchor = nll_ours = kld = 0.0
-    ours()  # warm-up (allocator, kernels)
-    for _ in range(args.repeats):
-        start = time.perf_counter()
-        nll_anchor = anchor()
-        timings["lm-eval"].append(time.perf_counter() - start)
-        start = time.perf_counter()
-        nll_ours, kld = ours()
-        timings["quantgate"].append(time.perf_counter() - start)
+    # each change's before and after in this run: quantgate's scoring on the model as the
+    # anchor loads it (sdpa, eager), then with tiled attention but eager, then as shipped
+    sdpa_model = AutoModelForCausalLM.from_pretrained(checkpoint, dtype=torch.bfloat16).eval()
+    eager_model = load_source_for_eval(checkpoint).model
+
+    def uncompiled(q_model):
+        os.environ["QUANTGATE_COMPILE"] = "0"
+        reference = build_reference(q_model, seqs, k=32, batch_size=args.batch, pad_id=0)
+        os.environ["QUANTGATE_COMPILE"] = args.compile
+
+        def run() -> tuple[float, float]:
+            os.environ["QUANTGATE_COMPILE"] = "0"
+            try:
+                return quantgate_nll(q_model, seqs, reference)
+            finally:
+                os.environ["QUANTGATE_COMPILE"] = args.compile
+
+        return run
+
+    contenders = {
+        "lm-eval": anchor,
+        "quantgate": ours,
+        "quantgate-sdpa-eager": uncompiled(sdpa_model),
+        "quantgate-tiled-eager": uncompiled(eager_model),
+    }
+    timings: dict[str, list[float]] = {name: [] for name in contenders}
+    results: dict[str, object] = {}
+    for run in contenders.values():  # warm-up: allocator, kernels
+        run()
+    for round_ in range(args.repeats):
+        for name in contenders if round_ % 2 == 0 else list(contenders)[::-1]:
+            start = time.perf_counter()
+            results[name] = contenders[name]()
+            timings[name].append(time.perf_counter() - start)
+    nll_anchor = results["lm-eval"]
+    nll_ours, kld = results["quantgate"]
 
     med = {k: statistics.median(v) for k, v in timings.items()}
     ppl_anchor, ppl_ours = math.exp(nll_anchor / scored), math.exp(nll_ours / scored)
@@ -116,6 +153,10 @@ def main() -> None:
         "lm_eval_tokens_per_s": scored / med["lm-eval"],
         "quantgate_tokens_per_s": scored / med["quantgate"],
         "ratio": med["lm-eval"] / med["quantgate"],
+        "quantgate_compile": args.compile,
+        "quantgate_reference_pass_s_with_compile": first_pass_s,
+        "ratio_sdpa_eager": med["lm-eval"] / med["quantgate-sdpa-eager"],
+        "ratio_tiled_eager": med["lm-eval"] / med["quantgate-tiled-eager"],
         "perplexity_lm_eval": ppl_anchor,
         "perplexity_quantgate": ppl_ours,
         "perplexity_rel_diff_bf16": abs(ppl_ours - ppl_anchor) / ppl_anchor,

@@ -1,7 +1,7 @@
 """Evaluate a source and its artifacts on every suite, paired, with the source run at most once.
 
 The source's reference for a suite is keyed by (the suite's validated spec, the source's
-content hash, the profile): a second evaluation of new artifacts against the same source
+content hash, the profile, ``QUANTGATE_COMPILE``): a second evaluation of new artifacts against the same source
 loads it from the cache and never loads the source model. Artifacts are evaluated one at a
 time (only one model in memory), each through ``load_for_eval`` so that its target's weight,
 activation and KV-cache numerics are applied explicitly and recorded with every result.
@@ -25,6 +25,7 @@ import torch
 from quantgate.atomic import write_json
 from quantgate.build.manifest import read_manifest, verify_files
 from quantgate.errors import InputError
+from quantgate.evaluate import fusion
 from quantgate.evaluate.suites import EvalContext, LoadedSuite, SuiteResult
 
 # 2: references computed with tiled prefill attention and log-sum-exp scoring; a version-1
@@ -73,7 +74,8 @@ class EvalRun:
 
 
 def reference_path(ctx: EvalContext, suite: LoadedSuite, source_hash: str) -> Path:
-    key = hashlib.sha256(f"{REFERENCE_VERSION}|{suite.spec_hash}|{source_hash}|{ctx.profile}".encode()).hexdigest()
+    parts = (REFERENCE_VERSION, suite.spec_hash, source_hash, ctx.profile, fusion.setting())
+    key = hashlib.sha256("|".join(map(str, parts)).encode()).hexdigest()
     return ctx.cache_dir / "references" / suite.spec.name / f"{key[:32]}.pt"
 
 

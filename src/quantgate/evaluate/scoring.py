@@ -22,6 +22,8 @@ from dataclasses import dataclass
 
 import torch
 
+from quantgate.evaluate import fusion
+
 _CHUNK = 128  # positions per lm_head chunk: 64-256 measured; larger chunks' logits fall out of cache
 
 
@@ -72,7 +74,7 @@ def _batches(sequences: list[list[int]], batch_size: int):
 
 
 @torch.inference_mode()
-def _chunks(model, batch: list[list[int]], pad_id: int):
+def _chunks(model, batch: list[list[int]], pad_id: int, stats=fusion.chunk_stats):
     """One decoder pass over ``batch``, then its scored positions (all sequences' positions
     0..len-2, concatenated) through the head a chunk at a time.
 
@@ -92,11 +94,11 @@ def _chunks(model, batch: list[list[int]], pad_id: int):
     targets = torch.tensor([t for seq in batch for t in seq[1:]], dtype=torch.long)
     for start in range(0, len(scored), _CHUNK):
         rows = slice(start, min(len(scored), start + _CHUNK))
-        logits = head(scored[rows]).float()
-        # torch.logsumexp, written out: its max is the top logit, and exp runs in place
-        top = logits.amax(dim=-1, keepdim=True)
-        lse = (logits - top).exp_().sum(dim=-1).log_() + top[:, 0]
-        yield _Chunk(logits, lse, top[:, 0], targets[rows], rows)
+        yield _Chunk(*stats(head(scored[rows])), targets[rows], rows)
+
+
+def _scored_tokens(sequences: list[list[int]]) -> int:
+    return sum(max(0, len(s) - 1) for s in sequences)
 
 
 def _split(values: torch.Tensor, batch: list[list[int]]) -> list[torch.Tensor]:
@@ -107,9 +109,10 @@ def build_reference(
     model, sequences: list[list[int]], *, k: int, batch_size: int, pad_id: int, on_batch=None
 ) -> Reference:
     ref = Reference([], [], [])
+    stats = fusion.prepare(model, _scored_tokens(sequences))
     for _, batch in _batches(sequences, batch_size):
         ids, logp, target = [], [], []
-        for chunk in _chunks(model, batch, pad_id):
+        for chunk in _chunks(model, batch, pad_id, stats):
             top = torch.topk(chunk.logits, k=min(k, chunk.logits.shape[-1]), dim=-1)
             ids.append(top.indices.to(torch.int32))
             logp.append(top.values - chunk.lse[:, None])
@@ -137,11 +140,12 @@ def score(
     model, sequences: list[list[int]], ref: Reference, *, batch_size: int, pad_id: int, on_batch=None
 ) -> list[Scores]:
     out: list[Scores] = []
+    stats = fusion.prepare(model, _scored_tokens(sequences))
     for start, batch in _batches(sequences, batch_size):
         ref_ids = torch.cat(ref.topk_ids[start : start + len(batch)]).long()
         ref_logp = torch.cat(ref.topk_logp[start : start + len(batch)])
         nll, kld, agree = [], [], []
-        for chunk in _chunks(model, batch, pad_id):
+        for chunk in _chunks(model, batch, pad_id, stats):
             ids = ref_ids[chunk.rows]
             nll.append(chunk.lse - chunk.logits.gather(1, chunk.targets[:, None])[:, 0])
             kld.append(kl_topk(ref_logp[chunk.rows], chunk.logits.gather(1, ids) - chunk.lse[:, None]))

@@ -48,3 +48,38 @@ def test_measures_equal_the_full_softmax_computation_on_ragged_batches(tiny_llam
         torch.testing.assert_close(s.kld, kl.clamp_min(0), rtol=1e-3, atol=1e-5)
         assert torch.equal(s.agree, q.argmax(-1) == top.indices[:, 0])
     assert torch.cat([s.kld for s in scores]).mean() > 0
+
+
+def test_fused_pass_agrees_with_the_eager_one(tiny_llama, monkeypatch):
+    """QUANTGATE_COMPILE=1: the decoder's MLP and norms and the log-sum-exp run through
+    torch.compile, and the measures are the eager ones to float rounding."""
+    from quantgate.evaluate import fusion
+
+    g = torch.Generator().manual_seed(1)
+    seqs = [torch.randint(3, 500, (n,), generator=g).tolist() for n in (200, 90, 200)]
+    eager = AutoModelForCausalLM.from_pretrained(tiny_llama, dtype=torch.float32).eval()
+    fused = AutoModelForCausalLM.from_pretrained(tiny_llama, dtype=torch.float32).eval()
+    monkeypatch.setenv(fusion.ENV, "0")
+    ref = build_reference(eager, seqs, k=8, batch_size=2, pad_id=0)
+    expected = score(eager, seqs, ref, batch_size=2, pad_id=0)
+    monkeypatch.setenv(fusion.ENV, "1")
+    got = score(fused, seqs, ref, batch_size=2, pad_id=0)
+
+    assert fused.model.layers[0].mlp._compiled_call_impl is not None
+    assert eager.model.layers[0].mlp._compiled_call_impl is None
+    for a, b in zip(expected, got, strict=True):
+        torch.testing.assert_close(b.nll, a.nll, rtol=1e-4, atol=1e-4)
+        torch.testing.assert_close(b.kld, a.kld, rtol=1e-3, atol=1e-5)
+
+
+def test_compile_setting_auto_waits_for_long_passes_and_typos_are_refused(monkeypatch):
+    from quantgate.errors import UsageError
+    from quantgate.evaluate import fusion
+
+    monkeypatch.delenv(fusion.ENV, raising=False)
+    assert not fusion.wanted(4096)  # every smoke suite runs eagerly
+    monkeypatch.setenv(fusion.ENV, "0")
+    assert not fusion.wanted(10**9)
+    monkeypatch.setenv(fusion.ENV, "yes")
+    with pytest.raises(UsageError, match=r"\$QUANTGATE_COMPILE.*use 1 .*0 .*auto"):
+        fusion.wanted(4096)

@@ -1,0 +1,96 @@
+"""Fused elementwise work for long teacher-forced passes, through ``torch.compile``.
+
+Why: on CPU the decoder's projections and the lm_head already run near the machine's bf16 peak;
+what is left between them is elementwise work (RMSNorm's float32 round trip, SiLU times the up
+projection, the log-sum-exp over the vocabulary), each a separate pass over memory in eager
+mode. Inductor fuses each into one loop: 16% off a pass over the default model, measured in
+``bench/eval_throughput.py`` (BENCHMARKS.md).
+
+What is compiled: each decoder layer's MLP and RMSNorms (by class name: these carry no
+per-layer state, so one graph serves every layer) and the per-chunk log-sum-exp. Not attention:
+``quantgate_tiled``'s loop would be unrolled into the graph, and the attention module holds its
+layer index, which would compile a graph per layer.
+
+When: compiling costs seconds once per process (about 15 s cold on 2 cores, 3-4 s from inductor's
+on-disk cache), so a pass compiles only when it scores at least ``MIN_TOKENS`` tokens (every
+``full`` profile text suite; no ``smoke`` one) and a C++ compiler is there for inductor.
+``QUANTGATE_COMPILE=1`` forces it, ``0`` turns it off. Compiled and eager passes agree to float rounding (tests/unit/evaluate/test_scoring.py).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections.abc import Callable
+
+import torch
+from torch import nn
+
+from quantgate.errors import UsageError
+
+MIN_TOKENS = 65_536
+ENV = "QUANTGATE_COMPILE"
+_MARK = "_quantgate_fused"
+_FUSED_SUFFIXES = ("MLP", "RMSNorm")
+
+
+def chunk_stats(logits: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(float32 logits, log-sum-exp per row, largest logit per row) of a [n, vocab] chunk."""
+    logits = logits.float()
+    top = logits.amax(dim=-1, keepdim=True)
+    lse = (logits - top).exp_().sum(dim=-1).log_() + top[:, 0]  # torch.logsumexp, keeping its max
+    return logits, lse, top[:, 0]
+
+
+_compiled_stats: Callable | None = None
+
+
+def setting() -> str:
+    """``QUANTGATE_COMPILE`` as one of "1", "0", "auto". Part of every cached reference's key:
+    a fused and an eager pass differ by bf16 rounding, which must not be paired as KLD."""
+    value = os.environ.get(ENV, "auto").strip().lower()
+    for name, spellings in (("1", ("1", "on", "true")), ("0", ("0", "off", "false")), ("auto", ("auto", ""))):
+        if value in spellings:
+            return name
+    raise UsageError(
+        f"${ENV}",
+        f"{value!r} is not a setting",
+        f"use 1 (always compile), 0 (never) or auto (passes of {MIN_TOKENS}+ tokens)",
+    )
+
+
+def _have_compiler() -> bool:
+    # inductor builds its CPU kernels with a C++ compiler ($CXX, else g++)
+    return shutil.which(os.environ.get("CXX", "g++")) is not None
+
+
+def wanted(tokens: int) -> bool:
+    mode = setting()
+    if mode == "1" and not _have_compiler():
+        raise UsageError(
+            f"${ENV}",
+            "is 1 but no C++ compiler was found (torch.compile needs one for CPU kernels)",
+            "install g++ (or set $CXX), or set it to auto or 0",
+        )
+    return mode == "1" or (mode == "auto" and tokens >= MIN_TOKENS and _have_compiler())
+
+
+def prepare(model: nn.Module, tokens: int) -> Callable:
+    """Compile ``model``'s fusable modules in place if this pass is long enough (once per model);
+    returns the chunk statistics function to use, compiled or not."""
+    global _compiled_stats
+    if not (wanted(tokens) or getattr(model, _MARK, False)):
+        return chunk_stats
+    if not getattr(model, _MARK, False):
+        import torch._inductor.config as inductor
+
+        # round bf16 intermediates where eager rounds them, so fused and eager passes agree
+        inductor.emulate_precision_casts = True
+        decoder = model.get_decoder() if hasattr(model, "get_decoder") else model.model
+        for module in decoder.modules():
+            if type(module).__name__.endswith(_FUSED_SUFFIXES):
+                module.compile(dynamic=None)
+        setattr(model, _MARK, True)
+    if _compiled_stats is None:
+        _compiled_stats = torch.compile(chunk_stats, dynamic=True)
+    return _compiled_stats

@@ -110,7 +110,7 @@ def build(
 
     with RichProgress() as progress:
         source_dir = checkpoint or default_checkpoint(cache_path, progress)
-        record = intake(source_dir, policy, progress)
+        record = intake(source_dir, policy, progress, cache=cache_path / "intake")
         progress.log(
             f"source {record.architecture}, {record.params / 1e6:.1f} M params, "
             f"{'MoE' if record.moe else 'dense'}, class [bold]{record.model_class}[/]"
@@ -196,7 +196,7 @@ def eval_(
         raise UsageError(artifacts, "artifacts directory does not exist", "run quantgate build --out DIR first")
     with RichProgress() as progress:
         source_dir = checkpoint or default_checkpoint(cache_path, progress)
-        record = intake(source_dir, policy, progress)
+        record = intake(source_dir, policy, progress, cache=cache_path / "intake")
         ctx = EvalContext(profile, DataDir.resolve(data_dir, project), project, cache_path, progress)
         run = evaluate(
             Path(record.path), record.content_hash, artifacts, out.resolve(), loaded, ctx, _split(targets),

@@ -18,7 +18,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
-from quantgate.hashing import FileEntry, file_problem, sha256_file
+from quantgate.hashing import FileEntry, file_problem, sha256_files
 
 MANIFEST = "manifest.json"
 SCHEMA_VERSION = 1
@@ -73,12 +73,8 @@ def build_key(*, source_hash: str, recipe_sha256: str, calibration_sha256: str |
 
 def hash_files(directory: Path) -> dict[str, FileEntry]:
     """sha256 and size of every file under ``directory`` except the manifest itself."""
-    entries = {}
-    for path in sorted(p for p in directory.rglob("*") if p.is_file()):
-        rel = path.relative_to(directory).as_posix()
-        if rel != MANIFEST:
-            entries[rel] = sha256_file(path)
-    return entries
+    rels = sorted(p.relative_to(directory).as_posix() for p in directory.rglob("*") if p.is_file())
+    return sha256_files(directory, [rel for rel in rels if rel != MANIFEST])
 
 
 def write_manifest(directory: Path, manifest: Manifest) -> None:

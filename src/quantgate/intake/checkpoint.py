@@ -19,13 +19,18 @@ from quantgate.config.policy import Policy
 from quantgate.errors import CheckpointConfigError, EmptyCheckpointError
 from quantgate.intake import architecture, tree, weights
 from quantgate.intake.record import SourceRecord
+from quantgate.intake.stat_cache import StatCache
 from quantgate.progress import SILENT, Progress
 
 
-def intake(path: Path, policy: Policy, progress: Progress = SILENT) -> SourceRecord:
+def intake(
+    path: Path, policy: Policy, progress: Progress = SILENT, cache: Path | None = None
+) -> SourceRecord:
     """Validate, hash and classify the checkpoint directory at ``path``.
 
-    Raises a ``CheckpointError`` subclass (exit code 2) on the first problem found.
+    With ``cache`` (a directory), files unchanged since an earlier intake (by stat) are neither
+    scanned nor hashed again: ``stat_cache``. Raises a ``CheckpointError`` subclass (exit code 2)
+    on the first problem found.
     """
     root = Path(path).expanduser().resolve()
     files = tree.list_files(root)
@@ -64,8 +69,10 @@ def intake(path: Path, policy: Policy, progress: Progress = SILENT) -> SourceRec
     experts = architecture.num_experts(config)
     architecture.check_shapes(root, config, tensors)
     architecture.check_expert_count(root, tensors, experts)
-    weights.scan_finite(root, tensors, headers, progress)
-    entries, content_hash = tree.hash_files(root, files, progress)
+    seen = StatCache(cache, root, files)
+    weights.scan_finite(root, tensors, headers, progress, skip=set(seen.known))
+    entries, content_hash = tree.hash_files(root, files, progress, known=seen.known)
+    seen.save(root, entries)
 
     text = architecture.text_config(config)
     params = weights.count_params(tensors)

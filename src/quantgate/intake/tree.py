@@ -20,7 +20,7 @@ from quantgate.errors import (
     RemoteCodeError,
     SymlinkEscapeError,
 )
-from quantgate.hashing import FileEntry, content_hash, sha256_file
+from quantgate.hashing import FileEntry, content_hash, sha256_files
 from quantgate.progress import SILENT, Progress
 
 PICKLE_SUFFIXES = frozenset({".bin", ".pt", ".pth", ".pkl", ".pickle", ".ckpt"})
@@ -105,13 +105,17 @@ def refuse_code(root: Path, files: list[str]) -> None:
             )
 
 
-def hash_files(root: Path, files: list[str], progress: Progress = SILENT) -> tuple[dict[str, FileEntry], str]:
-    """sha256 of every file, and the checkpoint's content hash over them.
+def hash_files(
+    root: Path, files: list[str], progress: Progress = SILENT, known: dict[str, FileEntry] | None = None
+) -> tuple[dict[str, FileEntry], str]:
+    """sha256 of every file (``known`` ones taken as given), and the checkpoint's content hash.
 
     The content hash covers relative paths and file hashes only, so the same checkpoint in
     another directory hashes the same, and renaming a file changes it.
     """
-    sizes = {rel: (root / rel).stat().st_size for rel in files}
-    with progress.task("hashing checkpoint", total=sum(sizes.values())) as task:
-        entries = {rel: sha256_file(root / rel, task.advance) for rel in files}
+    known = known or {}
+    todo = [rel for rel in files if rel not in known]
+    with progress.task("hashing checkpoint", total=sum((root / rel).stat().st_size for rel in todo)) as task:
+        hashed = sha256_files(root, todo, task.advance)
+    entries = {rel: known.get(rel) or hashed[rel] for rel in files}
     return entries, content_hash(entries)

@@ -12,7 +12,9 @@ block, not the model: source checkpoints are often larger than the machine check
 from __future__ import annotations
 
 import json
+import os
 from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path, PurePosixPath
 
 import torch
@@ -119,9 +121,14 @@ def dominant_dtype(tensors: Tensors) -> str:
 
 
 def scan_finite(
-    root: Path, tensors: Tensors, headers: dict[str, SafetensorsHeader], progress: Progress = SILENT
+    root: Path,
+    tensors: Tensors,
+    headers: dict[str, SafetensorsHeader],
+    progress: Progress = SILENT,
+    skip: frozenset[str] | set[str] = frozenset(),
 ) -> None:
-    """Refuse the first tensor that holds a NaN or an Inf, naming it and its file.
+    """Refuse the first tensor that holds a NaN or an Inf, naming it and its file (files in
+    ``skip`` passed this scan before, unchanged since).
 
     Reads with plain ``readinto`` into one reused buffer rather than through ``safe_open``'s
     memory map: mapped pages a scan has touched count as this process's resident memory until
@@ -129,25 +136,43 @@ def scan_finite(
     """
     by_file: dict[str, list[str]] = {}
     for name, (rel, _) in tensors.items():
-        by_file.setdefault(rel, []).append(name)
-    total = sum(info.nbytes for _, info in tensors.values())
-    buffer = bytearray(BLOCK_BYTES)
-    with progress.task("scanning weights for NaN/Inf", total=total) as task:
-        for rel in sorted(by_file):
-            base = headers[rel].data_offset
-            with open(root / rel, "rb", buffering=0) as fh:
-                for name in sorted(by_file[rel], key=lambda n: tensors[n][1].begin):
-                    info = tensors[name][1]
-                    if info.dtype in _SCANNED and info.numel:
-                        nan, inf = _count_nonfinite(fh, base + info.begin, info, buffer)
-                        if nan or inf:
-                            raise NonFiniteWeightsError(
-                                root / rel,
-                                f"tensor '{name}' holds {nan} NaN and {inf} infinite values",
-                                "re-export the weights from a healthy training step; quantization cannot "
-                                "produce finite scales from non-finite weights",
-                            )
-                    task.advance(info.nbytes)
+        if rel not in skip:
+            by_file.setdefault(rel, []).append(name)
+    total = sum(tensors[name][1].nbytes for names in by_file.values() for name in names)
+
+    def scan_file(rel: str, advance) -> tuple[str, int, int] | None:
+        """The first non-finite tensor of one file, as (name, NaN count, Inf count), or None."""
+        buffer = bytearray(BLOCK_BYTES)
+        base = headers[rel].data_offset
+        with open(root / rel, "rb", buffering=0) as fh:
+            for name in sorted(by_file[rel], key=lambda n: tensors[n][1].begin):
+                info = tensors[name][1]
+                if info.dtype in _SCANNED and info.numel:
+                    nan, inf = _count_nonfinite(fh, base + info.begin, info, buffer)
+                    if nan or inf:
+                        return name, nan, inf
+                advance(info.nbytes)
+        return None
+
+    # one thread per file, like hashing: torch's reductions release the GIL
+    rels = sorted(by_file)
+    workers = min(len(rels), os.cpu_count() or 1, 8) or 1
+    with (
+        progress.task("scanning weights for NaN/Inf", total=total) as task,
+        ThreadPoolExecutor(workers, thread_name_prefix="scan") as pool,
+    ):
+        found = list(pool.map(lambda rel: scan_file(rel, task.advance), rels))
+    for rel, bad in zip(
+        rels, found, strict=True
+    ):  # the first bad file in name order, whatever finished first
+        if bad is not None:
+            name, nan, inf = bad
+            raise NonFiniteWeightsError(
+                root / rel,
+                f"tensor '{name}' holds {nan} NaN and {inf} infinite values",
+                "re-export the weights from a healthy training step; quantization cannot "
+                "produce finite scales from non-finite weights",
+            )
 
 
 def _count_nonfinite(fh, offset: int, info: TensorInfo, buffer: bytearray) -> tuple[int, int]:

@@ -129,7 +129,7 @@ def make_plan(
         check_target_names(targets, catalog)
     loaded = load_suites(root / "eval_suites", suites)
     source_dir = Path(checkpoint).resolve() if checkpoint else default_checkpoint(cache, progress)
-    record = intake(source_dir, policy, progress)
+    record = intake(source_dir, policy, progress, cache=cache / "intake")
     names = resolve_targets(policy, record.model_class, targets, catalog)
     planned = plan_builds(catalog, names)
     calib_spec = (calibration or root / "calibration_sets" / "default.yaml").resolve()

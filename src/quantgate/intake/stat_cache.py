@@ -1,0 +1,66 @@
+"""Intake's per-file results (sha256, NaN/Inf scan passed), kept against each file's stat.
+
+Why: one ``quantgate run`` takes in the same checkpoint in every step's process (the plan, each
+build, the reference, each evaluation), and for a large checkpoint each intake is minutes of
+reading and hashing. Like git's index, a file whose (device, inode, size, mtime_ns, ctime_ns)
+is unchanged is taken to hold the bytes it held when it was hashed. The stat is taken before the
+file is read, so a file written while it was hashed misses next time; and a file rewritten in
+place misses even when its mtime is set back, because ctime cannot be set by its owner.
+
+Only what is expensive is cached. Headers, config, shapes and the file list are read again every
+time, and the content hash is recomputed from the per-file entries. A cache that cannot be read
+(missing, from another version, damaged) is a miss, never an error; one that cannot be written
+costs the next run a re-hash, nothing else.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+
+from quantgate.atomic import write_json
+from quantgate.hashing import FileEntry
+
+_VERSION = 1
+
+
+def _stat_key(path: Path) -> list[int]:
+    st = path.stat()
+    return [st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns]
+
+
+def _cache_file(cache: Path, root: Path) -> Path:
+    return cache / f"{hashlib.sha256(str(root).encode()).hexdigest()[:32]}.json"
+
+
+class StatCache:
+    """The entries of one checkpoint directory; ``None`` as the cache directory turns it off."""
+
+    def __init__(self, cache: Path | None, root: Path, files: list[str]) -> None:
+        self._path = _cache_file(cache, root) if cache is not None else None
+        # stat every file before anything reads it (see the module docstring)
+        self._stats = {rel: _stat_key(root / rel) for rel in files}
+        self.known: dict[str, FileEntry] = {}
+        if self._path is None:
+            return
+        try:
+            saved = json.loads(self._path.read_text())
+            if saved.get("version") != _VERSION or saved.get("root") != str(root):
+                return
+            for rel, item in saved["files"].items():
+                if rel in self._stats and item["stat"] == self._stats[rel]:
+                    self.known[rel] = FileEntry(sha256=item["sha256"], bytes=item["bytes"])
+        except (OSError, ValueError, KeyError, TypeError):
+            self.known = {}
+
+    def save(self, root: Path, entries: dict[str, FileEntry]) -> None:
+        """Record every file as hashed and scanned (call only after both passed)."""
+        if self._path is None:
+            return
+        files = {rel: {"stat": self._stats[rel], **entries[rel].model_dump()} for rel in entries}
+        try:
+            self._path.parent.mkdir(parents=True, exist_ok=True)
+            write_json(self._path, {"version": _VERSION, "root": str(root), "files": files})
+        except OSError:
+            pass  # a read-only cache only means hashing again next time

@@ -71,6 +71,13 @@ class Calibration(Frozen):
     required: bool
     num_samples: PositiveInt = 32
     max_seq_length: PositiveInt = 512
+    pipeline: Literal["sequential", "basic"] | None = Field(
+        None,
+        description="llm-compressor's calibration pipeline; unset lets oneshot choose (sequential "
+        "for calibrated recipes). basic runs each sample through the whole model once: for "
+        "observer-only recipes it writes the same artifact faster, but holds the whole model on "
+        "one device and cannot serve GPTQ-style layer-by-layer updates",
+    )
 
 
 class Recipe(Frozen):

@@ -66,7 +66,9 @@ class OneshotEngine:
         encoded = tokenizer(
             texts, truncation=True, max_length=job.recipe.calibration.max_seq_length, add_special_tokens=True
         )
-        return Dataset.from_dict({"input_ids": encoded["input_ids"], "attention_mask": encoded["attention_mask"]})
+        return Dataset.from_dict(
+            {"input_ids": encoded["input_ids"], "attention_mask": encoded["attention_mask"]}
+        )
 
     def build(self, job: BuildJob) -> None:
         import yaml
@@ -87,6 +89,7 @@ class OneshotEngine:
                 max_seq_length=job.recipe.calibration.max_seq_length,
                 shuffle_calibration_samples=False,
                 moe_calibrate_all_experts=True,
+                **({"pipeline": job.recipe.calibration.pipeline} if job.recipe.calibration.pipeline else {}),
             )
         with job.progress.task(f"{job.recipe.name}: writing compressed checkpoint", total=None):
             model.save_pretrained(job.out_dir, save_compressed=True)

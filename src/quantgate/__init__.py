@@ -1,3 +1,3 @@
 """quantgate: per-hardware quantized artifacts from one checkpoint, each behind a quality gate."""
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"

@@ -76,21 +76,34 @@ def wanted(tokens: int) -> bool:
 
 
 def prepare(model: nn.Module, tokens: int) -> Callable:
-    """Compile ``model``'s fusable modules in place if this pass is long enough (once per model);
-    returns the chunk statistics function to use, compiled or not."""
+    """Switch ``model``'s fusable modules to their compiled form for a long pass, or back to eager
+    for a short one; returns the chunk statistics function to use with it.
+
+    Per pass, not once per model: a model that served a long suite and then a short one must run
+    the short one eagerly, as the same suite's reference (or an artifact evaluated in another
+    process) did, so that the decision is a function of the setting and the pass alone. Each
+    module is compiled once (``Module.compile``); switching keeps the compiled callable aside.
+    """
     global _compiled_stats
-    if not (wanted(tokens) or getattr(model, _MARK, False)):
+    fused: list[tuple[nn.Module, Callable]] | None = getattr(model, _MARK, None)
+    if not wanted(tokens):
+        for module, _ in fused or ():
+            module._compiled_call_impl = None  # what Module.compile sets; None is eager
         return chunk_stats
-    if not getattr(model, _MARK, False):
+    if fused is None:
         import torch._inductor.config as inductor
 
         # round bf16 intermediates where eager rounds them, so fused and eager passes agree
         inductor.emulate_precision_casts = True
         decoder = model.get_decoder() if hasattr(model, "get_decoder") else model.model
+        fused = []
         for module in decoder.modules():
             if type(module).__name__.endswith(_FUSED_SUFFIXES):
                 module.compile(dynamic=None)
-        setattr(model, _MARK, True)
+                fused.append((module, module._compiled_call_impl))
+        setattr(model, _MARK, fused)
+    for module, compiled in fused:
+        module._compiled_call_impl = compiled
     if _compiled_stats is None:
         _compiled_stats = torch.compile(chunk_stats, dynamic=True)
     return _compiled_stats

@@ -71,6 +71,13 @@ def test_fused_pass_agrees_with_the_eager_one(tiny_llama, monkeypatch):
         torch.testing.assert_close(b.nll, a.nll, rtol=1e-4, atol=1e-4)
         torch.testing.assert_close(b.kld, a.kld, rtol=1e-3, atol=1e-5)
 
+    # the decision is per pass: the same model, a short pass under auto, runs eagerly again
+    monkeypatch.setenv(fusion.ENV, "auto")
+    short = score(fused, seqs, ref, batch_size=2, pad_id=0)
+    assert fused.model.layers[0].mlp._compiled_call_impl is None
+    for a, b in zip(expected, short, strict=True):
+        assert torch.equal(b.nll, a.nll)
+
 
 def test_compile_setting_auto_waits_for_long_passes_and_typos_are_refused(monkeypatch):
     from quantgate.errors import UsageError

@@ -20,6 +20,7 @@ defect); with both models in float32 (``--parity-tokens`` tokens) they must agre
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import math
 import os
@@ -98,27 +99,30 @@ def main() -> None:
 
     # each change's before and after in this run: quantgate's scoring on the model as the
     # anchor loads it (sdpa, eager), then with tiled attention but eager, then as shipped
-    sdpa_model = AutoModelForCausalLM.from_pretrained(checkpoint, dtype=torch.bfloat16).eval()
     eager_model = load_source_for_eval(checkpoint).model
 
+    @contextlib.contextmanager
+    def compile_setting(value: str):
+        os.environ["QUANTGATE_COMPILE"] = value
+        try:
+            yield
+        finally:
+            os.environ["QUANTGATE_COMPILE"] = args.compile
+
     def uncompiled(q_model):
-        os.environ["QUANTGATE_COMPILE"] = "0"
-        reference = build_reference(q_model, seqs, k=32, batch_size=args.batch, pad_id=0)
-        os.environ["QUANTGATE_COMPILE"] = args.compile
+        with compile_setting("0"):
+            reference = build_reference(q_model, seqs, k=32, batch_size=args.batch, pad_id=0)
 
         def run() -> tuple[float, float]:
-            os.environ["QUANTGATE_COMPILE"] = "0"
-            try:
+            with compile_setting("0"):
                 return quantgate_nll(q_model, seqs, reference)
-            finally:
-                os.environ["QUANTGATE_COMPILE"] = args.compile
 
         return run
 
     contenders = {
         "lm-eval": anchor,
         "quantgate": ours,
-        "quantgate-sdpa-eager": uncompiled(sdpa_model),
+        "quantgate-sdpa-eager": uncompiled(anchor_model),  # never compiled: the anchor stays as loaded
         "quantgate-tiled-eager": uncompiled(eager_model),
     }
     timings: dict[str, list[float]] = {name: [] for name in contenders}

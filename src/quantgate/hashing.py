@@ -12,10 +12,12 @@ import os
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, NonNegativeInt
 
 CHUNK_BYTES = 8 * 1024 * 1024
+T = TypeVar("T")
 
 
 class FileEntry(BaseModel):
@@ -40,21 +42,28 @@ def sha256_file(path: Path, on_chunk: Callable[[int], None] | None = None) -> Fi
     return FileEntry(sha256=digest.hexdigest(), bytes=read)
 
 
-def sha256_files(
-    root: Path, rels: list[str], on_chunk: Callable[[int], None] | None = None
-) -> dict[str, FileEntry]:
-    """``sha256_file`` of several files at once, one thread per file up to the core count.
+def per_file(fn: Callable[[str], T], rels: list[str], name: str) -> list[T]:
+    """``[fn(rel) for rel in rels]`` on a thread per file, up to the core count (at most 8).
 
-    Why threads: hashlib releases the GIL while it hashes a chunk, so a multi-shard checkpoint
-    hashes on every core instead of one (and the disk sees several reads in flight); a single
-    file still hashes at one core's speed. ``on_chunk`` is called from the worker threads.
+    Why threads: hashlib and torch's reductions release the GIL while they work on a chunk, so a
+    multi-shard checkpoint is read on every core instead of one (and the disk sees several
+    reads in flight); a single file still goes at one core's speed.
     """
     workers = min(len(rels), os.cpu_count() or 1, 8)
     if workers <= 1:
-        return {rel: sha256_file(root / rel, on_chunk) for rel in rels}
-    with ThreadPoolExecutor(workers, thread_name_prefix="sha256") as pool:
-        futures = {rel: pool.submit(sha256_file, root / rel, on_chunk) for rel in rels}
-        return {rel: future.result() for rel, future in futures.items()}
+        return [fn(rel) for rel in rels]
+    with ThreadPoolExecutor(workers, thread_name_prefix=name) as pool:
+        return list(pool.map(fn, rels))
+
+
+def sha256_files(
+    root: Path, rels: list[str], on_chunk: Callable[[int], None] | None = None
+) -> dict[str, FileEntry]:
+    """``sha256_file`` of several files at once (``per_file``); ``on_chunk`` is called from the
+    worker threads."""
+    return dict(
+        zip(rels, per_file(lambda rel: sha256_file(root / rel, on_chunk), rels, "sha256"), strict=True)
+    )
 
 
 def file_problem(path: Path, entry: FileEntry, against: str = "the manifest") -> str | None:

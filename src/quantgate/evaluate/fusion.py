@@ -14,7 +14,8 @@ layer index, which would compile a graph per layer.
 When: compiling costs seconds once per process (about 15 s cold on 2 cores, 3-4 s from inductor's
 on-disk cache), so a pass compiles only when it scores at least ``MIN_TOKENS`` tokens (every
 ``full`` profile text suite; no ``smoke`` one) and a C++ compiler is there for inductor.
-``QUANTGATE_COMPILE=1`` forces it, ``0`` turns it off. Compiled and eager passes agree to float rounding (tests/unit/evaluate/test_scoring.py).
+``QUANTGATE_COMPILE=1`` forces it, ``0`` turns it off. Compiled and eager passes agree to float
+rounding (tests/unit/evaluate/test_scoring.py).
 """
 
 from __future__ import annotations
@@ -75,17 +76,17 @@ def wanted(tokens: int) -> bool:
     return mode == "1" or (mode == "auto" and tokens >= MIN_TOKENS and _have_compiler())
 
 
-def prepare(model: nn.Module, tokens: int) -> Callable:
-    """Switch ``model``'s fusable modules to their compiled form for a long pass, or back to eager
+def prepare(decoder: nn.Module, tokens: int) -> Callable:
+    """Switch ``decoder``'s fusable modules to their compiled form for a long pass, or back to eager
     for a short one; returns the chunk statistics function to use with it.
 
-    Per pass, not once per model: a model that served a long suite and then a short one must run
+    Per pass, not once per model: a decoder that served a long suite and then a short one must run
     the short one eagerly, as the same suite's reference (or an artifact evaluated in another
     process) did, so that the decision is a function of the setting and the pass alone. Each
     module is compiled once (``Module.compile``); switching keeps the compiled callable aside.
     """
     global _compiled_stats
-    fused: list[tuple[nn.Module, Callable]] | None = getattr(model, _MARK, None)
+    fused: list[tuple[nn.Module, Callable]] | None = getattr(decoder, _MARK, None)
     if not wanted(tokens):
         for module, _ in fused or ():
             module._compiled_call_impl = None  # what Module.compile sets; None is eager
@@ -95,13 +96,12 @@ def prepare(model: nn.Module, tokens: int) -> Callable:
 
         # round bf16 intermediates where eager rounds them, so fused and eager passes agree
         inductor.emulate_precision_casts = True
-        decoder = model.get_decoder() if hasattr(model, "get_decoder") else model.model
         fused = []
         for module in decoder.modules():
             if type(module).__name__.endswith(_FUSED_SUFFIXES):
                 module.compile(dynamic=None)
                 fused.append((module, module._compiled_call_impl))
-        setattr(model, _MARK, fused)
+        setattr(decoder, _MARK, fused)
     for module, compiled in fused:
         module._compiled_call_impl = compiled
     if _compiled_stats is None:

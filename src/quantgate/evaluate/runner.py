@@ -1,9 +1,9 @@
 """Evaluate a source and its artifacts on every suite, paired, with the source run at most once.
 
 The source's reference for a suite is keyed by (the suite's validated spec, the source's
-content hash, the profile, ``QUANTGATE_COMPILE``): a second evaluation of new artifacts against the same source
-loads it from the cache and never loads the source model. Artifacts are evaluated one at a
-time (only one model in memory), each through ``load_for_eval`` so that its target's weight,
+content hash, the profile, ``QUANTGATE_COMPILE``): a second evaluation of new artifacts against
+the same source loads it from the cache and never loads the source model. Artifacts are
+evaluated one at a time (only one model in memory), each through ``load_for_eval`` so that its target's weight,
 activation and KV-cache numerics are applied explicitly and recorded with every result.
 
 Outputs under ``out``: ``<model>/<suite>.json`` (metrics, per-sample records, numerics),

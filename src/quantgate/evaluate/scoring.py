@@ -74,7 +74,7 @@ def _batches(sequences: list[list[int]], batch_size: int):
 
 
 @torch.inference_mode()
-def _chunks(model, batch: list[list[int]], pad_id: int, stats=fusion.chunk_stats):
+def _chunks(model, batch: list[list[int]], pad_id: int, stats):
     """One decoder pass over ``batch``, then its scored positions (all sequences' positions
     0..len-2, concatenated) through the head a chunk at a time.
 
@@ -109,7 +109,7 @@ def build_reference(
     model, sequences: list[list[int]], *, k: int, batch_size: int, pad_id: int, on_batch=None
 ) -> Reference:
     ref = Reference([], [], [])
-    stats = fusion.prepare(model, _scored_tokens(sequences))
+    stats = fusion.prepare(_decoder_and_head(model)[0], _scored_tokens(sequences))
     for _, batch in _batches(sequences, batch_size):
         ids, logp, target = [], [], []
         for chunk in _chunks(model, batch, pad_id, stats):
@@ -140,7 +140,7 @@ def score(
     model, sequences: list[list[int]], ref: Reference, *, batch_size: int, pad_id: int, on_batch=None
 ) -> list[Scores]:
     out: list[Scores] = []
-    stats = fusion.prepare(model, _scored_tokens(sequences))
+    stats = fusion.prepare(_decoder_and_head(model)[0], _scored_tokens(sequences))
     for start, batch in _batches(sequences, batch_size):
         ref_ids = torch.cat(ref.topk_ids[start : start + len(batch)]).long()
         ref_logp = torch.cat(ref.topk_logp[start : start + len(batch)])

@@ -72,7 +72,7 @@ def intake(
     seen = StatCache(cache, root, files)
     weights.scan_finite(root, tensors, headers, progress, skip=set(seen.known))
     entries, content_hash = tree.hash_files(root, files, progress, known=seen.known)
-    seen.save(root, entries)
+    seen.save(entries)
 
     text = architecture.text_config(config)
     params = weights.count_params(tensors)

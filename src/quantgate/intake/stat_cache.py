@@ -38,6 +38,7 @@ class StatCache:
     """The entries of one checkpoint directory; ``None`` as the cache directory turns it off."""
 
     def __init__(self, cache: Path | None, root: Path, files: list[str]) -> None:
+        self._root = root
         self._path = _cache_file(cache, root) if cache is not None else None
         # stat every file before anything reads it (see the module docstring)
         self._stats = {rel: _stat_key(root / rel) for rel in files}
@@ -54,13 +55,13 @@ class StatCache:
         except (OSError, ValueError, KeyError, TypeError):
             self.known = {}
 
-    def save(self, root: Path, entries: dict[str, FileEntry]) -> None:
+    def save(self, entries: dict[str, FileEntry]) -> None:
         """Record every file as hashed and scanned (call only after both passed)."""
         if self._path is None:
             return
         files = {rel: {"stat": self._stats[rel], **entries[rel].model_dump()} for rel in entries}
         try:
             self._path.parent.mkdir(parents=True, exist_ok=True)
-            write_json(self._path, {"version": _VERSION, "root": str(root), "files": files})
+            write_json(self._path, {"version": _VERSION, "root": str(self._root), "files": files})
         except OSError:
             pass  # a read-only cache only means hashing again next time

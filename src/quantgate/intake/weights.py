@@ -12,14 +12,13 @@ block, not the model: source checkpoints are often larger than the machine check
 from __future__ import annotations
 
 import json
-import os
 from collections import Counter
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path, PurePosixPath
 
 import torch
 
 from quantgate.errors import CorruptSafetensorsError, MissingShardError, NonFiniteWeightsError
+from quantgate.hashing import per_file
 from quantgate.intake.safetensors_header import DTYPES, SafetensorsHeader, TensorInfo, read_header
 from quantgate.progress import SILENT, Progress
 
@@ -154,17 +153,11 @@ def scan_finite(
                 advance(info.nbytes)
         return None
 
-    # one thread per file, like hashing: torch's reductions release the GIL
     rels = sorted(by_file)
-    workers = min(len(rels), os.cpu_count() or 1, 8) or 1
-    with (
-        progress.task("scanning weights for NaN/Inf", total=total) as task,
-        ThreadPoolExecutor(workers, thread_name_prefix="scan") as pool,
-    ):
-        found = list(pool.map(lambda rel: scan_file(rel, task.advance), rels))
-    for rel, bad in zip(
-        rels, found, strict=True
-    ):  # the first bad file in name order, whatever finished first
+    with progress.task("scanning weights for NaN/Inf", total=total) as task:
+        found = per_file(lambda rel: scan_file(rel, task.advance), rels, "scan")
+    # the first bad file in name order, whichever thread finished first
+    for rel, bad in zip(rels, found, strict=True):
         if bad is not None:
             name, nan, inf = bad
             raise NonFiniteWeightsError(

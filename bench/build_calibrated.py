@@ -50,9 +50,9 @@ def _run(argvs: list[list[str]], env: dict[str, str] | None = None) -> tuple[flo
 
 
 def _manifest_seconds(out: Path) -> dict[str, float]:
-    from quantgate.build.manifest import read_manifest
+    from quantgate.artifact import read_manifest
 
-    return {p.name: read_manifest(p).build["seconds"] for p in sorted(out.iterdir()) if read_manifest(p)}
+    return {p.name: read_manifest(p).build.seconds for p in sorted(out.iterdir()) if read_manifest(p)}
 
 
 def main() -> None:

@@ -67,7 +67,7 @@ ANCHORS = ("oneshot", "model_free_ptq")
 def _oneshot(src: Path, dst: Path) -> None:
     import torch
 
-    from quantgate.build.engines._logs import quiet
+    from quantgate.quantize.engines._logs import quiet
 
     quiet()
     from llmcompressor import oneshot
@@ -81,7 +81,7 @@ def _oneshot(src: Path, dst: Path) -> None:
 
 
 def _model_free_ptq(src: Path, dst: Path) -> None:
-    from quantgate.build.engines._logs import quiet
+    from quantgate.quantize.engines._logs import quiet
 
     quiet()
     from llmcompressor import model_free_ptq
@@ -95,9 +95,9 @@ def _plain_loop(src: Path, dst: Path) -> None:
     from compressed_tensors.utils.match import match_quantizable_tensors
     from safetensors.torch import load_file, save_file
 
-    from quantgate.build.engines.fp8_channel import FP8, quantize_rows
-    from quantgate.build.engines.fp8_config import quantization_config
-    from quantgate.build.engines.stream_fp8 import write_metadata
+    from quantgate.quantize.engines.fp8_channel import FP8, quantize_rows
+    from quantgate.quantize.engines.fp8_config import quantization_config
+    from quantgate.quantize.engines.stream_fp8 import write_metadata
 
     weight_map, total = {}, 0
     for shard in sorted(src.glob("*.safetensors")):
@@ -114,7 +114,7 @@ def _plain_loop(src: Path, dst: Path) -> None:
 
 
 def _stream(src: Path, dst: Path, workers: int | None, readahead: bool = True) -> None:
-    from quantgate.build.engines.stream_fp8 import READAHEAD_BYTES, build_fp8
+    from quantgate.quantize.engines.stream_fp8 import READAHEAD_BYTES, build_fp8
 
     build_fp8(src, dst, IGNORE, workers=workers, readahead=READAHEAD_BYTES if readahead else 0)
 
@@ -325,9 +325,9 @@ def main() -> None:
                 sync_s = _sync_tree(dst)
                 runs[name].append({"seconds": seconds, "sync_seconds": sync_s, "peak_rss_bytes": peak})
                 if name.startswith("quantgate_build"):  # the build step alone, as its manifest records it
-                    from quantgate.build.manifest import read_manifest
+                    from quantgate.artifact import read_manifest
 
-                    runs[name][-1]["build_step_seconds"] = read_manifest(dst / "hopper-fp8").build["seconds"]
+                    runs[name][-1]["build_step_seconds"] = read_manifest(dst / "hopper-fp8").build.seconds
                 print(
                     f"round {round_ + 1} {name}: {seconds:.2f} s (+{sync_s:.2f} s sync), "
                     f"peak {peak / GB:.2f} GB",

@@ -29,7 +29,7 @@ MB = 1_000_000
 
 def synthetic_artifact(directory: Path, megabytes: int) -> Path:
     """Shards of random bytes like a safetensors checkpoint's, plus small configs, with a manifest."""
-    from quantgate.build.manifest import Manifest, hash_files, tool_versions, write_manifest
+    from quantgate.artifact import Manifest, hash_files, tool_versions, write_manifest
 
     directory.mkdir(parents=True)
     shards = [megabytes * MB * 2 // 5, megabytes * MB * 2 // 5, megabytes * MB // 5]
@@ -45,13 +45,19 @@ def synthetic_artifact(directory: Path, megabytes: int) -> Path:
             hardware="bench",
             format="float-quantized",
             kv_cache="fp8_e4m3",
-            numerics={},
-            recipe={"name": "bench", "sha256": "0" * 64},
+            numerics={"weights": "fp8_e4m3fn", "activations": "fp8_e4m3fn_per_token", "native_on": ["hopper"]},
+            recipe={"name": "bench", "sha256": "0" * 64, "engine": "quantgate.stream_fp8"},
             calibration=None,
-            source={"content_hash": "1" * 64},
+            source={
+                "content_hash": "1" * 64,
+                "architecture": "LlamaForCausalLM",
+                "params": 0,
+                "model_class": "dense-reasoner",
+                "bytes": 0,
+            },
             tools=tool_versions(),
             build_key="2" * 64,
-            build={"seconds": 0},
+            build={"seconds": 0, "peak_rss_bytes": 0, "finished_at": "1970-01-01T00:00:00+00:00"},
             files=hash_files(directory),
         ),
     )

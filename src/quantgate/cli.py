@@ -92,13 +92,13 @@ def build(
     from rich.console import Console
     from rich.table import Table
 
-    from quantgate.build.pipeline import build_targets, plan
     from quantgate.calibration import load_or_build
     from quantgate.config.policy import check_target_names, load_policy, resolve_targets
     from quantgate.config.targets import Catalog
     from quantgate.embedded.smollm2 import default_checkpoint
     from quantgate.intake import intake
     from quantgate.progress import RichProgress
+    from quantgate.quantize.pipeline import build_targets, plan
 
     project = (root or project_root()).resolve()
     catalog = Catalog(project)
@@ -135,7 +135,7 @@ def build(
             r.manifest.format,
             _human_bytes(size),
             f"{size / record.bytes:.2f}x",
-            f"{r.manifest.build['seconds']:.1f}",
+            f"{r.manifest.build.seconds:.1f}",
             str(r.path),
         )
     # not a terminal (CI logs, pipes): wide enough that paths are never cut

@@ -8,7 +8,7 @@ import pytest
 import torch
 from safetensors import safe_open
 
-from quantgate.build.manifest import read_manifest, verify_files
+from quantgate.artifact import read_manifest, verify_files
 from quantgate.embedded.smollm2 import gguf_path
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -63,7 +63,7 @@ def test_build_all_four_targets_from_the_cli(default_model, default_artifacts, r
         manifest = read_manifest(out / target)
         assert manifest is not None and verify_files(out / target, manifest) == []
         assert manifest.target == target and target in run.stdout
-        assert manifest.source["model_class"] == "draft"  # the 135M model is classified honestly
+        assert manifest.source.model_class == "draft"  # the 135M model is classified honestly
 
     w = "model.layers.3.mlp.down_proj"
     fp8 = _tensor(out / "hopper-fp8", f"{w}.weight")

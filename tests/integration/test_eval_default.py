@@ -10,7 +10,7 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
-from quantgate.build.manifest import hash_files, read_manifest, write_manifest
+from quantgate.artifact import hash_files, read_manifest, write_manifest
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 from safetensors import safe_open
 
-from quantgate.build.manifest import read_manifest
+from quantgate.artifact import read_manifest
 from quantgate.synthetic import write_large_llama
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -40,7 +40,7 @@ def test_multi_shard_checkpoint_larger_than_the_cap_builds_under_it(tmp_path, ru
     assert run.peak_rss_bytes < cap
 
     artifact = tmp_path / "out" / "hopper-fp8"
-    assert read_manifest(artifact).source["params"] > 600e6
+    assert read_manifest(artifact).source.params > 600e6
     quantized = 0
     for shard in artifact.glob("*.safetensors"):
         with safe_open(shard, "pt") as f:

@@ -250,7 +250,12 @@ def test_quantgate_run_refuses_bad_input_before_any_work_without_a_server(scenar
 def test_regating_against_tightened_floors_takes_the_withdrawn_alias_off(prefect_api, scenario, first_run, monkeypatch):
     """The `regate` flow (prefect.yaml's regate deployment) on the first run's evaluations,
     with the lenient tenant's floor made impossible: its alias goes, the others stay."""
-    from prefect.settings import PREFECT_API_URL, PREFECT_HOME, PREFECT_LOGGING_TO_API_ENABLED, temporary_settings
+    from prefect.settings import (
+        PREFECT_API_URL,
+        PREFECT_HOME,
+        PREFECT_LOGGING_TO_API_ENABLED,
+        temporary_settings,
+    )
 
     from quantgate.orchestrate.flow import regate
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from quantgate.build.manifest import MANIFEST, read_manifest
+from quantgate.artifact import MANIFEST, read_manifest
 from quantgate.embedded.smollm2 import MODEL_NAME
 from quantgate.publish import RegistryConfig, pull
 from quantgate.publish.local_servers import TEST_CREDENTIALS, free_port, mlflow_server, moto_s3

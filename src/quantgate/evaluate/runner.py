@@ -22,8 +22,8 @@ from typing import Any
 
 import torch
 
+from quantgate.artifact import artifact_dirs, read_manifest, verify_files
 from quantgate.atomic import write_json
-from quantgate.build.manifest import read_manifest, verify_files
 from quantgate.errors import InputError
 from quantgate.evaluate import fusion
 from quantgate.evaluate.suites import EvalContext, LoadedSuite, SuiteResult
@@ -31,13 +31,6 @@ from quantgate.evaluate.suites import EvalContext, LoadedSuite, SuiteResult
 # 2: references computed with tiled prefill attention and log-sum-exp scoring; a version-1
 # reference (sdpa) paired with a version-2 artifact pass would carry attention rounding as KLD
 REFERENCE_VERSION = 2
-
-
-def artifact_dirs(artifacts: Path) -> list[Path]:
-    found = sorted(p for p in artifacts.iterdir() if p.is_dir() and (p / "manifest.json").exists())
-    if not found:
-        raise InputError(artifacts, "no artifact directories (with manifest.json) here", "run quantgate build --out DIR first")
-    return found
 
 
 @dataclass
@@ -130,7 +123,7 @@ def evaluate(
             raise InputError(d / "manifest.json", f"artifact files differ from the manifest: {problems[0]}", "rebuild it")
     for d in dirs:  # refuse before any work: an artifact of another source cannot be paired
         manifest = read_manifest(d)
-        if manifest.source["content_hash"] != source_hash:
+        if manifest.source.content_hash != source_hash:
             raise InputError(
                 d / "manifest.json",
                 "this artifact was built from a different source checkpoint than the one given",

@@ -15,8 +15,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
+from quantgate.artifact import read_manifest
 from quantgate.atomic import write_json
-from quantgate.build.manifest import read_manifest
 from quantgate.config.loader import nearest
 from quantgate.errors import InputError, UsageError
 from quantgate.gate.policy import load_gates, project_suites
@@ -64,7 +64,7 @@ def _manifest_facts(artifacts_dir: Path | None) -> tuple[str | None, str | None]
     for d in sorted(Path(artifacts_dir).iterdir()):
         manifest = read_manifest(d) if d.is_dir() else None
         if manifest is not None:
-            return manifest.source.get("model_class"), manifest.source.get("architecture")
+            return manifest.source.model_class, manifest.source.architecture
     return None, None
 
 

@@ -7,8 +7,8 @@ naming the file, the problem and the fix. Modules, in the order intake uses them
 (strict header reader), ``weights`` (shard index, tensor inventory, NaN/Inf scan), ``record``.
 """
 
-from quantgate.intake.checkpoint import intake
 from quantgate.hashing import FileEntry
+from quantgate.intake.checkpoint import intake
 from quantgate.intake.record import SourceRecord
 from quantgate.intake.safetensors_header import SafetensorsHeader, TensorInfo, read_header
 

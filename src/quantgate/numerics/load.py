@@ -35,7 +35,7 @@ import torch
 from pydantic import BaseModel, ConfigDict
 from torch import nn
 
-from quantgate.build.manifest import read_manifest
+from quantgate.artifact import read_manifest
 from quantgate.config.targets import ActivationNumerics, KVCache, Target, WeightNumerics
 from quantgate.errors import InputError
 from quantgate.numerics import attention as tiled_attention
@@ -118,23 +118,16 @@ def _resolve(artifact_dir: Path, target: Target | None) -> _Numerics:
             "no valid manifest.json, so the target's numerics are unknown",
             "build the artifact with `quantgate build`, or pass the Target explicitly",
         )
-    try:
-        n = manifest.numerics
-        return _Numerics(
-            manifest.target,
-            manifest.hardware,
-            manifest.format,
-            WeightNumerics(n["weights"]),
-            ActivationNumerics(n["activations"]),
-            KVCache(manifest.kv_cache),
-            tuple(n.get("native_on", ())),
-        )
-    except (KeyError, ValueError) as exc:
-        raise InputError(
-            artifact_dir / "manifest.json",
-            f"numerics {manifest.numerics} / kv_cache {manifest.kv_cache!r} are not known: {exc}",
-            "rebuild the artifact with this version of quantgate",
-        ) from None
+    n = manifest.numerics
+    return _Numerics(
+        manifest.target,
+        manifest.hardware,
+        manifest.format,
+        n.weights,
+        n.activations,
+        manifest.kv_cache,
+        tuple(n.native_on),
+    )
 
 
 def _kv_format_name(n: _Numerics) -> str | None:

@@ -117,7 +117,7 @@ def plan_run(options: dict[str, Any]) -> RunPlan:
     persist_result=True, retries=_RETRIES, retry_condition_fn=_only_transient,
 )
 def build_artifact(plan: RunPlan, target: str) -> dict[str, Any]:
-    from quantgate.build.manifest import read_manifest
+    from quantgate.artifact import read_manifest
 
     args = ["build", *plan.common_args(), "--targets", target, "--out", str(plan.artifacts_dir)]
     _step(plan, f"build-{target}", args + (["--calibration", plan.calibration] if plan.calibration else []))

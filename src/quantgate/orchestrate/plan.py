@@ -18,7 +18,7 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict
 
-from quantgate.build.manifest import tool_versions
+from quantgate.artifact import tool_versions
 from quantgate.config.targets import Catalog
 from quantgate.progress import SILENT, Progress
 
@@ -109,7 +109,6 @@ def make_plan(
     progress: Progress = SILENT,
 ) -> RunPlan:
     """Validate every input and hash what the cache keys need; raises ``InputError`` early."""
-    from quantgate.build.pipeline import plan as plan_builds
     from quantgate.calibration import load_or_build
     from quantgate.config.policy import check_target_names, load_policy, resolve_targets
     from quantgate.embedded.smollm2 import default_checkpoint, model_name
@@ -117,6 +116,7 @@ def make_plan(
     from quantgate.evaluate.suites import PROFILES, load_suites
     from quantgate.gate.policy import load_gates
     from quantgate.intake import intake
+    from quantgate.quantize.pipeline import plan as plan_builds
 
     if profile not in PROFILES:
         raise UsageError("--profile", f"unknown profile '{profile}'", f"use one of {', '.join(PROFILES)}")

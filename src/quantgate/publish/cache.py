@@ -21,8 +21,8 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+from quantgate.artifact import MANIFEST, read_manifest
 from quantgate.atomic import write_json
-from quantgate.build.manifest import MANIFEST, read_manifest
 
 _ENTRY = re.compile(r"^[0-9a-f]{64}$")
 

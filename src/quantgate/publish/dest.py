@@ -12,7 +12,7 @@ import os
 import shutil
 from pathlib import Path
 
-from quantgate.build.manifest import read_manifest
+from quantgate.artifact import read_manifest
 from quantgate.errors import DestinationError
 from quantgate.hashing import content_hash
 

@@ -12,7 +12,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
-from quantgate.build.manifest import Manifest
+from quantgate.artifact import Manifest
 from quantgate.publish import naming
 
 
@@ -43,18 +43,18 @@ def quantgate_version() -> str:
 
 def run_params(manifest: Manifest) -> dict[str, str]:
     """Build inputs: target, recipe, source and calibration hashes, tool versions."""
-    calibration = manifest.calibration or {}
+    calibration = manifest.calibration
     params = {
         "target": manifest.target,
         "hardware": manifest.hardware,
         "format": manifest.format,
         "kv_cache": manifest.kv_cache,
-        "recipe": manifest.recipe.get("name", ""),
-        "recipe_sha256": manifest.recipe.get("sha256", ""),
-        "recipe_engine": manifest.recipe.get("engine", ""),
-        "source_hash": manifest.source.get("content_hash", ""),
-        "calibration": calibration.get("name", "none"),
-        "calibration_sha256": calibration.get("sha256", "none"),
+        "recipe": manifest.recipe.name,
+        "recipe_sha256": manifest.recipe.sha256,
+        "recipe_engine": manifest.recipe.engine,
+        "source_hash": manifest.source.content_hash,
+        "calibration": calibration.name if calibration else "none",
+        "calibration_sha256": calibration.sha256 if calibration else "none",
         "build_key": manifest.build_key,
     }
     params.update({f"tools.{name}": version for name, version in manifest.tools.items()})
@@ -75,15 +75,14 @@ def lineage_tags(
     manifest: Manifest, content_hash: str, manifest_sha256: str, report_sha256: str
 ) -> dict[str, str]:
     """Version tags that say where the bytes came from and which gate report approved them."""
-    calibration = manifest.calibration or {}
     return {
         naming.CONTENT_HASH: content_hash,
         naming.MANIFEST_SHA256: manifest_sha256,
         naming.TARGET: manifest.target,
-        naming.SOURCE_HASH: str(manifest.source.get("content_hash", "")),
+        naming.SOURCE_HASH: manifest.source.content_hash,
         naming.BUILD_KEY: manifest.build_key,
-        naming.RECIPE_SHA256: str(manifest.recipe.get("sha256", "")),
-        naming.CALIBRATION_SHA256: str(calibration.get("sha256", "none")),
+        naming.RECIPE_SHA256: manifest.recipe.sha256,
+        naming.CALIBRATION_SHA256: manifest.calibration.sha256 if manifest.calibration else "none",
         naming.QUANTGATE_VERSION: quantgate_version(),
         naming.REPORT_SHA256: report_sha256,
     }

@@ -17,7 +17,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from quantgate.build.manifest import MANIFEST, Manifest, read_manifest, verify_files
+from quantgate.artifact import MANIFEST, Manifest, read_manifest, verify_files
 from quantgate.errors import ArtifactAlteredError, ReportError, UploadIncompleteError
 from quantgate.hashing import content_hash, sha256_file
 from quantgate.progress import SILENT, Progress

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
-from quantgate.build.manifest import MANIFEST, Manifest
+from quantgate.artifact import MANIFEST, Manifest
 from quantgate.errors import TamperedArtifactError, UnapprovedVersionError, UsageError
 from quantgate.hashing import FileEntry, content_hash, file_problem, sha256_file
 from quantgate.paths import cache_dir as default_cache_dir

@@ -7,7 +7,6 @@ from pathlib import Path
 
 import pytest
 
-from quantgate.build.pipeline import build_targets
 from quantgate.config.policy import load_policy
 from quantgate.config.targets import Catalog
 from quantgate.errors import InputError
@@ -15,6 +14,7 @@ from quantgate.evaluate.data import DataDir
 from quantgate.evaluate.runner import evaluate
 from quantgate.evaluate.suites import EvalContext, load_suite
 from quantgate.intake import intake
+from quantgate.quantize.pipeline import build_targets
 from quantgate.synthetic import write_tiny_model
 
 pytestmark = pytest.mark.unit

@@ -7,8 +7,8 @@ import shutil
 from pathlib import Path
 
 import pytest
-
 from gate_builders import edit
+
 from quantgate.errors import UsageError
 from quantgate.gate.run import gate_results, write_report_json
 

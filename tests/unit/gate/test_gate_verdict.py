@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-
 from gate_builders import GSM8K, TEXT, gsm8k_result, text_result
+
 from quantgate.gate.policy import Floor, Tenant
 from quantgate.gate.verdict import evaluate_floor, judge
 

@@ -13,10 +13,10 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from quantgate.build.pipeline import build_targets
 from quantgate.calibration import build_set, load_spec
 from quantgate.config.policy import load_policy
 from quantgate.intake import intake
+from quantgate.quantize.pipeline import build_targets
 from quantgate.synthetic import write_tiny_model
 
 TARGETS = ("hopper-fp8", "rocm-cdna3-fp8", "blackwell-nvfp4", "draft-int4")

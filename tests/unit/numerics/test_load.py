@@ -10,12 +10,12 @@ import torch
 from safetensors import safe_open
 from safetensors.torch import save_file
 
-from quantgate.build.pipeline import build_targets
 from quantgate.config.policy import load_policy
 from quantgate.config.targets import ActivationNumerics
 from quantgate.errors import InputError
 from quantgate.intake import intake
 from quantgate.numerics import EmulatedLinear, load_for_eval, load_source_for_eval
+from quantgate.quantize.pipeline import build_targets
 from quantgate.synthetic import write_tiny_model
 
 pytestmark = pytest.mark.unit

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from quantgate.build.manifest import Manifest, hash_files, tool_versions, write_manifest
+from quantgate.artifact import Manifest, hash_files, tool_versions, write_manifest
 from quantgate.publish import RegistryConfig
 
 MODEL = "tiny-model"
@@ -26,13 +26,19 @@ def write_artifact(directory: Path, target: str, files: dict[str, bytes]) -> Pat
         hardware="test",
         format="float-quantized",
         kv_cache="fp8_e4m3",
-        numerics={"weights": "fp8_e4m3fn"},
+        numerics={"weights": "fp8_e4m3fn", "activations": "fp8_e4m3fn_per_token", "native_on": ["hopper"]},
         recipe={"name": "fp8-dynamic", "sha256": "ab" * 32, "engine": "model_free"},
         calibration=None,
-        source={"content_hash": "cd" * 32, "architecture": "LlamaForCausalLM", "model_class": "dense"},
+        source={
+            "content_hash": "cd" * 32,
+            "architecture": "LlamaForCausalLM",
+            "params": 1000,
+            "model_class": "dense",
+            "bytes": 2000,
+        },
         tools=tool_versions(),
         build_key="ef" * 32,
-        build={"seconds": 0.1},
+        build={"seconds": 0.1, "peak_rss_bytes": 1, "finished_at": "2026-11-30T00:00:00+00:00"},
         files=hash_files(directory),
     )
     write_manifest(directory, manifest)

@@ -8,7 +8,7 @@ import pytest
 from conftest import MODEL, write_artifact, write_report
 from mlflow import MlflowClient
 
-from quantgate.build.manifest import read_manifest
+from quantgate.artifact import read_manifest
 from quantgate.errors import ArtifactAlteredError, ReportError
 from quantgate.publish import naming, publish_report
 from quantgate.publish.local_store import local_path
@@ -43,12 +43,12 @@ def test_publish_registers_version_with_lineage_and_aliases_only_approved_tenant
     manifest = read_manifest(artifacts / "hopper-fp8")
     assert mv.tags[naming.UPLOAD] == "complete"
     assert mv.tags[naming.BUILD_KEY] == manifest.build_key
-    assert mv.tags[naming.SOURCE_HASH] == manifest.source["content_hash"]
-    assert mv.tags[naming.RECIPE_SHA256] == manifest.recipe["sha256"]
+    assert mv.tags[naming.SOURCE_HASH] == manifest.source.content_hash
+    assert mv.tags[naming.RECIPE_SHA256] == manifest.recipe.sha256
     assert mv.tags[naming.GATE] == "approved"
     assert client.get_model_version(draft.registered_model, draft.version).tags[naming.GATE] == "failed"
     run = client.get_run(hopper.run_id)
-    assert run.data.params["recipe_sha256"] == manifest.recipe["sha256"]
+    assert run.data.params["recipe_sha256"] == manifest.recipe.sha256
     assert run.data.params["tools.torch"] == manifest.tools["torch"]
     assert run.data.metrics == {"wikitext.perplexity": 10.5, "wikitext.kld_mean": 0.01}
     stored = local_path(hopper.source)

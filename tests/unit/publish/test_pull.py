@@ -8,7 +8,7 @@ import shutil
 import pytest
 from conftest import MODEL, write_artifact, write_report
 
-from quantgate.build.manifest import MANIFEST, hash_files, read_manifest
+from quantgate.artifact import MANIFEST, hash_files, read_manifest
 from quantgate.errors import (
     DestinationError,
     TamperedArtifactError,

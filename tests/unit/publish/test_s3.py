@@ -8,7 +8,7 @@ import pytest
 from conftest import MODEL, write_artifact, write_report
 from mlflow import MlflowClient
 
-from quantgate.build.manifest import hash_files
+from quantgate.artifact import hash_files
 from quantgate.errors import (
     RegistryRefusedError,
     RegistryUnavailableError,

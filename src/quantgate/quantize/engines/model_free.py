@@ -8,12 +8,12 @@ scheme and the ignore list, so the recipe file stays exactly what ``oneshot`` wo
 
 from __future__ import annotations
 
-from quantgate.build.engines import BuildJob, register
-from quantgate.build.engines._logs import quiet
-from quantgate.build.preflight import check_group_sizes
 from quantgate.config.targets import Recipe
 from quantgate.errors import ConfigFileError
 from quantgate.intake import SourceRecord
+from quantgate.quantize.engines import BuildJob, register
+from quantgate.quantize.engines._logs import quiet
+from quantgate.quantize.preflight import check_group_sizes
 
 
 def _scheme_and_ignore(recipe: Recipe) -> tuple[str, list[str]]:

@@ -10,11 +10,11 @@ import torch
 import yaml
 from safetensors import safe_open
 
-from quantgate.build.pipeline import build_targets
 from quantgate.calibration import build_set, load_spec
 from quantgate.config.policy import load_policy
 from quantgate.config.targets import Catalog
 from quantgate.intake import intake
+from quantgate.quantize.pipeline import build_targets
 
 pytestmark = pytest.mark.unit
 

@@ -23,9 +23,13 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from quantgate.build.engines import BuildJob, engine_class
-from quantgate.build.manifest import (
+from quantgate.artifact import (
+    SUPPORT_FILES,
+    BuildInfo,
+    CalibrationRef,
     Manifest,
+    RecipeRef,
+    SourceRef,
     build_key,
     hash_files,
     read_manifest,
@@ -38,23 +42,10 @@ from quantgate.errors import BuildError, QuantgateError
 from quantgate.intake import SourceRecord
 from quantgate.memory import peak_rss_bytes
 from quantgate.progress import SILENT, Progress
+from quantgate.quantize.engines import BuildJob, engine_class
 
 if TYPE_CHECKING:
     from quantgate.calibration import CalibrationSet
-
-# files a serving engine needs beside the weights; copied from the source when an engine
-# does not write them itself
-_TOKENIZER_FILES = (
-    "tokenizer.json",
-    "tokenizer_config.json",
-    "special_tokens_map.json",
-    "tokenizer.model",
-    "chat_template.jinja",
-    "generation_config.json",
-    "vocab.json",
-    "merges.txt",
-)
-
 
 @dataclass(frozen=True)
 class BuildResult:
@@ -83,7 +74,7 @@ def _reusable(final: Path, key: str) -> Manifest | None:
 
 
 def _copy_support_files(source: Path, out_dir: Path) -> None:
-    for name in _TOKENIZER_FILES:
+    for name in SUPPORT_FILES:
         src = source / name
         if src.exists() and not (out_dir / name).exists():
             shutil.copy2(src, out_dir / name)
@@ -105,35 +96,34 @@ def _manifest(
         target=target.name,
         hardware=target.hardware,
         format=target.format,
-        kv_cache=target.kv_cache.value,
-        numerics=target.numerics.model_dump(mode="json"),
-        recipe={"name": recipe.name, "sha256": recipe_sha, "engine": recipe.engine},
+        kv_cache=target.kv_cache,
+        numerics=target.numerics,
+        recipe=RecipeRef(name=recipe.name, sha256=recipe_sha, engine=recipe.engine),
         calibration=(
-            {
-                "name": calibration.name,
-                "sha256": calibration.sha256,
-                "samples": min(len(calibration.records), recipe.calibration.num_samples),
-                "max_seq_length": recipe.calibration.max_seq_length,
-            }
+            CalibrationRef(
+                name=calibration.name,
+                sha256=calibration.sha256,
+                samples=min(len(calibration.records), recipe.calibration.num_samples),
+                max_seq_length=recipe.calibration.max_seq_length,
+            )
             if calibration is not None and recipe.calibration.required
             else None
         ),
-        source={
-            "content_hash": source.content_hash,
-            "architecture": source.architecture,
-            "params": source.params,
-            "model_class": source.model_class,
-            "bytes": source.bytes,
-        },
+        source=SourceRef(
+            content_hash=source.content_hash,
+            architecture=source.architecture,
+            params=source.params,
+            model_class=source.model_class,
+            bytes=source.bytes,
+        ),
         tools=tools,
         build_key=key,
-        build={
-            "seconds": round(seconds, 3),
-            "peak_rss_bytes": peak_rss_bytes(),
-            "peak_rss_scope": "process high-water mark at the end of this build",
-            "finished_at": datetime.now(UTC).isoformat(timespec="seconds"),
-            "linked_from": linked_from,
-        },
+        build=BuildInfo(
+            seconds=round(seconds, 3),
+            peak_rss_bytes=peak_rss_bytes(),
+            finished_at=datetime.now(UTC).isoformat(timespec="seconds"),
+            linked_from=linked_from,
+        ),
         files=hash_files(out_dir),
     )
 

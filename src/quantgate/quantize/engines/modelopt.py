@@ -8,10 +8,10 @@ llm-compressor recipe ``nvfp4``. The output is modelopt's Hugging Face export
 
 from __future__ import annotations
 
-from quantgate.build.engines import BuildJob, register
 from quantgate.config.targets import Recipe
 from quantgate.errors import MissingDependencyError
 from quantgate.intake import SourceRecord
+from quantgate.quantize.engines import BuildJob, register
 
 
 @register("modelopt")

@@ -10,13 +10,13 @@ import pytest
 import torch
 from safetensors import safe_open
 
-from quantgate.build.manifest import read_manifest, verify_files
-from quantgate.build.pipeline import build_targets
+from quantgate.artifact import read_manifest, verify_files
 from quantgate.calibration import build_set, load_spec
 from quantgate.config.policy import load_policy
 from quantgate.config.targets import Catalog
 from quantgate.errors import RecipeIncompatibleError
 from quantgate.intake import intake
+from quantgate.quantize.pipeline import build_targets
 from quantgate.synthetic import write_tiny_model
 
 pytestmark = pytest.mark.unit
@@ -62,13 +62,13 @@ def test_fp8_targets_share_bytes_and_have_per_channel_scales(tiny_llama, tmp_pat
     shard = next(hopper.glob("*.safetensors")).name
     assert (hopper / shard).stat().st_ino == (rocm / shard).stat().st_ino
     assert read_manifest(rocm).target == "rocm-cdna3-fp8"
-    assert read_manifest(rocm).numerics["weights"] == "fp8_e4m3fnuz"
+    assert read_manifest(rocm).numerics.weights == "fp8_e4m3fnuz"
     for artifact in (hopper, rocm):
         manifest = read_manifest(artifact)
         assert verify_files(artifact, manifest) == []
-        assert manifest.source["content_hash"] == record.content_hash
+        assert manifest.source.content_hash == record.content_hash
         assert manifest.calibration is None  # data-free
-        assert manifest.build["peak_rss_bytes"] > 0
+        assert manifest.build.peak_rss_bytes > 0
     assert not [p for p in (tmp_path / "out").iterdir() if p.name.startswith(".")], "temporary dirs left"
 
 
@@ -98,7 +98,7 @@ def test_changed_recipe_or_damaged_artifact_rebuilds(tiny_llama, tmp_path, catal
     recipe.write_text(recipe.read_text() + "\n# an edit changes the recipe hash\n")
     rebuilt = build_targets(record, ["hopper-fp8"], out, Catalog(project), None)[0]
     assert rebuilt.status == "built"
-    assert rebuilt.manifest.recipe["sha256"] != built.manifest.recipe["sha256"]
+    assert rebuilt.manifest.recipe.sha256 != built.manifest.recipe.sha256
 
 
 @pytest.mark.parametrize("kind", ["mixtral", "qwen2_moe"])
@@ -128,7 +128,7 @@ def test_moe_nvfp4_calibrates_every_expert(tmp_path, catalog, repo_root, calibra
     # an expert that saw no calibration token would keep no finite, positive activation scale
     assert all(torch.isfinite(t).all() and (t > 0).all() for t in scales.values())
     assert all(tensors[n].dtype == torch.bfloat16 for n in tensors if n.endswith("block_sparse_moe.gate.weight"))
-    assert read_manifest(artifact).calibration["sha256"] == calibration.sha256
+    assert read_manifest(artifact).calibration.sha256 == calibration.sha256
 
 
 def test_nvfp4_and_int4_formats(tiny_llama, tmp_path, catalog, repo_root, calibration):
@@ -150,7 +150,7 @@ def test_nvfp4_and_int4_formats(tiny_llama, tmp_path, catalog, repo_root, calibr
     assert config["format"] == "pack-quantized"
     assert config["config_groups"]["group_0"]["weights"]["group_size"] == 64
     for r in results:
-        assert r.manifest.calibration["sha256"] == calibration.sha256
+        assert r.manifest.calibration.sha256 == calibration.sha256
 
 
 def test_group_size_that_does_not_divide_a_layer_is_refused_before_work(tmp_path, catalog, repo_root, calibration):

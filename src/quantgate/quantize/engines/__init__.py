@@ -44,10 +44,10 @@ ENGINES: Registry[type] = Registry(
     "engine",
     # lazy: naming an engine imports its (heavy) library only when that engine is used
     lazy={
-        "llmcompressor.model_free": "quantgate.build.engines.model_free",
-        "llmcompressor.oneshot": "quantgate.build.engines.oneshot",
-        "modelopt": "quantgate.build.engines.modelopt",
-        "quantgate.stream_fp8": "quantgate.build.engines.stream_fp8",
+        "llmcompressor.model_free": "quantgate.quantize.engines.model_free",
+        "llmcompressor.oneshot": "quantgate.quantize.engines.oneshot",
+        "modelopt": "quantgate.quantize.engines.modelopt",
+        "quantgate.stream_fp8": "quantgate.quantize.engines.stream_fp8",
     },
 )
 register = ENGINES.register

@@ -33,14 +33,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from quantgate.build.engines import BuildJob, register
-from quantgate.build.engines._shard_io import DTYPES, OutTensor, ShardWriter, read_into
-from quantgate.build.engines.fp8_config import SCHEME, quantization_config
-from quantgate.build.preflight import weight_group_size
 from quantgate.config.targets import Recipe
 from quantgate.errors import ConfigFileError, RecipeIncompatibleError
 from quantgate.intake import SourceRecord
 from quantgate.intake.safetensors_header import SafetensorsHeader, TensorInfo, read_header
+from quantgate.quantize.engines import BuildJob, register
+from quantgate.quantize.engines._shard_io import DTYPES, OutTensor, ShardWriter, read_into
+from quantgate.quantize.engines.fp8_config import SCHEME, quantization_config
+from quantgate.quantize.preflight import weight_group_size
 
 READAHEAD_BYTES = 256 * 1024**2
 INDEX = "model.safetensors.index.json"
@@ -198,7 +198,7 @@ def stream(
     (``POSIX_FADV_WILLNEED``) for up to ``readahead`` bytes beyond the tensors already started,
     so the disk keeps reading while both cores compute; 0 turns it off.
     """
-    from quantgate.build.engines.fp8_channel import FP8, quantize_rows
+    from quantgate.quantize.engines.fp8_channel import FP8, quantize_rows
 
     layouts = _layouts(headers, items)
     quantized = [it for it in items if it.quantize]
@@ -309,7 +309,7 @@ class StreamFp8Engine:
         source, ignore = Path(job.source.path), _ignore(job.recipe)
         _, items, fused = plan(source, ignore)
         if fused:
-            from quantgate.build.engines.model_free import ModelFreeEngine
+            from quantgate.quantize.engines.model_free import ModelFreeEngine
 
             job.progress.log(
                 f"{job.recipe.name}: fused expert tensors, handing over to llmcompressor.model_free"

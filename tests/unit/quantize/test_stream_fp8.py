@@ -17,13 +17,13 @@ import torch
 from safetensors import safe_open
 from safetensors.torch import save_file
 
-from quantgate.build.engines.fp8_channel import FP8, quantize_rows
-from quantgate.build.engines.stream_fp8 import plan
-from quantgate.build.pipeline import build_targets
 from quantgate.config.policy import load_policy
 from quantgate.config.targets import Catalog
 from quantgate.errors import ConfigFileError, RecipeIncompatibleError
 from quantgate.intake import intake
+from quantgate.quantize.engines.fp8_channel import FP8, quantize_rows
+from quantgate.quantize.engines.stream_fp8 import plan
+from quantgate.quantize.pipeline import build_targets
 from quantgate.synthetic import write_large_llama
 
 pytestmark = pytest.mark.unit
@@ -46,7 +46,7 @@ def _build(source: Path, tmp_path: Path, repo_root: Path, engine: str) -> Path:
     catalog = _catalog_with_engine(tmp_path, repo_root, engine)
     record = intake(source, load_policy(repo_root / "gates.yaml", catalog))
     result = build_targets(record, ["hopper-fp8"], tmp_path / f"out-{engine}", catalog, None)[0]
-    assert result.manifest.recipe["engine"] == engine
+    assert result.manifest.recipe.engine == engine
     return result.path
 
 
@@ -167,7 +167,7 @@ def test_fused_experts_are_detected_and_odd_targets_refused(tmp_path):
 def test_the_name_rule_is_compressed_tensors_rule(_tiny_models, tmp_path):
     from compressed_tensors.utils.match import match_quantizable_tensors
 
-    from quantgate.build.engines.stream_fp8 import targeted
+    from quantgate.quantize.engines.stream_fp8 import targeted
 
     names = {
         n for source in _tiny_models.values() for shard in source.glob("*.safetensors") for n in _names(shard)
@@ -192,7 +192,7 @@ def _names(shard: Path) -> list[str]:
 
 
 def test_the_cached_config_is_the_computed_one(tmp_path, monkeypatch):
-    from quantgate.build.engines.fp8_config import build_config, quantization_config
+    from quantgate.quantize.engines.fp8_config import build_config, quantization_config
 
     monkeypatch.setenv("QUANTGATE_CACHE", str(tmp_path / "cache"))
     first = quantization_config(IGNORE, True)

@@ -18,12 +18,12 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from quantgate.build.engines import BuildJob, register
-from quantgate.build.engines._logs import quiet
-from quantgate.build.preflight import check_group_sizes
 from quantgate.config.targets import Recipe
 from quantgate.errors import CalibrationError
 from quantgate.intake import SourceRecord
+from quantgate.quantize.engines import BuildJob, register
+from quantgate.quantize.engines._logs import quiet
+from quantgate.quantize.preflight import check_group_sizes
 
 
 @register("llmcompressor.oneshot")

@@ -12,7 +12,6 @@ with the safe loader only; no code runs from config.
 
 from __future__ import annotations
 
-import difflib
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -20,6 +19,7 @@ import yaml
 from pydantic import BaseModel, ValidationError
 
 from quantgate.errors import ConfigFileError
+from quantgate.suggest import nearest
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -51,12 +51,6 @@ def _key_node(root: yaml.Node | None, loc: tuple[Any, ...]) -> yaml.Node | None:
             if k.value == str(loc[-1]):
                 return k
     return parent
-
-
-def nearest(name: str, choices: list[str] | tuple[str, ...]) -> str | None:
-    """The closest valid name to a typo, or None when nothing is close."""
-    found = difflib.get_close_matches(name, list(choices), n=1, cutoff=0.5)
-    return found[0] if found else None
 
 
 def _allowed_keys(model: type[BaseModel], loc: tuple[Any, ...]) -> list[str]:

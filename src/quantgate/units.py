@@ -1,0 +1,24 @@
+"""Byte units, SI everywhere: kB = 1000 B, MB = 1000 kB, GB = 1000 MB.
+
+One convention for every size quantgate prints or reads from config (reports, build tables,
+cache limits, transfer chunk sizes), so that "MB" never means two things. Memory limits and
+disk sizes alike are SI; where an operating-system interface needs a power of two (a page,
+a kernel readahead window) the code says so with ``* 1024`` at that spot.
+"""
+
+from __future__ import annotations
+
+KB = 1000
+MB = 1000 * KB
+GB = 1000 * MB
+TB = 1000 * GB
+
+_STEPS = (("B", 1), ("kB", KB), ("MB", MB), ("GB", GB), ("TB", TB))
+
+
+def format_bytes(n: float) -> str:
+    """``n`` bytes in the largest SI unit below it: '512 B', '166.8 MB', '3.1 GB'."""
+    sign = "-" if n < 0 else ""
+    n = abs(n)
+    unit, size = next(((u, s) for u, s in reversed(_STEPS) if n >= s), _STEPS[0])
+    return f"{sign}{n:.0f} B" if unit == "B" else f"{sign}{n / size:.1f} {unit}"

@@ -1,4 +1,4 @@
-"""The one way every refusal of an unknown name suggests the nearest valid one ("did you mean")
+"""The one way every refusal of an unknown name suggests the nearest valid one ("did you mean").
 
 A typo in a target, tenant, suite, engine or YAML key deserves the same answer everywhere, so
 the matching rule and the wording live here once.

@@ -14,10 +14,11 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, PositiveInt
+from pydantic import BaseModel, ConfigDict, Field, PositiveInt, field_validator
 
-from quantgate.config.loader import load_model, nearest
+from quantgate.config.loader import load_model
 from quantgate.errors import ConfigFileError, UsageError
+from quantgate.suggest import did_you_mean
 
 
 class Frozen(BaseModel):
@@ -84,10 +85,20 @@ class Recipe(Frozen):
     version: Literal[1] = 1
     name: str
     description: str
-    engine: Literal["llmcompressor.model_free", "llmcompressor.oneshot", "modelopt", "quantgate.stream_fp8"]
+    engine: str = Field(description="a name in the engine registry (quantgate.quantize.engines)")
     calibration: Calibration
     requires_cuda: bool = False
     recipe: dict[str, Any] = Field(description="the engine's own recipe, passed through verbatim")
+
+    @field_validator("engine")
+    @classmethod
+    def _registered(cls, name: str) -> str:
+        """The registry is the one list of engines: a new engine needs no edit here."""
+        from quantgate.quantize.engines import ENGINES  # names only: no engine module is imported
+
+        if name not in ENGINES.names():
+            raise ValueError(f"unknown engine '{name}': {did_you_mean(name, ENGINES.names(), known='known engines')}")
+        return name
 
     def modifier(self) -> tuple[str, dict[str, Any]]:
         """The single quantization modifier of an llm-compressor recipe: (type, args)."""
@@ -119,12 +130,8 @@ class Catalog:
     def target(self, name: str) -> Target:
         path = self.targets_dir / f"{name}.yaml"
         if not path.exists():
-            hint = nearest(name, self.target_names())
             raise UsageError(
-                self.targets_dir,
-                f"no target named '{name}'",
-                (f"did you mean '{hint}'? " if hint else "")
-                + f"known targets: {', '.join(self.target_names())}",
+                self.targets_dir, f"no target named '{name}'", did_you_mean(name, self.target_names(), known="known targets")
             )
         target = load_model(path, Target)
         if target.name != name:
@@ -138,11 +145,10 @@ class Catalog:
     def recipe(self, name: str, referenced_from: Path | None = None) -> Recipe:
         path = self.recipe_path(name)
         if not path.exists():
-            hint = nearest(name, _names(self.recipes_dir))
             raise ConfigFileError(
                 referenced_from or path,
                 f"recipe '{name}' does not exist in {self.recipes_dir}",
-                f"did you mean '{hint}'?" if hint else "add the recipe file or fix the name",
+                "fix the name, or add the recipe file; " + did_you_mean(name, _names(self.recipes_dir), known="recipes"),
             )
         recipe = load_model(path, Recipe)
         if recipe.name != name:

@@ -9,27 +9,35 @@ say, validated strictly) and a runner with two verbs:
   artifacts are scored without running the source again.
 - ``score(ctx, model, reference)`` scores one model against that reference, paired item by item.
 
-A new kind is one file with ``@register("kind")``; a new suite of an existing kind (a tenant's
-domain suite) is a YAML and its data, no code.
+Each kind also declares what the gate may measure on it (``metrics``: direction, level or
+comparison, per-item statistic; ``columns``: a per-item record as numbers; see ``metrics.py``),
+so the gate has no code per kind. A new kind is one file with ``@register("kind")``, or, from
+outside this package, a ``quantgate.suite_kinds`` entry point (``name = module:Class``) of an
+installed distribution; a new suite of an existing kind (a tenant's domain suite) is a YAML and
+its data, no code.
 """
 
 from __future__ import annotations
 
 import hashlib
 from abc import ABC, abstractmethod
+from collections.abc import Mapping
 from dataclasses import dataclass, field
+from importlib.metadata import EntryPoint, entry_points
 from pathlib import Path
 from typing import Any, ClassVar
 
 import yaml
 from pydantic import Field
 
-from quantgate.config.loader import load_model, nearest, read_yaml
+from quantgate.config.loader import load_model, read_yaml
 from quantgate.config.targets import Frozen
 from quantgate.errors import ConfigFileError, UsageError
 from quantgate.evaluate.data import DataDir
+from quantgate.evaluate.suites.metrics import Metric
 from quantgate.progress import SILENT, Progress
 from quantgate.registry import Registry
+from quantgate.suggest import did_you_mean
 
 PROFILES = ("smoke", "full")
 
@@ -45,7 +53,7 @@ class SuiteSpec(Frozen):
     metrics: list[str] = Field(description="the metric names this suite reports")
 
     def sizes(self, profile: str) -> Any:
-        profiles = getattr(self, "profiles")
+        profiles = getattr(self, "profiles")  # noqa: B009 (each kind declares its own sizes model)
         if profile not in profiles:
             raise UsageError("--profile", f"suite '{self.name}' has no profile '{profile}'", f"use one of {list(profiles)}")
         return profiles[profile]
@@ -76,13 +84,20 @@ class SuiteResult:
 class SuiteKind(ABC):
     """Base of every suite kind: holds the validated spec and the YAML's path.
 
-    Subclasses set ``spec_model`` and implement ``reference`` and ``score``.
+    Subclasses set ``spec_model`` and implement ``reference`` and ``score`` (what ``quantgate
+    eval`` runs) and ``metrics`` and ``columns`` (what the gate reads). Keep torch and other
+    heavy imports inside the methods that run models, so the gate stays light.
     """
 
     spec_model: ClassVar[type[SuiteSpec]]
 
     def __init__(self, spec: SuiteSpec, path: Path) -> None:
         self.spec, self.path = spec, path
+
+    @property
+    def tenant(self) -> str | None:
+        """The tenant this suite belongs to (only its floors may name it); None: any tenant's."""
+        return None
 
     @abstractmethod
     def reference(self, ctx: EvalContext, source: Any) -> tuple[Any, SuiteResult]:
@@ -92,8 +107,40 @@ class SuiteKind(ABC):
     def score(self, ctx: EvalContext, model: Any, reference: Any) -> SuiteResult:
         """Score one model against the reference, paired item by item."""
 
+    @abstractmethod
+    def metrics(self) -> dict[str, Metric]:
+        """Every metric a gate floor may name on this suite, as this suite's spec configures it."""
 
-KINDS: Registry[type] = Registry(
+    @abstractmethod
+    def columns(self, sample: Mapping[str, Any]) -> dict[str, float]:
+        """One per-item record (an entry of ``SuiteResult.samples``) as numeric columns for the
+        metrics' statistics; KeyError when a field is absent."""
+
+
+ENTRY_POINTS = "quantgate.suite_kinds"
+
+
+class KindRegistry(Registry[type[SuiteKind]]):
+    """The suite kinds: this package's own (lazy modules), then installed ``quantgate.suite_kinds``
+    entry points, looked up when a name is not found (so a plugin installed, or put on sys.path,
+    after quantgate was imported is still found). A built-in name always wins."""
+
+    @staticmethod
+    def _plugins() -> dict[str, EntryPoint]:
+        return {ep.name: ep for ep in entry_points(group=ENTRY_POINTS)}
+
+    def names(self) -> list[str]:
+        return sorted({*super().names(), *self._plugins()})
+
+    def get(self, name: str, where: object = None) -> type[SuiteKind]:
+        if name not in super().names():
+            plugin = self._plugins().get(name)
+            if plugin is not None:
+                self.add(name, plugin.load())
+        return super().get(name, where)
+
+
+KINDS = KindRegistry(
     "suite kind",
     lazy={
         "text": "quantgate.evaluate.suites.text",
@@ -102,19 +149,23 @@ KINDS: Registry[type] = Registry(
         "humaneval": "quantgate.evaluate.suites.humaneval",
         "domain": "quantgate.evaluate.suites.domain",
     },
+    how_to_add=f"@register in a module under quantgate/evaluate/suites, or a '{ENTRY_POINTS}' entry point",
 )
 register = KINDS.register
 
 
 @dataclass(frozen=True)
 class LoadedSuite:
+    """One suite YAML, validated by its kind's spec model, with the kind's runner for it."""
+
     spec: SuiteSpec
     path: Path
-    runner: Any
+    runner: SuiteKind
     spec_hash: str  # sha256 of the validated spec: the reference cache key's suite part
 
 
 def load_suite(path: Path) -> LoadedSuite:
+    """Read one suite YAML, find its kind in the registry and validate it strictly."""
     data, _ = read_yaml(path)
     kind = data.get("kind")
     if not isinstance(kind, str):
@@ -128,13 +179,14 @@ def load_suite(path: Path) -> LoadedSuite:
 
 
 def suite_names(directory: Path) -> list[str]:
+    """The suites of a project: the YAML files of its ``eval_suites/``, by name."""
     return sorted(p.stem for p in directory.glob("*.yaml"))
 
 
 def load_suites(directory: Path, names: list[str] | None = None) -> list[LoadedSuite]:
+    """The named suites (every suite when ``names`` is None), each validated; a typo suggests the nearest."""
     known = suite_names(directory)
     for name in names or []:
         if name not in known:
-            hint = nearest(name, known)
-            raise UsageError("--suites", f"unknown suite '{name}'", (f"did you mean '{hint}'? " if hint else "") + f"known: {', '.join(known)}")
+            raise UsageError("--suites", f"unknown suite '{name}'", did_you_mean(name, known))
     return [load_suite(directory / f"{name}.yaml") for name in (names or known)]

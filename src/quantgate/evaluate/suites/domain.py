@@ -2,7 +2,8 @@
 
 ``exact`` and ``contains`` compare the greedy answer with the reference (case- and
 whitespace-normalized); ``perplexity`` scores the reference as a continuation of the prompt.
-A new domain suite is a YAML beside this kind and a JSONL beside the YAML: no code.
+A new domain suite is a YAML beside this kind and a JSONL beside the YAML: no code. A domain
+suite belongs to its tenant: no other tenant's floor may name it.
 """
 
 from __future__ import annotations
@@ -10,16 +11,18 @@ from __future__ import annotations
 import json
 import math
 import re
-from typing import Literal
+from collections.abc import Mapping
+from typing import Any, Literal
 
-import torch
 from pydantic import Field, PositiveInt
 
 from quantgate.config.targets import Frozen
 from quantgate.errors import ConfigFileError
-from quantgate.evaluate.generation import chat_prompt, greedy
 from quantgate.evaluate.paired import flip_metrics
 from quantgate.evaluate.suites import EvalContext, SuiteKind, SuiteResult, SuiteSpec, register
+from quantgate.evaluate.suites.metrics import Metric, correctness, perplexity
+
+PERPLEXITY = Metric(False, True, "exp of the token-weighted mean NLL over items", perplexity("nll"))
 
 
 class DomainSizes(Frozen):
@@ -49,6 +52,19 @@ def matches(metric: str, answer: str, reference: str) -> bool:
 @register("domain")
 class DomainSuite(SuiteKind):
     spec_model = DomainSpec
+    spec: DomainSpec
+
+    @property
+    def tenant(self) -> str | None:
+        return self.spec.tenant
+
+    def metrics(self) -> dict[str, Metric]:
+        return {"perplexity": PERPLEXITY} if self.spec.metric == "perplexity" else correctness("accuracy")
+
+    def columns(self, sample: Mapping[str, Any]) -> dict[str, float]:
+        if self.spec.metric == "perplexity":
+            return {"nll": float(sample["nll"]), "tokens": float(sample["tokens"])}
+        return {"correct": float(bool(sample["correct"]))}
 
     def _records(self, ctx: EvalContext) -> list[dict]:
         path = (self.path.parent / self.spec.data).resolve()
@@ -66,9 +82,13 @@ class DomainSuite(SuiteKind):
         return records[: self.spec.sizes(ctx.profile).items]
 
     def _prompt(self, tokenizer, text: str) -> list[int]:
+        from quantgate.evaluate.generation import chat_prompt
+
         return chat_prompt(tokenizer, text) if self.spec.prompt_format == "chat" else tokenizer(text)["input_ids"]
 
     def _run(self, ctx: EvalContext, model) -> list[dict]:
+        from quantgate.evaluate.generation import greedy
+
         sizes = self.spec.sizes(ctx.profile)
         records = self._records(ctx)
         prompts = [self._prompt(model.tokenizer, r["prompt"]) for r in records]
@@ -86,13 +106,17 @@ class DomainSuite(SuiteKind):
             samples.append({"item": i, "answer": answer, "correct": matches(self.spec.metric, answer, record["reference"])})
         return samples
 
-    @torch.inference_mode()
-    def _nll(self, model, prompts, records):
-        for prompt, record in zip(prompts, records, strict=True):
-            target = model.tokenizer(record["reference"], add_special_tokens=False)["input_ids"]
-            ids = torch.tensor([prompt + target])
-            logp = torch.log_softmax(model.model(input_ids=ids).logits[0, len(prompt) - 1 : -1].float(), -1)
-            yield float(-logp.gather(1, torch.tensor(target)[:, None]).sum()), len(target)
+    def _nll(self, model, prompts, records) -> list[tuple[float, int]]:
+        import torch
+
+        found = []
+        with torch.inference_mode():
+            for prompt, record in zip(prompts, records, strict=True):
+                target = model.tokenizer(record["reference"], add_special_tokens=False)["input_ids"]
+                ids = torch.tensor([prompt + target])
+                logp = torch.log_softmax(model.model(input_ids=ids).logits[0, len(prompt) - 1 : -1].float(), -1)
+                found.append((float(-logp.gather(1, torch.tensor(target)[:, None]).sum()), len(target)))
+        return found
 
     def _result(self, samples: list[dict], reference: list[dict]) -> SuiteResult:
         if self.spec.metric == "perplexity":

@@ -5,13 +5,15 @@ sequences and both answer filters (``strict-match`` wants ``#### N``; ``flexible
 takes the last number). We pick the items (a seeded sample of the test split, so two runs with
 different seeds are two independent subsets of the same size), pair them with the source,
 and count flips: items whose correctness changed. A small model solves almost none, so
-accuracy ratios are noise there; flips stay meaningful at any size.
+accuracy ratios are noise there; flips stay meaningful at any size. The gate pairs items by
+their correctness under the primary filter.
 """
 
 from __future__ import annotations
 
 import random
-from typing import Literal
+from collections.abc import Mapping
+from typing import Any, Literal
 
 from pydantic import NonNegativeInt, PositiveInt
 
@@ -20,6 +22,7 @@ from quantgate.evaluate.data import DataSource, jsonl_file, load_jsonl_records
 from quantgate.evaluate.lmeval import run_task, task_config
 from quantgate.evaluate.paired import flip_metrics
 from quantgate.evaluate.suites import EvalContext, SuiteKind, SuiteResult, SuiteSpec, register
+from quantgate.evaluate.suites.metrics import Metric, correctness
 
 
 class Gsm8kSizes(Frozen):
@@ -45,6 +48,13 @@ class Gsm8kSpec(SuiteSpec):
 @register("gsm8k")
 class Gsm8kSuite(SuiteKind):
     spec_model = Gsm8kSpec
+    spec: Gsm8kSpec
+
+    def metrics(self) -> dict[str, Metric]:
+        return correctness("accuracy")
+
+    def columns(self, sample: Mapping[str, Any]) -> dict[str, float]:
+        return {"correct": float(bool(sample[f"correct_{self.spec.primary_filter}"]))}
 
     def _items(self, ctx: EvalContext) -> list[int]:
         total = len(load_jsonl_records(ctx.data, self.spec.data.test))

@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import importlib.util
 import random
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import PositiveFloat, PositiveInt
 
@@ -22,6 +23,7 @@ from quantgate.evaluate.lmeval import run_task, task_config
 from quantgate.evaluate.paired import flip_metrics
 from quantgate.evaluate.sandbox import run_untrusted
 from quantgate.evaluate.suites import EvalContext, SuiteKind, SuiteResult, SuiteSpec, register
+from quantgate.evaluate.suites.metrics import Metric, correctness
 from quantgate.hashing import sha256_file
 
 
@@ -60,6 +62,13 @@ def prompt_plus_completion(resps: list[list[str]], docs: list[dict]) -> list[lis
 @register("humaneval")
 class HumanEvalSuite(SuiteKind):
     spec_model = HumanEvalSpec
+    spec: HumanEvalSpec
+
+    def metrics(self) -> dict[str, Metric]:
+        return correctness("pass_at_1")
+
+    def columns(self, sample: Mapping[str, Any]) -> dict[str, float]:
+        return {"correct": float(bool(sample["passed"]))}
 
     def _config(self) -> dict:
         config = task_config("humaneval/humaneval.yaml", resolve_functions=False)

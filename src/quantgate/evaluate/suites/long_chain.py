@@ -17,16 +17,37 @@ thousands of decode steps, sends a chain somewhere else. The source writes greed
 
 from __future__ import annotations
 
-from typing import Literal
+from collections.abc import Mapping
+from typing import Any, Literal
 
-import torch
 from pydantic import Field, NonNegativeInt, PositiveInt
 
 from quantgate.config.targets import Frozen
 from quantgate.evaluate.data import DataSource, load_jsonl_records
-from quantgate.evaluate.generation import chat_prompt, greedy
-from quantgate.evaluate.scoring import Reference, build_reference, score
 from quantgate.evaluate.suites import EvalContext, SuiteKind, SuiteResult, SuiteSpec, register
+from quantgate.evaluate.suites.metrics import Metric, mean, weighted_mean
+
+METRICS = {
+    "kld_mean": Metric(
+        False, False, "trace-token-weighted mean KL divergence", weighted_mean("kld_mean", "trace_tokens")
+    ),
+    "top1_agreement": Metric(
+        True, False, "trace-token-weighted top-1 agreement", weighted_mean("top1_agreement", "trace_tokens")
+    ),
+    "agreement_at_depth": Metric(True, False, "top-1 agreement in the deepest bin"),
+    "first_divergence_mean": Metric(
+        True, False, "mean free-running first divergence position", mean("first_divergence")
+    ),
+}
+
+
+def acceptance(k: int) -> Metric:
+    """Draft acceptance with ``k`` draft tokens: a level (ratio floors apply), higher is better."""
+    return Metric(
+        True, True,
+        f"draft tokens accepted per verification step with k={k}, per-trace mean weighted by trace tokens",
+        weighted_mean(f"accepted_k{k}", "trace_tokens"),
+    )
 
 
 class ChainSizes(Frozen):
@@ -41,7 +62,7 @@ class LongChainSpec(SuiteSpec):
     data: DataSource
     prompt: str = Field(description="template with {question}")
     offset: NonNegativeInt = Field(0, description="first record used (keep clear of few-shot items)")
-    draft_k: list[PositiveInt] = [4]
+    draft_k: list[PositiveInt] = Field(default_factory=lambda: [4])
     top_k: PositiveInt = 32
     profiles: dict[str, ChainSizes]
 
@@ -61,6 +82,7 @@ def accepted_per_step(agree: list[bool], k: int) -> float:
 
 
 def first_divergence(trace: list[int], generated: list[int]) -> int:
+    """The first position where ``generated`` leaves ``trace`` (its length when it never does)."""
     for i, tok in enumerate(trace):
         if i >= len(generated) or generated[i] != tok:
             return i
@@ -70,13 +92,28 @@ def first_divergence(trace: list[int], generated: list[int]) -> int:
 @register("long_chain")
 class LongChainSuite(SuiteKind):
     spec_model = LongChainSpec
+    spec: LongChainSpec
+
+    def metrics(self) -> dict[str, Metric]:
+        return {**METRICS, **{f"acceptance_k{k}": acceptance(k) for k in self.spec.draft_k}}
+
+    def columns(self, sample: Mapping[str, Any]) -> dict[str, float]:
+        cols = {k: float(sample[k]) for k in ("trace_tokens", "kld_mean", "top1_agreement", "first_divergence")}
+        for k in self.spec.draft_k:
+            cols[f"accepted_k{k}"] = float(sample[f"accepted_per_step_k{k}"])
+        return cols
 
     def _prompts(self, ctx: EvalContext, tokenizer) -> list[list[int]]:
+        from quantgate.evaluate.generation import chat_prompt
+
         sizes = self.spec.sizes(ctx.profile)
         records = load_jsonl_records(ctx.data, self.spec.data)[self.spec.offset : self.spec.offset + sizes.traces]
         return [chat_prompt(tokenizer, self.spec.prompt.format(question=r["question"])) for r in records]
 
     def reference(self, ctx: EvalContext, source) -> tuple[dict, SuiteResult]:
+        from quantgate.evaluate.generation import greedy
+        from quantgate.evaluate.scoring import build_reference
+
         sizes = self.spec.sizes(ctx.profile)
         prompts = self._prompts(ctx, source.tokenizer)
         with ctx.progress.task(f"{self.spec.name}: source traces", total=len(prompts)) as task:
@@ -92,6 +129,8 @@ class LongChainSuite(SuiteKind):
         return state, self._result(ctx, source, state, free_running=traces)
 
     def score(self, ctx: EvalContext, model, reference: dict) -> SuiteResult:
+        from quantgate.evaluate.generation import greedy
+
         sizes = self.spec.sizes(ctx.profile)
         with ctx.progress.task(f"{self.spec.name}: free-running", total=len(reference["prompts"])) as task:
             generated = greedy(
@@ -101,6 +140,10 @@ class LongChainSuite(SuiteKind):
         return self._result(ctx, model, reference, free_running=generated)
 
     def _result(self, ctx: EvalContext, model, reference: dict, free_running: list[list[int]]) -> SuiteResult:
+        import torch
+
+        from quantgate.evaluate.scoring import Reference, score
+
         sizes = self.spec.sizes(ctx.profile)
         prompts, traces = reference["prompts"], reference["traces"]
         seqs = [p + t for p, t in zip(prompts, traces, strict=True)]

@@ -4,23 +4,37 @@ The corpus is either a public file (WikiText-2) or the calibration domain: promp
 traffic log that the calibration set did *not* sample, so the artifact is measured on the
 traffic it will serve without being scored on its own calibration data. The text is tokenized
 once, cut into non-overlapping windows of ``seq_len`` tokens, and each window is one item for
-paired statistics.
+paired statistics. The gate measures perplexity, mean KL divergence and top-1 agreement per
+window (token-weighted); the 99th KL percentile only as the suite reports it.
 """
 
 from __future__ import annotations
 
 import math
 import random
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
-import torch
 from pydantic import Field, PositiveInt
 
 from quantgate.config.targets import Frozen
 from quantgate.evaluate.data import DataSource, load_text
-from quantgate.evaluate.scoring import Reference, build_reference, score
 from quantgate.evaluate.suites import EvalContext, SuiteKind, SuiteResult, SuiteSpec, register
+from quantgate.evaluate.suites.metrics import Metric, perplexity, weighted_mean
+
+METRICS = {
+    "perplexity": Metric(
+        False, True, "exp of the token-weighted mean NLL over windows", perplexity("nll_sum")
+    ),
+    "kld_mean": Metric(
+        False, False, "token-weighted mean KL divergence to the source", weighted_mean("kld_mean", "tokens")
+    ),
+    "kld_p99": Metric(False, False, "99th percentile of per-token KL divergence"),
+    "top1_agreement": Metric(
+        True, False, "token-weighted top-1 agreement with the source", weighted_mean("top1_agreement", "tokens")
+    ),
+}
 
 
 class TextSizes(Frozen):
@@ -63,6 +77,9 @@ def windows(tokenizer, text: str, sizes: TextSizes) -> list[list[int]]:
 
 
 def summarize(name: str, scores, samples_extra=None) -> tuple[dict[str, float], list[dict]]:
+    """The suite's metrics over all windows, and one per-item record per window."""
+    import torch
+
     nll = torch.cat([s.nll for s in scores])
     kld = torch.cat([s.kld for s in scores])
     agree = torch.cat([s.agree for s in scores]).float()
@@ -90,11 +107,20 @@ def summarize(name: str, scores, samples_extra=None) -> tuple[dict[str, float], 
 @register("text")
 class TextSuite(SuiteKind):
     spec_model = TextSpec
+    spec: TextSpec
 
     def _windows(self, ctx: EvalContext, tokenizer) -> list[list[int]]:
         return windows(tokenizer, corpus(self.spec, ctx, self.path), self.spec.sizes(ctx.profile))
 
+    def metrics(self) -> dict[str, Metric]:
+        return dict(METRICS)
+
+    def columns(self, sample: Mapping[str, Any]) -> dict[str, float]:
+        return {k: float(sample[k]) for k in ("tokens", "nll_sum", "kld_mean", "top1_agreement")}
+
     def reference(self, ctx: EvalContext, source) -> tuple[dict, SuiteResult]:
+        from quantgate.evaluate.scoring import build_reference
+
         sizes = self.spec.sizes(ctx.profile)
         seqs = self._windows(ctx, source.tokenizer)
         pad = source.tokenizer.pad_token_id or 0
@@ -106,6 +132,8 @@ class TextSuite(SuiteKind):
         return state, self.score(ctx, source, state)
 
     def score(self, ctx: EvalContext, model, reference: dict) -> SuiteResult:
+        from quantgate.evaluate.scoring import Reference, score
+
         sizes = self.spec.sizes(ctx.profile)
         seqs, ref = reference["sequences"], Reference.from_state(reference["reference"])
         pad = model.tokenizer.pad_token_id or 0

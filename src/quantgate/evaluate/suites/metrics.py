@@ -1,0 +1,80 @@
+"""What a suite kind declares about its metrics, so that the gate needs no code per kind.
+
+Each kind says, for every metric a gate floor may name: which way is better; whether it is a
+*level* (a property of one model, such as perplexity or accuracy, so a ratio with the source's
+level means something) or already a *comparison* with the source (KL divergence, agreement,
+flips); the per-item statistic, paired item by item with the source (none: the suite's
+reported value is all there is, a point estimate); and when the source's level is a base a
+ratio can be taken against. Per-item records become numeric columns through the kind's
+``columns``. numpy only: the gate imports this without torch.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+
+Columns = dict[str, np.ndarray]
+# (artifact columns, source columns, axis) -> the statistic along axis (vectorized over resamples)
+Statistic = Callable[[Columns, Columns, int], np.ndarray]
+
+
+def nonzero(base: np.ndarray) -> np.ndarray:
+    """The default: a ratio with the source's level is defined unless that level is 0."""
+    return np.asarray(base) != 0
+
+
+@dataclass(frozen=True)
+class Metric:
+    """One metric a floor may name: direction, level or comparison, statistic, when informative."""
+
+    higher_is_better: bool
+    level: bool  # True: ratio floors (max_delta_pct, min_recovery) apply; False: only max / min
+    how: str  # how the estimate is computed, for the reason sentence
+    statistic: Statistic | None = None  # None: point only, the suite's reported value
+    informative: Callable[[np.ndarray], np.ndarray] = nonzero  # on the source's level, for ratio floors
+    uninformative: str = "is 0, so the ratio is undefined (0/0 or x/0)"  # why, after "the source's <metric>"
+
+    @property
+    def point_only(self) -> bool:
+        return self.statistic is None
+
+    @property
+    def direction(self) -> str:
+        return "higher is better" if self.higher_is_better else "lower is better"
+
+
+def weighted_mean(value: str, weight: str) -> Statistic:
+    """Mean of per-item ``value`` weighted by ``weight`` (e.g. tokens per window)."""
+    return lambda a, s, axis: np.sum(a[value] * a[weight], axis=axis) / np.sum(a[weight], axis=axis)
+
+
+def mean(value: str) -> Statistic:
+    """Unweighted mean of per-item ``value``."""
+    return lambda a, s, axis: np.mean(a[value], axis=axis)
+
+
+def perplexity(nll: str, tokens: str = "tokens") -> Statistic:
+    """exp(sum of NLL / sum of tokens) over items."""
+    return lambda a, s, axis: np.exp(np.sum(a[nll], axis=axis) / np.sum(a[tokens], axis=axis))
+
+
+def correctness(accuracy: str) -> dict[str, Metric]:
+    """The metrics of a suite scored right/wrong per item (column ``correct``), paired with the source."""
+    return {
+        accuracy: Metric(True, True, "fraction of items correct", mean("correct")),
+        "flip_rate": Metric(
+            False, False, "fraction of items whose correctness changed against the source",
+            lambda a, s, axis: np.mean(a["correct"] != s["correct"], axis=axis),
+        ),
+        "flips_lost": Metric(
+            False, False, "items the source got right and the artifact got wrong",
+            lambda a, s, axis: np.sum((s["correct"] > 0) & (a["correct"] == 0), axis=axis).astype(float),
+        ),
+        f"{accuracy}_delta": Metric(
+            True, False, "paired accuracy difference, artifact minus source",
+            lambda a, s, axis: np.mean(a["correct"], axis=axis) - np.mean(s["correct"], axis=axis),
+        ),
+    }

@@ -93,7 +93,7 @@ def build(
     from rich.table import Table
 
     from quantgate.calibration import load_or_build
-    from quantgate.config.policy import check_target_names, load_policy, resolve_targets
+    from quantgate.config.gates import check_target_names, load_gates, resolve_targets
     from quantgate.config.targets import Catalog
     from quantgate.embedded.smollm2 import default_checkpoint
     from quantgate.intake import intake
@@ -102,7 +102,7 @@ def build(
 
     project = (root or project_root()).resolve()
     catalog = Catalog(project)
-    policy = load_policy(gates or project / "gates.yaml", catalog)
+    policy = load_gates(gates or project / "gates.yaml", catalog)
     cache_path = (cache or cache_dir()).resolve()
     override = _split(targets)
     if override:  # a typo in --targets fails before minutes of conversion and hashing
@@ -176,7 +176,7 @@ def eval_(
     from rich.console import Console
     from rich.table import Table
 
-    from quantgate.config.policy import load_policy
+    from quantgate.config.gates import load_gates
     from quantgate.config.targets import Catalog
     from quantgate.embedded.smollm2 import default_checkpoint
     from quantgate.evaluate.data import DataDir
@@ -189,7 +189,7 @@ def eval_(
         raise UsageError("--profile", f"unknown profile '{profile}'", f"use one of {', '.join(PROFILES)}")
     project = (root or project_root()).resolve()
     catalog = Catalog(project)
-    policy = load_policy(gates or project / "gates.yaml", catalog)
+    policy = load_gates(gates or project / "gates.yaml", catalog)
     cache_path = (cache or cache_dir()).resolve()
     loaded = load_suites(project / "eval_suites", _split(suites))
     if not reference_only and not artifacts.is_dir():
@@ -237,7 +237,7 @@ def gate(
     root: RootOpt = None,
 ) -> None:
     """Judge every artifact against every tenant's floors; exit 1 if a required artifact passes none."""
-    from quantgate.gate.run import gate_results, report_payload, write_report_json
+    from quantgate.gate.run import gate_results, write_report_json
     from quantgate.report.console import print_table, verdict_table
 
     project = (root or project_root()).resolve()
@@ -250,7 +250,7 @@ def gate(
     report = write_report_json(decision, out.resolve())
     written = _render_reports(report)
     title = f"quantgate gate: {decision.model} ({decision.model_class or 'class unknown'})"
-    print_table(verdict_table(report_payload(decision), title))
+    print_table(verdict_table(decision, title))
     for path in (report, *written):
         print(f"report: {path}")
     raise typer.Exit(decision.exit_code)
@@ -258,14 +258,10 @@ def gate(
 
 def _render_reports(report_json: Path) -> list[Path]:
     """report.md and report.html beside report.json."""
-    import json
-
     from quantgate.report import write_reports
+    from quantgate.report_schema import read_report
 
-    try:
-        report = json.loads(report_json.read_text())
-    except (OSError, ValueError):
-        raise UsageError(report_json, "not a readable report.json", "run quantgate gate --out DIR first") from None
+    report = read_report(report_json, fix="run quantgate gate --out DIR first")
     return list(write_reports(report, report_json.parent).values())
 
 

@@ -13,36 +13,14 @@ import json
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict
-
 from quantgate.artifact import read_manifest
 from quantgate.atomic import write_json
-from quantgate.config.loader import nearest
+from quantgate.config.gates import load_gates, project_suites
+from quantgate.config.targets import Catalog
 from quantgate.errors import InputError, UsageError
-from quantgate.gate.policy import load_gates, project_suites
-from quantgate.gate.verdict import N_RESAMPLES, SEED, Results, Verdict, gate
-
-REPORT_SCHEMA_VERSION = 1
-
-
-class GateDecision(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    model: str
-    model_class: str | None
-    source_hash: str | None
-    profile: str | None
-    required: list[str]
-    optional: list[str]
-    verdicts: list[Verdict]
-    approvals: dict[str, list[str]]  # artifact -> tenants it passed
-    numerics: dict[str, dict[str, Any]]  # artifact -> how it was evaluated (native or emulated)
-    exit_code: int
-    notes: list[str]
-    sizes: dict[str, int | None] = {}  # "source" | artifact -> bytes on disk (cold-start cost)
-    metrics: dict[str, dict[str, dict[str, Any]]] = {}  # model -> suite -> metric -> value
-    suite_notes: dict[str, list[str]] = {}  # suite -> notes (e.g. long-chain bin width)
-    previous: dict[str, Any] | None = None  # the previous approved version's report: its metrics
+from quantgate.gate.verdict import N_RESAMPLES, SEED, Results, gate
+from quantgate.report_schema import REPORT_JSON, PreviousReport, Report, read_report
+from quantgate.suggest import did_you_mean
 
 
 def read_results(eval_dir: Path) -> Results:
@@ -80,14 +58,14 @@ def gate_results(
     previous: Path | None = None,
     n_resamples: int = N_RESAMPLES,
     seed: int = SEED,
-) -> GateDecision:
-    gates = load_gates(Path(policy_path), Path(project_root))
-    suites = project_suites(Path(project_root))
+) -> Report:
+    """Gate an evaluation output against gates.yaml; the decision, as report.json will hold it."""
+    catalog = Catalog(Path(project_root))
+    gates = load_gates(Path(policy_path), catalog)
+    suites = project_suites(catalog)
     for name in tenants or []:
         if name not in gates.tenants:
-            hint = nearest(name, list(gates.tenants))
-            raise UsageError("--tenants", f"unknown tenant '{name}'",
-                             (f"did you mean '{hint}'? " if hint else "") + f"known: {', '.join(gates.tenants)}")
+            raise UsageError("--tenants", f"unknown tenant '{name}'", did_you_mean(name, gates.tenants))
     results = read_results(Path(eval_dir))
     run_info = json.loads((Path(eval_dir) / "run.json").read_text()) if (Path(eval_dir) / "run.json").exists() else {}
     manifest_class, architecture = _manifest_facts(artifacts_dir)
@@ -96,9 +74,8 @@ def gate_results(
     evaluated = [m for m in results if m != "source"]
     if model_class is not None:
         if model_class not in gates.model_classes:
-            hint = nearest(model_class, list(gates.model_classes))
             raise UsageError("--model-class", f"unknown model class '{model_class}'",
-                             (f"did you mean '{hint}'? " if hint else "") + f"known: {', '.join(gates.model_classes)}")
+                             did_you_mean(model_class, gates.model_classes))
         cls = gates.model_classes[model_class].targets
         required, optional = list(cls.required), list(cls.optional)
     else:
@@ -118,7 +95,7 @@ def gate_results(
     numerics = run_info.get("numerics") or {
         m: next((r["numerics"] for r in res.values() if "numerics" in r), {}) for m, res in results.items()
     }
-    return GateDecision(
+    return Report(
         model=model or run_info.get("model") or architecture or f"source-{(source_hash or 'unknown')[:12]}",
         model_class=model_class,
         source_hash=source_hash,
@@ -137,7 +114,7 @@ def gate_results(
     )
 
 
-def _previous(report_dir: Path | None) -> dict[str, Any] | None:
+def _previous(report_dir: Path | None) -> PreviousReport | None:
     """What the report compares against: the previous approved version's report.json.
 
     Given explicitly today (``--previous DIR``); the registry will supply it once approved
@@ -145,40 +122,21 @@ def _previous(report_dir: Path | None) -> dict[str, Any] | None:
     """
     if report_dir is None:
         return None
-    path = Path(report_dir) / "report.json"
-    try:
-        old = json.loads(path.read_text())
-    except (OSError, ValueError):
-        raise UsageError(path, "not a readable report.json", "pass the output directory of an earlier quantgate gate") from None
-    return {key: old.get(key) for key in ("model", "source_hash", "approvals", "metrics")} | {"report": str(path)}
+    path = Path(report_dir) / REPORT_JSON
+    old = read_report(path, fix="pass --previous the output directory of an earlier quantgate gate")
+    return PreviousReport(model=old.model, source_hash=old.source_hash, approvals=old.approvals,
+                          metrics=old.metrics, report=str(path))
 
 
-def report_payload(decision: GateDecision) -> dict[str, Any]:
-    """``report.json``, schema version 1: what the HTML/Markdown reports and the registry read."""
-    return {
-        "schema_version": REPORT_SCHEMA_VERSION,
-        "model": decision.model,
-        "model_class": decision.model_class,
-        "source_hash": decision.source_hash,
-        "profile": decision.profile,
-        "required": decision.required,
-        "optional": decision.optional,
-        "verdicts": [v.model_dump(mode="json") for v in decision.verdicts],
-        "approvals": decision.approvals,
-        "numerics": decision.numerics,
-        "exit_code": decision.exit_code,
-        "notes": decision.notes,
-        "sizes": decision.sizes,
-        "metrics": decision.metrics,
-        "suite_notes": decision.suite_notes,
-        "previous": decision.previous,
-    }
+def report_payload(report: Report) -> dict[str, Any]:
+    """``report.json``'s JSON object (schema in ``quantgate.report_schema``)."""
+    return report.payload()
 
 
-def write_report_json(decision: GateDecision, out_dir: Path) -> Path:
+def write_report_json(report: Report, out_dir: Path) -> Path:
     """Write ``out_dir/report.json`` atomically; returns its path."""
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    path = out_dir / "report.json"
-    write_json(path, report_payload(decision), allow_nan=False)
+    path = out_dir / REPORT_JSON
+    write_json(path, report.payload(), allow_nan=False)
     return path

@@ -22,6 +22,7 @@ Rules (each has a test in tests/unit/gate/):
   *uninformative*: it neither passes nor fails (``passed`` is None). Resamples whose source base
   is 0 count as the worst case; when they push the bound to infinity (more than 1 - confidence
   of resamples), the floor is uninformative too ("too few source successes for a bound").
+  A suite kind may declare another rule for when its level is a usable base (``Metric.informative``).
 - **Verdict.** An artifact passes a tenant only if no applicable floor fails or is missing and
   every suite the tenant names has at least one informative floor: a tenant whose GSM8K floors
   are all uninformative fails, so add a paired floor (``flip_rate``, ``flips_lost``) that is
@@ -32,50 +33,21 @@ from __future__ import annotations
 
 import math
 import warnings
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict
-from scipy.stats import bootstrap
 
-from quantgate.gate.measures import Measure, SuiteInfo, item_columns, measures_for
-from quantgate.gate.policy import Floor, Gates, Tenant
+from quantgate.config.gates import RATIO_KINDS, Floor, Gates, Tenant
+from quantgate.evaluate.suites.metrics import Metric
+from quantgate.report_schema import FloorResult, Status, Verdict
+
+if TYPE_CHECKING:
+    from quantgate.evaluate.suites import SuiteKind
 
 N_RESAMPLES = 2000
 SEED = 0
 
-Status = Literal["pass", "fail", "missing", "uninformative"]
 _LABELS = {"max_delta_pct": " change vs source (%)", "min_recovery": " recovery (artifact/source)"}
-
-
-class _Result(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-
-class FloorResult(_Result):
-    suite: str
-    metric: str
-    kind_of_floor: str  # max | min | max_delta_pct | min_recovery
-    floor: float
-    estimate: float | None
-    bound: float | None  # the conservative end that was compared
-    margin: float | None  # >= 0 when the bound is on the right side of the floor
-    passed: bool | None  # None: uninformative
-    informative: bool
-    status: Status
-    interval: Literal["paired-bootstrap", "point"] | None
-    confidence: float
-    items: int
-    reason: str
-
-
-class Verdict(_Result):
-    artifact: str
-    tenant: str
-    verdict: Literal["pass", "fail"]
-    reasons: list[str]
-    floors: list[FloorResult]
-    required: bool
 
 
 def _fmt(x: float, other: float | None = None) -> str:
@@ -85,14 +57,14 @@ def _fmt(x: float, other: float | None = None) -> str:
     return short
 
 
-def _paired_columns(suite: SuiteInfo, source: dict, artifact: dict) -> tuple[dict, dict, int] | str:
+def _paired_columns(suite: SuiteKind, source: dict, artifact: dict) -> tuple[dict, dict, int] | str:
     """Per-item columns of artifact and source, aligned by item; a string says what is missing."""
     src, art = source.get("samples") or [], artifact.get("samples") or []
     if not src or not art:
         return f"no per-item records ({'source' if not src else 'artifact'})"
     try:
-        s_rows = {str(r["item"]): item_columns(suite, r) for r in src}
-        a_rows = {str(r["item"]): item_columns(suite, r) for r in art}
+        s_rows = {str(r["item"]): suite.columns(r) for r in src}
+        a_rows = {str(r["item"]): suite.columns(r) for r in art}
     except KeyError as exc:
         return f"per-item records lack field {exc}"
     if s_rows.keys() != a_rows.keys():
@@ -103,20 +75,22 @@ def _paired_columns(suite: SuiteInfo, source: dict, artifact: dict) -> tuple[dic
     return a, s, len(keys)
 
 
-def _statistic(measure: Measure, kind: str, names: list[str], worst: float):
+def _statistic(measure: Metric, kind: str, names: list[str], worst: float):
     """A vectorized statistic of (artifact columns..., source columns...) for one floor kind."""
     n = len(names)
+    fn = measure.statistic
+    assert fn is not None  # point-only metrics never reach the bootstrap
 
     def stat(*cols: np.ndarray, axis: int = -1) -> np.ndarray:
         a = dict(zip(names, cols[:n], strict=True))
         s = dict(zip(names, cols[n:], strict=True))
         with np.errstate(divide="ignore", invalid="ignore"):
-            value = measure.fn(a, s, axis)
-            if kind in ("max_delta_pct", "min_recovery"):
-                base = measure.fn(s, s, axis)
+            value = fn(a, s, axis)
+            if kind in RATIO_KINDS:
+                base = fn(s, s, axis)
                 ratio = value / base
                 value = 100.0 * (ratio - 1.0) if kind == "max_delta_pct" else ratio
-                value = np.where(base == 0, worst, value)
+                value = np.where(measure.informative(base), value, worst)
         return np.where(np.isnan(value), worst, value)
 
     return stat
@@ -124,7 +98,7 @@ def _statistic(measure: Measure, kind: str, names: list[str], worst: float):
 
 def evaluate_floor(
     floor: Floor,
-    suite: SuiteInfo,
+    suite: SuiteKind | None,
     source: dict[str, Any] | None,
     artifact: dict[str, Any] | None,
     *,
@@ -132,11 +106,14 @@ def evaluate_floor(
     n_resamples: int = N_RESAMPLES,
     seed: int = SEED,
 ) -> FloorResult:
-    measure = measures_for(suite).get(floor.metric)
+    """One floor for one artifact: the metric as the suite's kind declares it, bounded and compared exactly."""
+    from scipy.stats import bootstrap  # scipy.stats costs half a second: only where a bound is computed
+
+    measure = suite.metrics().get(floor.metric) if suite is not None else None
     kind, limit = floor.kind, floor.value
     upper = kind in ("max", "max_delta_pct")  # lower is better: compare the upper bound
-    label = f"{suite.name} {floor.metric}" + _LABELS.get(kind, "")
-    base = dict(suite=suite.name, metric=floor.metric, kind_of_floor=kind, floor=limit, confidence=confidence)
+    label = f"{floor.suite} {floor.metric}" + _LABELS.get(kind, "")
+    base: dict[str, Any] = {"suite": floor.suite, "metric": floor.metric, "kind_of_floor": kind, "floor": limit, "confidence": confidence}
 
     def result(status: Status, reason: str, estimate=None, bound=None, interval=None, items=0) -> FloorResult:
         margin = None if bound is None or not math.isfinite(bound) else (limit - bound if upper else bound - limit)
@@ -145,11 +122,12 @@ def evaluate_floor(
                            informative=status in ("pass", "fail"), status=status, interval=interval, items=items,
                            reason=f"{label}: {reason}")
 
-    if measure is None:
-        return result("missing", f"missing: the gate has no measure '{floor.metric}' for suite kind '{suite.kind}'")
+    if suite is None or measure is None:
+        kind_name = suite.spec.kind if suite is not None else "unknown: no such suite in the project"
+        return result("missing", f"missing: the gate has no measure '{floor.metric}' for suite kind '{kind_name}'")
+    if source is None or artifact is None:
+        return result("missing", f"missing: suite not evaluated for the {'source' if source is None else 'artifact'}")
     for who, res in (("source", source), ("artifact", artifact)):
-        if res is None:
-            return result("missing", f"missing: suite not evaluated for the {who}")
         reported = res.get("metrics") or {}
         if (floor.metric in reported or measure.point_only) and reported.get(floor.metric) is None:
             return result("missing", f"missing: the {who}'s reported {floor.metric} is None")
@@ -157,7 +135,7 @@ def evaluate_floor(
     pct = f"{confidence:.0%}"
 
     if measure.point_only:
-        if kind in ("max_delta_pct", "min_recovery"):
+        if kind in RATIO_KINDS:
             return result("missing", "missing: a ratio with the source needs per-item records")
         est = float(artifact["metrics"][floor.metric])
         ok = est <= limit if upper else est >= limit
@@ -175,11 +153,12 @@ def evaluate_floor(
     worst = math.inf if upper else -math.inf
     stat = _statistic(measure, kind, names, worst)
     cols = [*(a[c] for c in names), *(s[c] for c in names)]
-    if kind in ("max_delta_pct", "min_recovery"):
-        src_level = float(measure.fn(s, s, -1))
-        if src_level == 0:
+    if kind in RATIO_KINDS:
+        assert measure.statistic is not None
+        src_level = float(measure.statistic(s, s, -1))
+        if not measure.informative(np.asarray(src_level)):
             return result("uninformative",
-                          f"uninformative: the source's {floor.metric} is 0, so the ratio is undefined (0/0 or x/0); "
+                          f"uninformative: the source's {floor.metric} {measure.uninformative}; "
                           "neither pass nor fail", items=n)
     est = float(stat(*cols))
     if n < 2:
@@ -214,7 +193,7 @@ def judge(
     tenant_name: str,
     tenant: Tenant,
     results: Results,
-    suites: dict[str, SuiteInfo],
+    suites: dict[str, SuiteKind],
     *,
     required: bool,
     n_resamples: int = N_RESAMPLES,
@@ -222,7 +201,7 @@ def judge(
 ) -> Verdict:
     """One artifact against one tenant's floors (those that apply to its target)."""
     floors = [
-        evaluate_floor(f, suites.get(f.suite, SuiteInfo(f.suite, "")), results.get("source", {}).get(f.suite),
+        evaluate_floor(f, suites.get(f.suite), results.get("source", {}).get(f.suite),
                        results.get(artifact, {}).get(f.suite), confidence=tenant.confidence,
                        n_resamples=n_resamples, seed=seed)
         for f in tenant.floors
@@ -248,7 +227,7 @@ def judge(
 def gate(
     results: Results,
     gates: Gates,
-    suites: dict[str, SuiteInfo],
+    suites: dict[str, SuiteKind],
     artifacts: list[str],
     required: set[str],
     *,

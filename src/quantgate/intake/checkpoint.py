@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from quantgate.config.policy import Policy
+from quantgate.config.gates import Gates
 from quantgate.errors import CheckpointConfigError, EmptyCheckpointError
 from quantgate.intake import architecture, tree, weights
 from quantgate.intake.record import SourceRecord
@@ -24,7 +24,7 @@ from quantgate.progress import SILENT, Progress
 
 
 def intake(
-    path: Path, policy: Policy, progress: Progress = SILENT, cache: Path | None = None
+    path: Path, policy: Gates, progress: Progress = SILENT, cache: Path | None = None
 ) -> SourceRecord:
     """Validate, hash and classify the checkpoint directory at ``path``.
 

@@ -110,11 +110,10 @@ def make_plan(
 ) -> RunPlan:
     """Validate every input and hash what the cache keys need; raises ``InputError`` early."""
     from quantgate.calibration import load_or_build
-    from quantgate.config.policy import check_target_names, load_policy, resolve_targets
+    from quantgate.config.gates import check_target_names, load_gates, resolve_targets
     from quantgate.embedded.smollm2 import default_checkpoint, model_name
     from quantgate.errors import UsageError
     from quantgate.evaluate.suites import PROFILES, load_suites
-    from quantgate.gate.policy import load_gates
     from quantgate.intake import intake
     from quantgate.quantize.pipeline import plan as plan_builds
 
@@ -123,8 +122,7 @@ def make_plan(
     root = root.resolve()
     catalog = Catalog(root)
     gates = (gates or root / "gates.yaml").resolve()
-    policy = load_policy(gates, catalog)
-    load_gates(gates, root)  # tenant floors validated before any build starts
+    policy = load_gates(gates, catalog)  # model classes and tenant floors, validated before any build starts
     if targets:
         check_target_names(targets, catalog)
     loaded = load_suites(root / "eval_suites", suites)

@@ -8,33 +8,14 @@ from __future__ import annotations
 
 import math
 from importlib import metadata
-from typing import Any
-
-from pydantic import BaseModel, ConfigDict
 
 from quantgate.artifact import Manifest
 from quantgate.publish import naming
-
-
-class GateReport(BaseModel):
-    """The part of ``report.json`` (written by ``quantgate gate``) that publishing reads."""
-
-    model_config = ConfigDict(extra="ignore", frozen=True)
-
-    model: str
-    source_hash: str | None = None
-    exit_code: int
-    approvals: dict[str, list[str]]
-    verdicts: list[dict[str, Any]] = []
-    metrics: dict[str, dict[str, dict[str, Any]]] = {}
-
-    def failed_tenants(self, artifact: str) -> list[str]:
-        return [
-            v["tenant"] for v in self.verdicts if v.get("artifact") == artifact and v.get("verdict") == "fail"
-        ]
+from quantgate.report_schema import Report
 
 
 def quantgate_version() -> str:
+    """The installed quantgate's version, recorded on every version it publishes."""
     try:
         return metadata.version("quantgate")
     except metadata.PackageNotFoundError:
@@ -61,7 +42,7 @@ def run_params(manifest: Manifest) -> dict[str, str]:
     return {k: str(v) for k, v in params.items()}
 
 
-def run_metrics(report: GateReport, artifact: str) -> dict[str, float]:
+def run_metrics(report: Report, artifact: str) -> dict[str, float]:
     """Every finite numeric suite metric of this artifact, as ``<suite>.<metric>``."""
     found = {}
     for suite, metrics in report.metrics.get(artifact, {}).items():

@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import BaseModel, ConfigDict
 
 from quantgate.artifact import MANIFEST, Manifest, read_manifest, verify_files
 from quantgate.errors import ArtifactAlteredError, ReportError, UploadIncompleteError
@@ -23,8 +23,9 @@ from quantgate.hashing import content_hash, sha256_file
 from quantgate.progress import SILENT, Progress
 from quantgate.publish import aliases, naming, tracking
 from quantgate.publish.config import RegistryConfig
-from quantgate.publish.lineage import GateReport, lineage_tags, run_metrics, run_params
+from quantgate.publish.lineage import lineage_tags, run_metrics, run_params
 from quantgate.publish.store import ArtifactStore, Digest, join, open_store
+from quantgate.report_schema import Report, read_report
 
 REPORT_FILES = ("report.json", "report.md", "report.html")
 
@@ -54,17 +55,6 @@ class PublishOutcome(BaseModel):
     def to_dict(self) -> dict[str, Any]:
         """A JSON-serializable dict (for flow results and ``quantgate publish --json``)."""
         return self.model_dump(mode="json")
-
-
-def read_report(path: Path) -> GateReport:
-    try:
-        return GateReport.model_validate_json(Path(path).read_text())
-    except (OSError, ValidationError) as exc:
-        raise ReportError(
-            path,
-            f"not a readable gate report ({str(exc).splitlines()[0]})",
-            "pass the directory written by quantgate gate --out",
-        ) from None
 
 
 def publish_report(
@@ -124,7 +114,7 @@ class _Job:
         artifact: str,
         directory: Path,
         manifest: Manifest,
-        report: GateReport,
+        report: Report,
         reports: dict[str, Path],
         report_sha256: str,
     ) -> None:

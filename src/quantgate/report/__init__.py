@@ -1,15 +1,16 @@
 """Reports for people: report.json (written by the gate) -> report.md and report.html.
 
-- ``view.py``: what both formats show, read from the report.json dict (headline, verdict
-  grid, failed floors, numerics, sizes, long-chain bins); no formatting decisions elsewhere.
+- ``view.py``: what both formats show, read from the typed report
+  (``quantgate.report_schema.Report``: headline, verdict grid, failed floors, numerics, sizes in
+  SI units, long-chain bins); no formatting decisions elsewhere.
 - ``markdown.py``: ``render_markdown`` for CI summaries and PR comments.
 - ``html.py`` + ``plots.py``: ``render_html``, one self-contained file (inline CSS, inline
   base64 PNGs from matplotlib/Agg, no JS), byte-for-byte deterministic.
 - ``write.py``: ``write_reports`` writes both atomically.
+- ``console.py``: the verdict table ``quantgate gate`` and ``quantgate run`` print.
 
-Optional report.json fields used when present: ``sizes`` (``{"source"|target: bytes}``) and
-``metrics`` (``{"source"|target: {suite: {metric: value}}}``, for the long-chain per-position
-bins and recovery per suite).
+Each takes a ``Report`` or report.json's object (validated on the way in). Optional fields used
+when present: ``sizes`` and ``metrics`` (the long-chain per-position bins, recovery per suite).
 """
 
 from quantgate.report.html import render_html

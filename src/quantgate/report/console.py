@@ -1,36 +1,34 @@
 """The verdict table printed at the end of ``quantgate gate`` and ``quantgate run``.
 
-Built from ``report.json``'s payload (not from in-memory objects), so both commands print
-exactly what the written report says.
+Built from the report (``quantgate.report_schema.Report``, or report.json's object), not from
+in-memory gate objects, so both commands print exactly what the written report says.
 """
 
 from __future__ import annotations
 
 import sys
+from collections.abc import Mapping
 from typing import Any
 
-
-def role(report: dict[str, Any], artifact: str) -> str:
-    if artifact in report.get("required", []):
-        return "required"
-    return "optional" if artifact in report.get("optional", []) else "outside class"
+from quantgate.report_schema import Report, as_report
 
 
-def verdict_table(report: dict[str, Any], title: str, published: dict[str, list[str]] | None = None):
+def verdict_table(report: Report | Mapping[str, Any], title: str, published: dict[str, list[str]] | None = None):
     """artifact (role) x tenant verdicts; with ``published``, a column of the aliases set."""
     from rich.table import Table
 
-    verdicts = report["verdicts"]
-    tenants = list(dict.fromkeys(v["tenant"] for v in verdicts))
+    report = as_report(report)
+    verdicts = report.verdicts
+    tenants = list(dict.fromkeys(v.tenant for v in verdicts))
     table = Table(title=title)
     table.add_column("artifact")
     for name in tenants:
         table.add_column(name)
     if published is not None:
         table.add_column("registry aliases")
-    for artifact in dict.fromkeys(v["artifact"] for v in verdicts):
-        cells = {v["tenant"]: v["verdict"] for v in verdicts if v["artifact"] == artifact}
-        row = [f"{artifact} ({role(report, artifact)})", *(cells.get(t, "-") for t in tenants)]
+    for artifact in dict.fromkeys(v.artifact for v in verdicts):
+        cells = {v.tenant: v.verdict for v in verdicts if v.artifact == artifact}
+        row = [f"{artifact} ({report.role(artifact)})", *(cells.get(t, "-") for t in tenants)]
         if published is not None:
             row.append(", ".join(published.get(artifact, [])) or "none")
         table.add_row(*row)
@@ -38,6 +36,7 @@ def verdict_table(report: dict[str, Any], title: str, published: dict[str, list[
 
 
 def print_table(table) -> None:
+    """Print a rich table; wide enough that paths are never cut when stdout is not a terminal."""
     from rich.console import Console
 
     # not a terminal (CI logs, pipes): wide enough that paths are never cut

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from jinja2 import Environment, StrictUndefined
 
 from quantgate.report import plots
-from quantgate.report.view import View, fmt, fmt_bytes
+from quantgate.report.view import View, fmt
+from quantgate.report_schema import Report, as_report
+from quantgate.units import format_bytes
 
 TEMPLATE = """<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8">
@@ -75,13 +78,15 @@ _ENV = Environment(autoescape=True, undefined=StrictUndefined, keep_trailing_new
 _TEMPLATE = _ENV.from_string(TEMPLATE)
 
 
-def render_html(report: dict[str, Any]) -> str:
+def render_html(report: Report | Mapping[str, Any]) -> str:
+    """The report as one self-contained HTML page, the same bytes for the same report."""
+    report = as_report(report)
     view = View(report)
     verdicts = view.verdicts
-    anchors = {(v["artifact"], v["tenant"]): f"v{i}" for i, v in enumerate(verdicts)}
+    anchors = {(v.artifact, v.tenant): f"v{i}" for i, v in enumerate(verdicts)}
     floor_plots = []
     for tenant in view.tenants:
-        rows = [(v["artifact"], f) for v in verdicts if v["tenant"] == tenant for f in v.get("floors") or []]
+        rows = [(v.artifact, f) for v in verdicts if v.tenant == tenant for f in v.floors]
         uri = plots.floors_figure(tenant, rows)
         if uri:
             floor_plots.append((tenant, uri))
@@ -89,6 +94,6 @@ def render_html(report: dict[str, Any]) -> str:
     return _TEMPLATE.render(
         r=report, view=view, headline=view.headline(), tenants=view.tenants, artifacts=view.artifacts,
         verdicts=verdicts, anchors=anchors, numerics=view.numerics(), sizes=view.sizes(), fmt=fmt,
-        fmt_bytes=fmt_bytes, floor_plots=floor_plots, long_chain=plots.long_chain_figure(bins) if bins else None,
+        fmt_bytes=format_bytes, floor_plots=floor_plots, long_chain=plots.long_chain_figure(bins) if bins else None,
         recovery=plots.recovery_figure(recovery) if recovery else None, deltas=view.previous_deltas(),
     )

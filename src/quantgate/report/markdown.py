@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
-from quantgate.report.view import View, fmt, fmt_bytes
+from quantgate.report.view import View, fmt
+from quantgate.report_schema import FloorResult, Report, as_report
+from quantgate.units import format_bytes
 
 MARK = {"pass": "✅ pass", "fail": "❌ fail"}
 
@@ -15,39 +18,40 @@ def md(text: Any) -> str:
     return s.replace("|", "\\|").replace("\r", " ").replace("\n", " ")
 
 
-def _floor_line(f: dict[str, Any]) -> str:
-    floor, bound = f.get("floor"), f.get("bound")
-    return (f"- `{md(f.get('suite'))} {md(f.get('metric'))}` ({md(f.get('kind_of_floor'))}, {md(f.get('status'))}): "
-            f"estimate {fmt(f.get('estimate'))}, bound {fmt(bound, floor)}, floor {fmt(floor, bound)}, "
-            f"margin {fmt(f.get('margin'), sign=True)}")
+def _floor_line(f: FloorResult) -> str:
+    return (f"- `{md(f.suite)} {md(f.metric)}` ({md(f.kind_of_floor)}, {md(f.status)}): "
+            f"estimate {fmt(f.estimate)}, bound {fmt(f.bound, f.floor)}, floor {fmt(f.floor, f.bound)}, "
+            f"margin {fmt(f.margin, sign=True)}")
 
 
-def render_markdown(report: dict[str, Any]) -> str:
+def render_markdown(report: Report | Mapping[str, Any]) -> str:
+    """The report as GitHub-flavoured Markdown: headline, verdict grid, failed floors, numerics, sizes."""
+    report = as_report(report)
     view = View(report)
     tenants, out = view.tenants, []
-    out.append(f"# quantgate gate report: {md(report.get('model', '?'))}")
+    out.append(f"# quantgate gate report: {md(report.model)}")
     out.append("")
     out.append(f"**{md(view.headline())}**")
     out.append("")
-    src = report.get("source_hash")
-    out.append(f"model class `{md(report.get('model_class'))}` · profile `{md(report.get('profile'))}` · "
-               f"source `{md(src[:12]) if src else 'unknown'}` · report schema {md(report.get('schema_version'))}")
-    for note in report.get("notes") or []:
+    src = report.source_hash
+    out.append(f"model class `{md(report.model_class)}` · profile `{md(report.profile)}` · "
+               f"source `{md(src[:12]) if src else 'unknown'}` · report schema {md(report.schema_version)}")
+    for note in report.notes:
         out.append(f"\n> {md(note)}")
     out += ["", "## Verdicts", ""]
     out.append("| artifact | role | numerics | " + " | ".join(md(t) for t in tenants) + " |")
     out.append("| --- | --- | --- |" + " --- |" * len(tenants))
     numerics = view.numerics()
     for a in view.artifacts:
-        cells = [MARK.get((view.cell(a, t) or {}).get("verdict"), "—") for t in tenants]
+        cells = [MARK.get(cell.verdict, "—") if (cell := view.cell(a, t)) else "—" for t in tenants]
         mode = (numerics.get(a) or {}).get("mode", "unknown")
         out.append(f"| {md(a)} | {view.role(a)} | {md(mode)} | " + " | ".join(cells) + " |")
-    failing = [v for v in view.verdicts if v["verdict"] != "pass"]
+    failing = [v for v in view.verdicts if v.verdict != "pass"]
     if failing:
         out += ["", "## Failed floors", ""]
         for i, v in enumerate(failing):
             out += [""] if i else []
-            out.append(f"### ❌ {md(v['artifact'])} × {md(v['tenant'])} ({view.role(v['artifact'])})")
+            out.append(f"### ❌ {md(v.artifact)} × {md(v.tenant)} ({view.role(v.artifact)})")
             out.append("")
             out += [_floor_line(f) for f in view.failed_floors(v)]
             out += [f"- {md(r)}" for r in view.other_reasons(v)]
@@ -61,13 +65,13 @@ def render_markdown(report: dict[str, Any]) -> str:
     if sizes:
         base = sizes.get("source")
         out += ["", "## Size", "", "| model | bytes | vs source |", "| --- | ---: | ---: |"]
-        for model, n in sizes.items():
-            rel = f"{n / base:.1%}" if base and model != "source" else "—"
-            out.append(f"| {md(model)} | {n} ({fmt_bytes(n)}) | {rel} |")
+        for model, size in sizes.items():
+            rel = f"{size / base:.1%}" if base and size is not None and model != "source" else "—"
+            shown = f"{size} ({format_bytes(size)})" if size is not None else "—"
+            out.append(f"| {md(model)} | {shown} | {rel} |")
     deltas = view.previous_deltas()
-    if deltas:
-        previous = report["previous"]
-        out += ["", f"## Against the previous approved version ({md(previous.get('source_hash', '')[:12])})", "",
+    if deltas and report.previous is not None:
+        out += ["", f"## Against the previous approved version ({md((report.previous.source_hash or '')[:12])})", "",
                 "| artifact | metric | before | after | change |", "| --- | --- | ---: | ---: | ---: |"]
         for artifact, key, before, after, delta in deltas:
             out.append(f"| {md(artifact)} | {md(key)} | {fmt(before)} | {fmt(after)} | {fmt(delta, sign=True)} |")

@@ -16,6 +16,8 @@ import matplotlib
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
+from quantgate.report_schema import FloorResult
+
 RC = {"text.parse_math": False, "font.size": 8, "figure.dpi": 100, "savefig.dpi": 100,
       "axes.spines.top": False, "axes.spines.right": False, "path.simplify": False}
 PASS, FAIL, GREY = "#1a7f37", "#cf222e", "#6e7781"
@@ -32,11 +34,11 @@ def _finite(x: Any) -> bool:
     return isinstance(x, (int, float)) and math.isfinite(x)
 
 
-def floors_figure(tenant: str, rows: list[tuple[str, dict[str, Any]]]) -> str | None:
+def floors_figure(tenant: str, rows: list[tuple[str, FloorResult]]) -> str | None:
     """One panel per floor of a tenant: each artifact's estimate (dot) and bound (bar end), the floor a line."""
-    panels: dict[tuple[str, str, str, float], list[tuple[str, dict[str, Any]]]] = {}
+    panels: dict[tuple[str, str, str, float], list[tuple[str, FloorResult]]] = {}
     for artifact, f in rows:
-        panels.setdefault((f["suite"], f["metric"], f["kind_of_floor"], f["floor"]), []).append((artifact, f))
+        panels.setdefault((f.suite, f.metric, f.kind_of_floor, f.floor), []).append((artifact, f))
     if not panels:
         return None
     with matplotlib.rc_context(RC):
@@ -46,14 +48,14 @@ def floors_figure(tenant: str, rows: list[tuple[str, dict[str, Any]]]) -> str | 
         axes = fig.subplots(nrows, cols, squeeze=False).ravel()
         for ax, ((suite, metric, kind, floor), items) in zip(axes, panels.items()):
             for i, (artifact, f) in enumerate(items):
-                color = {"pass": PASS, "fail": FAIL}.get(f["status"], GREY)
-                est, bound = f.get("estimate"), f.get("bound")
+                color = {"pass": PASS, "fail": FAIL}.get(f.status, GREY)
+                est, bound = f.estimate, f.bound
                 if _finite(est) and _finite(bound):
                     ax.plot([i, i], [est, bound], color=color, linewidth=3, alpha=0.5)
                 if _finite(est):
                     ax.plot([i], [est], "o", color=color)
                 else:
-                    ax.annotate("n/a" if f["status"] == "uninformative" else f["status"], (i, floor), ha="center",
+                    ax.annotate("n/a" if f.status == "uninformative" else f.status, (i, floor), ha="center",
                                 va="bottom", rotation=90, color=GREY)
             ax.axhline(floor, color="black", linestyle="--", linewidth=1)
             ax.set_xticks(range(len(items)), [a for a, _ in items], rotation=20, ha="right")
@@ -66,6 +68,7 @@ def floors_figure(tenant: str, rows: list[tuple[str, dict[str, Any]]]) -> str | 
 
 
 def long_chain_figure(bins: dict[str, dict[str, list[float | None]]]) -> str:
+    """KL divergence and agreement per position bin, one line per model."""
     with matplotlib.rc_context(RC):
         fig = Figure(figsize=(9, 2.8), layout="constrained")
         ax_kld, ax_agr = fig.subplots(1, 2)
@@ -83,6 +86,7 @@ def long_chain_figure(bins: dict[str, dict[str, list[float | None]]]) -> str:
 
 
 def recovery_figure(recovery: dict[str, dict[str, float]]) -> str:
+    """Artifact / source per suite, grouped bars, the source's level a line at 1."""
     artifacts = list(dict.fromkeys(a for values in recovery.values() for a in values))
     with matplotlib.rc_context(RC):
         fig = Figure(figsize=(9, 2.8), layout="constrained")

@@ -1,4 +1,4 @@
-"""What the reports show, derived from a report.json dict (schema version 1) and nothing else."""
+"""What the reports show, derived from a report.json (``quantgate.report_schema.Report``) and nothing else."""
 
 from __future__ import annotations
 
@@ -6,6 +6,8 @@ import math
 import re
 from dataclasses import dataclass
 from typing import Any
+
+from quantgate.report_schema import FloorResult, Report, Verdict
 
 FAILED = ("fail", "missing")
 _BIN = re.compile(r"^(kld|agreement)_bin(\d+)$")
@@ -25,52 +27,46 @@ def fmt(x: float | None, other: float | None = None, *, sign: bool = False) -> s
     return s
 
 
-def fmt_bytes(n: int | float) -> str:
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if abs(n) < 1024 or unit == "TiB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.2f} {unit}"
-        n /= 1024
-    raise AssertionError("unreachable")
-
-
 @dataclass(frozen=True)
 class View:
-    report: dict[str, Any]
+    """The report's facts in the order and grouping both formats show them."""
+
+    report: Report
 
     @property
-    def verdicts(self) -> list[dict[str, Any]]:
-        return list(self.report.get("verdicts") or [])
+    def verdicts(self) -> list[Verdict]:
+        return list(self.report.verdicts)
 
     @property
     def artifacts(self) -> list[str]:
-        names = [v["artifact"] for v in self.verdicts] + list(self.report.get("approvals") or {})
+        names = [v.artifact for v in self.verdicts] + list(self.report.approvals)
         return list(dict.fromkeys(names))
 
     @property
     def tenants(self) -> list[str]:
-        return list(dict.fromkeys(v["tenant"] for v in self.verdicts))
+        return list(dict.fromkeys(v.tenant for v in self.verdicts))
 
-    def cell(self, artifact: str, tenant: str) -> dict[str, Any] | None:
-        return next((v for v in self.verdicts if v["artifact"] == artifact and v["tenant"] == tenant), None)
+    def cell(self, artifact: str, tenant: str) -> Verdict | None:
+        """The verdict of one (artifact, tenant), if the gate gave one."""
+        return next((v for v in self.verdicts if v.artifact == artifact and v.tenant == tenant), None)
 
     def role(self, artifact: str) -> str:
-        if artifact in (self.report.get("required") or []):
-            return "required"
-        if artifact in (self.report.get("optional") or []):
-            return "optional"
-        return "outside class"
+        """required, optional, or outside class."""
+        return self.report.role(artifact)
 
     def approved(self, artifact: str) -> list[str]:
-        approvals = self.report.get("approvals") or {}
+        """Tenants that approved ``artifact``."""
+        approvals = self.report.approvals
         if artifact in approvals:
             return list(approvals[artifact])
-        return [v["tenant"] for v in self.verdicts if v["artifact"] == artifact and v["verdict"] == "pass"]
+        return [v.tenant for v in self.verdicts if v.artifact == artifact and v.verdict == "pass"]
 
     def headline(self) -> str:
+        """One sentence: the exit code and what it means, then who approved what."""
         arts = self.artifacts
         approved = [a for a in arts if self.approved(a)]
-        passes = sum(v["verdict"] == "pass" for v in self.verdicts)
-        code = self.report.get("exit_code")
+        passes = sum(v.verdict == "pass" for v in self.verdicts)
+        code = self.report.exit_code
         status = {0: "PASS (exit 0): every required artifact passed at least one tenant",
                   1: "FAIL (exit 1): a required artifact passed no tenant"}.get(code, f"exit {code}")
         per = "; ".join(
@@ -79,24 +75,26 @@ class View:
         return (f"{status}. {len(approved)} of {len(arts)} artifacts approved for at least one tenant, "
                 f"{passes} of {len(self.verdicts)} verdicts pass: {per}.")
 
-    def failed_floors(self, verdict: dict[str, Any]) -> list[dict[str, Any]]:
-        return [f for f in verdict.get("floors") or [] if f.get("status") in FAILED]
+    def failed_floors(self, verdict: Verdict) -> list[FloorResult]:
+        """Floors of a verdict that failed or had no data."""
+        return [f for f in verdict.floors if f.status in FAILED]
 
-    def other_reasons(self, verdict: dict[str, Any]) -> list[str]:
+    def other_reasons(self, verdict: Verdict) -> list[str]:
         """Reasons of a failing verdict that no failed floor carries (e.g. a suite with no informative floor)."""
-        carried = {f.get("reason") for f in verdict.get("floors") or []}
-        return [r for r in verdict.get("reasons") or [] if r not in carried]
+        carried = {f.reason for f in verdict.floors}
+        return [r for r in verdict.reasons if r not in carried]
 
     def numerics(self) -> dict[str, dict[str, Any]]:
-        return dict(self.report.get("numerics") or {})
+        """``{model: how it was evaluated}`` (native or emulated, formats, device, notes)."""
+        return dict(self.report.numerics)
 
-    def sizes(self) -> dict[str, int] | None:
+    def sizes(self) -> dict[str, int | None] | None:
         """``{"source"|artifact: bytes}`` when report.json carries ``sizes``; None otherwise."""
-        sizes = self.report.get("sizes")
-        return dict(sizes) if sizes else None
+        return dict(self.report.sizes) if self.report.sizes else None
 
     def metrics(self) -> dict[str, dict[str, dict[str, Any]]]:
-        return dict(self.report.get("metrics") or {})
+        """Every suite metric of every model, as the evaluation reported it."""
+        return dict(self.report.metrics)
 
     def long_chain_bins(self, suite: str = "long-chain") -> dict[str, dict[str, list[float | None]]]:
         """``{model: {"kld": [...], "agreement": [...]}}`` by position bin (1 = shallowest); {} when absent."""
@@ -117,9 +115,9 @@ class View:
         the primary metric of every other suite from ``metrics`` (zero source bases left out)."""
         out: dict[str, dict[str, float]] = {}
         for v in self.verdicts:
-            for f in v.get("floors") or []:
-                if f.get("kind_of_floor") == "min_recovery" and f.get("estimate") is not None:
-                    out.setdefault(f"{f['suite']} {f['metric']}", {}).setdefault(v["artifact"], f["estimate"])
+            for f in v.floors:
+                if f.kind_of_floor == "min_recovery" and f.estimate is not None:
+                    out.setdefault(f"{f.suite} {f.metric}", {}).setdefault(v.artifact, f.estimate)
         metrics = self.metrics()
         source = metrics.get("source") or {}
         covered = {k.split(" ")[0] for k in out}
@@ -136,10 +134,12 @@ class View:
     def previous_deltas(self) -> list[tuple[str, str, float, float, float]]:
         """(artifact, "suite.metric", before, after, after - before) against the previous approved
         version, for every artifact that version approved and every metric a floor names."""
-        previous = self.report.get("previous") or {}
-        before_all, now_all = previous.get("metrics") or {}, self.report.get("metrics") or {}
-        approved = {a for a, tenants in (previous.get("approvals") or {}).items() if tenants}
-        keys = list(dict.fromkeys((f["suite"], f["metric"]) for v in self.verdicts for f in v.get("floors") or []))
+        previous = self.report.previous
+        if previous is None:
+            return []
+        before_all, now_all = previous.metrics, self.report.metrics
+        approved = {a for a, tenants in previous.approvals.items() if tenants}
+        keys = list(dict.fromkeys((f.suite, f.metric) for v in self.verdicts for f in v.floors))
         rows = []
         for artifact in self.artifacts:
             if artifact not in approved:
@@ -150,4 +150,3 @@ class View:
                 if isinstance(before, (int, float)) and isinstance(after, (int, float)):
                     rows.append((artifact, f"{suite}.{metric}", before, after, after - before))
         return rows
-

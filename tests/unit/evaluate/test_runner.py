@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from quantgate.config.policy import load_policy
+from quantgate.config.gates import load_gates
 from quantgate.config.targets import Catalog
 from quantgate.errors import InputError
 from quantgate.evaluate.data import DataDir
@@ -22,7 +22,7 @@ pytestmark = pytest.mark.unit
 
 @pytest.fixture
 def setup(tiny_llama, tmp_path, catalog, repo_root):
-    record = intake(tiny_llama, load_policy(repo_root / "gates.yaml", catalog))
+    record = intake(tiny_llama, load_gates(repo_root / "gates.yaml", catalog))
     build_targets(record, ["hopper-fp8", "rocm-cdna3-fp8"], tmp_path / "artifacts", catalog, None)
     (tmp_path / "data").mkdir()
     (tmp_path / "data" / "corpus.txt").write_text(" ".join(f"Item {i} comes after item {i - 1}." for i in range(300)))
@@ -60,7 +60,7 @@ def test_the_source_reference_is_computed_once_and_reused(setup, tmp_path):
 
 def test_artifacts_of_another_source_are_refused(setup, tmp_path):
     record, suites, ctx = setup
-    policy = load_policy(ctx.project_root / "gates.yaml", Catalog(ctx.project_root))
+    policy = load_gates(ctx.project_root / "gates.yaml", Catalog(ctx.project_root))
     other = intake(write_tiny_model(tmp_path / "other", "llama", seed=7), policy)
     with pytest.raises(InputError, match="different source checkpoint"):
         evaluate(Path(other.path), other.content_hash, tmp_path / "artifacts", tmp_path / "e", suites, ctx)

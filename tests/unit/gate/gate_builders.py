@@ -7,7 +7,10 @@ from pathlib import Path
 
 import numpy as np
 
-from quantgate.gate.measures import SuiteInfo
+from quantgate.config.gates import project_suites
+from quantgate.config.targets import Catalog
+
+REPO = Path(__file__).resolve().parents[3]
 
 
 def edit(path: Path, change) -> None:
@@ -16,8 +19,9 @@ def edit(path: Path, change) -> None:
     path.write_text(json.dumps(data))
 
 
-TEXT = SuiteInfo("wikitext", "text")
-GSM8K = SuiteInfo("gsm8k", "gsm8k")
+# the repository's suites, as the gate reads them (through the suite-kind registry)
+_SUITES = project_suites(Catalog(REPO))
+TEXT, GSM8K = _SUITES["wikitext"], _SUITES["gsm8k"]
 
 
 def text_result(kld, agree=None, nll=None, tokens=None, items=None) -> dict:

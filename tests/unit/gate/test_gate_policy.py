@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from quantgate.config.policy import load_policy
+from quantgate.config.gates import load_gates
+from quantgate.config.targets import Catalog
 from quantgate.errors import ConfigFileError
-from quantgate.gate.policy import load_gates
 
 pytestmark = pytest.mark.unit
 
@@ -31,13 +31,13 @@ def line_of(path: Path, needle: str) -> int:
 
 
 def test_repository_gates_load(repo_root, catalog):
-    gates = load_gates(repo_root / "gates.yaml", repo_root)
+    gates = load_gates(repo_root / "gates.yaml", catalog)
     assert {"chat", "reasoning", "batch", "support"} <= set(gates.tenants)
     assert gates.tenants["batch"].floors[0].kind == "max_delta_pct"
     draft_only = [f for t in gates.tenants.values() for f in t.floors if f.metric == "acceptance_k4"]
     assert draft_only and all(f.applies_to == ["draft-int4"] or f.applies_to is None for f in draft_only)
-    # the build still reads the same file through its own (model_classes only) view
-    assert "draft" in load_policy(repo_root / "gates.yaml", catalog).model_classes
+    # the build classifies through the same model
+    assert gates.classify(moe=False, params=135_000_000, context=8192) == "draft"
 
 
 @pytest.mark.parametrize(
@@ -58,32 +58,32 @@ def test_repository_gates_load(repo_root, catalog):
 def test_floor_mistakes_name_the_line_and_nearest_name(tmp_path, floor, needle, expected):
     path = write(tmp_path, f"  chat:\n    description: chat\n    floors:\n      - {{suite: traffic, metric: kld_mean, max: 0.05}}\n      - {floor}\n")
     with pytest.raises(ConfigFileError) as err:
-        load_gates(path, Path(__file__).parents[3])
+        load_gates(path, Catalog(Path(__file__).parents[3]))
     message = str(err.value)
     assert f"{path}:{line_of(path, needle)}:" in message
     assert expected in message
 
 
-def test_unknown_tenant_key_and_tenant_level_target(tmp_path, repo_root):
+def test_unknown_tenant_key_and_tenant_level_target(tmp_path, catalog):
     path = write(tmp_path, "  chat:\n    descripton: chat\n    floors:\n      - {suite: traffic, metric: kld_mean, max: 0.05}\n")
     with pytest.raises(ConfigFileError, match=r"unknown key 'descripton' \(did you mean 'description'\?\)") as err:
-        load_gates(path, repo_root)
+        load_gates(path, catalog)
     assert f":{line_of(path, 'descripton')}:" in str(err.value)
     path = write(tmp_path, "  spec:\n    description: d\n    applies_to: [hoper-fp8]\n    floors:\n"
                  "      - {suite: traffic, metric: kld_mean, max: 0.05}\n")
     with pytest.raises(ConfigFileError, match=r"unknown target 'hoper-fp8' \(did you mean 'hopper-fp8'\?\)") as err:
-        load_gates(path, repo_root)
+        load_gates(path, catalog)
     assert f":{line_of(path, 'hoper-fp8')}:" in str(err.value)
 
 
-def test_domain_suite_names_an_unknown_tenant(tmp_path, repo_root):
+def test_domain_suite_names_an_unknown_tenant(tmp_path, catalog):
     # eval_suites/support-domain.yaml belongs to tenant 'support'; a file that renamed it is wrong
     path = write(tmp_path, "", support=SUPPORT.replace("  support:", "  suport:"))
     with pytest.raises(ConfigFileError) as err:
-        load_gates(path, repo_root)
+        load_gates(path, catalog)
     assert "belongs to tenant 'support'" in str(err.value) and str(path) in str(err.value)
     path = write(tmp_path, "  suport:\n    description: d\n    floors:\n      - {suite: traffic, metric: kld_mean, max: 0.05}\n",
                  support="  other:\n    description: d\n    floors:\n      - {suite: traffic, metric: kld_mean, max: 0.05}\n")
     with pytest.raises(ConfigFileError, match=r"unknown tenant \(named by eval_suites/support-domain.yaml\) 'support' \(did you mean 'suport'\?\)"):
-        load_gates(path, repo_root)
+        load_gates(path, catalog)
 

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -98,3 +100,13 @@ def test_report_json(e1, repo_root, tmp_path):
     # deterministic: the same inputs give the same report, byte for byte
     again = write_report_json(decide(e1, repo_root, model_class="draft", model="SmolLM2-135M-Instruct"), tmp_path / "R2")
     assert again.read_bytes() == path.read_bytes()
+
+
+def test_gating_never_imports_torch(e1, repo_root):
+    """The gate reads suite kinds from the registry; their modules import torch only to run models."""
+    code = ("import sys; from pathlib import Path; from quantgate.gate.run import gate_results; "
+            f"gate_results(Path({str(e1)!r}), Path({str(repo_root / 'gates.yaml')!r}), Path({str(repo_root)!r}), "
+            "model_class='dense-reasoner'); print(sorted(m for m in ('torch', 'transformers', 'lm_eval') if m in sys.modules))")
+    run = subprocess.run([sys.executable, "-c", code], check=False, capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert run.stdout.strip() == "[]"

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 from gate_builders import GSM8K, TEXT, gsm8k_result, text_result
 
-from quantgate.gate.policy import Floor, Tenant
+from quantgate.config.gates import Floor, Tenant
 from quantgate.gate.verdict import evaluate_floor, judge
 
 pytestmark = pytest.mark.unit

@@ -9,14 +9,14 @@ from pathlib import Path
 
 import pytest
 
-from quantgate.config.policy import Policy, load_policy
+from quantgate.config.gates import Gates, load_gates
 from quantgate.errors import CheckpointError
 from quantgate.intake import intake
 
 
 @pytest.fixture(scope="session")
-def policy(repo_root, catalog) -> Policy:
-    return load_policy(repo_root / "gates.yaml", catalog)
+def policy(repo_root, catalog) -> Gates:
+    return load_gates(repo_root / "gates.yaml", catalog)
 
 
 def snapshot(directory: Path) -> dict[str, tuple]:

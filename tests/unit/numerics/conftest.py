@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from quantgate.calibration import build_set, load_spec
-from quantgate.config.policy import load_policy
+from quantgate.config.gates import load_gates
 from quantgate.intake import intake
 from quantgate.quantize.pipeline import build_targets
 from quantgate.synthetic import write_tiny_model
@@ -30,7 +30,7 @@ def tiny_source(tmp_path_factory) -> Path:
 @pytest.fixture(scope="package")
 def artifacts(tiny_source, tmp_path_factory, repo_root, catalog) -> dict[str, Path]:
     """``{target: artifact dir}``; read-only for tests (copy before damaging one)."""
-    record = intake(tiny_source, load_policy(repo_root / "gates.yaml", catalog))
+    record = intake(tiny_source, load_gates(repo_root / "gates.yaml", catalog))
     calibration = build_set(load_spec(repo_root / "calibration_sets" / "default.yaml"))
     out = tmp_path_factory.mktemp("numerics-artifacts")
     return {r.target: r.path for r in build_targets(record, list(TARGETS), out, catalog, calibration)}

@@ -10,7 +10,7 @@ import torch
 from safetensors import safe_open
 from safetensors.torch import save_file
 
-from quantgate.config.policy import load_policy
+from quantgate.config.gates import load_gates
 from quantgate.config.targets import ActivationNumerics
 from quantgate.errors import InputError
 from quantgate.intake import intake
@@ -186,7 +186,7 @@ def test_a_quantized_module_without_its_scale_is_refused_not_run(artifacts, tmp_
 
 def test_fused_moe_experts_are_refused_not_skipped(tmp_path, catalog, repo_root):
     source = write_tiny_model(tmp_path / "mixtral", "mixtral")
-    record = intake(source, load_policy(repo_root / "gates.yaml", catalog))
+    record = intake(source, load_gates(repo_root / "gates.yaml", catalog))
     artifact = build_targets(record, ["hopper-fp8"], tmp_path / "out", catalog, None)[0].path
     with pytest.raises(InputError, match="match no Linear"):
         load_for_eval(artifact)

@@ -12,7 +12,7 @@ from safetensors import safe_open
 
 from quantgate.artifact import read_manifest, verify_files
 from quantgate.calibration import build_set, load_spec
-from quantgate.config.policy import load_policy
+from quantgate.config.gates import load_gates
 from quantgate.config.targets import Catalog
 from quantgate.errors import RecipeIncompatibleError
 from quantgate.intake import intake
@@ -44,7 +44,7 @@ def _source_names(source: Path) -> set[str]:
 
 
 def test_fp8_targets_share_bytes_and_have_per_channel_scales(tiny_llama, tmp_path, catalog, repo_root):
-    record = intake(tiny_llama, load_policy(repo_root / "gates.yaml", catalog))
+    record = intake(tiny_llama, load_gates(repo_root / "gates.yaml", catalog))
     results = build_targets(record, ["hopper-fp8", "rocm-cdna3-fp8"], tmp_path / "out", catalog, None)
     assert [r.status for r in results] == ["built", "linked"]
     hopper, rocm = (r.path for r in results)
@@ -73,7 +73,7 @@ def test_fp8_targets_share_bytes_and_have_per_channel_scales(tiny_llama, tmp_pat
 
 
 def test_rebuild_with_unchanged_inputs_reuses(tiny_llama, tmp_path, catalog, repo_root):
-    record = intake(tiny_llama, load_policy(repo_root / "gates.yaml", catalog))
+    record = intake(tiny_llama, load_gates(repo_root / "gates.yaml", catalog))
     first = build_targets(record, ["hopper-fp8"], tmp_path / "out", catalog, None)[0]
     before = {p.name: p.stat().st_mtime_ns for p in first.path.iterdir()}
     again = build_targets(record, ["hopper-fp8"], tmp_path / "out", catalog, None)[0]
@@ -82,7 +82,7 @@ def test_rebuild_with_unchanged_inputs_reuses(tiny_llama, tmp_path, catalog, rep
 
 
 def test_changed_recipe_or_damaged_artifact_rebuilds(tiny_llama, tmp_path, catalog, repo_root):
-    record = intake(tiny_llama, load_policy(repo_root / "gates.yaml", catalog))
+    record = intake(tiny_llama, load_gates(repo_root / "gates.yaml", catalog))
     out = tmp_path / "out"
     built = build_targets(record, ["hopper-fp8"], out, catalog, None)[0]
     shard = next(built.path.glob("*.safetensors"))
@@ -104,7 +104,7 @@ def test_changed_recipe_or_damaged_artifact_rebuilds(tiny_llama, tmp_path, catal
 @pytest.mark.parametrize("kind", ["mixtral", "qwen2_moe"])
 def test_moe_fp8_keeps_routers_and_quantizes_every_expert(kind, tmp_path, catalog, repo_root):
     source = write_tiny_model(tmp_path / kind, kind)
-    record = intake(source, load_policy(repo_root / "gates.yaml", catalog))
+    record = intake(source, load_gates(repo_root / "gates.yaml", catalog))
     assert record.moe and record.model_class == "moe"
     artifact = build_targets(record, ["hopper-fp8"], tmp_path / "out", catalog, None)[0].path
     tensors = _tensors(artifact)
@@ -120,7 +120,7 @@ def test_moe_fp8_keeps_routers_and_quantizes_every_expert(kind, tmp_path, catalo
 
 def test_moe_nvfp4_calibrates_every_expert(tmp_path, catalog, repo_root, calibration):
     source = write_tiny_model(tmp_path / "mixtral", "mixtral")
-    record = intake(source, load_policy(repo_root / "gates.yaml", catalog))
+    record = intake(source, load_gates(repo_root / "gates.yaml", catalog))
     artifact = build_targets(record, ["blackwell-nvfp4"], tmp_path / "out", catalog, calibration)[0].path
     tensors = _tensors(artifact)
     scales = {n: t for n, t in tensors.items() if ".experts." in n and n.endswith("input_global_scale")}
@@ -132,7 +132,7 @@ def test_moe_nvfp4_calibrates_every_expert(tmp_path, catalog, repo_root, calibra
 
 
 def test_nvfp4_and_int4_formats(tiny_llama, tmp_path, catalog, repo_root, calibration):
-    record = intake(tiny_llama, load_policy(repo_root / "gates.yaml", catalog))
+    record = intake(tiny_llama, load_gates(repo_root / "gates.yaml", catalog))
     results = build_targets(record, ["blackwell-nvfp4", "draft-int4"], tmp_path / "out", catalog, calibration)
     nvfp4, int4 = (_tensors(r.path) for r in results)
 
@@ -155,7 +155,7 @@ def test_nvfp4_and_int4_formats(tiny_llama, tmp_path, catalog, repo_root, calibr
 
 def test_group_size_that_does_not_divide_a_layer_is_refused_before_work(tmp_path, catalog, repo_root, calibration):
     source = write_tiny_model(tmp_path / "odd", "llama", hidden_size=96, intermediate_size=160)
-    record = intake(source, load_policy(repo_root / "gates.yaml", catalog))
+    record = intake(source, load_gates(repo_root / "gates.yaml", catalog))
     with pytest.raises(RecipeIncompatibleError) as info:
         build_targets(record, ["draft-int4"], tmp_path / "out", catalog, calibration)
     message = str(info.value)
@@ -176,7 +176,7 @@ def test_an_unknown_scheme_is_refused_at_preflight_naming_the_recipe(tiny_llama,
     from quantgate.errors import ConfigFileError
 
     bad = _project_with(tmp_path, repo_root, "fp8-dynamic.yaml", "scheme: FP8_DYNAMIC", "scheme: FP8_DYNAMC")
-    record = intake(tiny_llama, load_policy(repo_root / "gates.yaml", catalog))
+    record = intake(tiny_llama, load_gates(repo_root / "gates.yaml", catalog))
     with pytest.raises(ConfigFileError, match="fp8-dynamic.yaml.*did you mean 'FP8_DYNAMIC'"):
         build_targets(record, ["hopper-fp8"], tmp_path / "out", bad, None)
     assert not (tmp_path / "out").exists()
@@ -188,7 +188,7 @@ def test_an_engine_failure_names_the_target_and_leaves_no_partial_artifact(
     from quantgate.errors import BuildError
 
     bad = _project_with(tmp_path, repo_root, "w4a16-gptq-g64.yaml", "dampening_frac: 0.01", "dampening_frac: lots")
-    record = intake(tiny_llama, load_policy(repo_root / "gates.yaml", catalog))
+    record = intake(tiny_llama, load_gates(repo_root / "gates.yaml", catalog))
     with pytest.raises(BuildError, match="draft-int4: the llmcompressor.oneshot engine failed"):
         build_targets(record, ["draft-int4"], tmp_path / "out", bad, calibration)
     assert list((tmp_path / "out").iterdir()) == []

@@ -11,7 +11,7 @@ import yaml
 from safetensors import safe_open
 
 from quantgate.calibration import build_set, load_spec
-from quantgate.config.policy import load_policy
+from quantgate.config.gates import load_gates
 from quantgate.config.targets import Catalog
 from quantgate.intake import intake
 from quantgate.quantize.pipeline import build_targets
@@ -42,7 +42,7 @@ def test_basic_and_sequential_pipelines_write_the_same_nvfp4_artifact(tiny_llama
     sequential = Catalog(project)
 
     calibration = build_set(load_spec(repo_root / "calibration_sets" / "default.yaml"))
-    record = intake(tiny_llama, load_policy(repo_root / "gates.yaml", shipped))
+    record = intake(tiny_llama, load_gates(repo_root / "gates.yaml", shipped))
     basic_out, seq_out = (
         build_targets(record, ["blackwell-nvfp4"], tmp_path / name, catalog, calibration)[0].path
         for name, catalog in (("basic", shipped), ("sequential", sequential))

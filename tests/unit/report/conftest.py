@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from quantgate.gate.run import gate_results, report_payload
+from quantgate.gate.run import gate_results
 
 E1 = Path(__file__).resolve().parents[1] / "gate" / "fixtures" / "e1"
 
@@ -17,7 +17,7 @@ E1 = Path(__file__).resolve().parents[1] / "gate" / "fixtures" / "e1"
 def _e1_report(repo_root) -> dict:
     decision = gate_results(E1, repo_root / "gates.yaml", repo_root, model_class="dense-reasoner",
                             model="SmolLM2-135M-Instruct")
-    return json.loads(json.dumps(report_payload(decision)))  # exactly what report.json holds
+    return json.loads(json.dumps(decision.payload()))  # exactly what report.json holds
 
 
 @pytest.fixture

@@ -40,7 +40,7 @@ def test_markdown_sizes_and_hostile_text(e1_report):
     e1_report["sizes"] = {"source": 269060552, "hopper-fp8": 162000000}
     e1_report["verdicts"][0]["tenant"] = "a|b<script>alert(1)</script>"
     text = render_markdown(e1_report)
-    assert "| hopper-fp8 | 162000000 (154.50 MiB) | 60.2% |" in text
+    assert "| hopper-fp8 | 162000000 (162.0 MB) | 60.2% |" in text  # SI units, as everywhere in quantgate
     assert "<script>" not in text and "a\\|b&lt;script&gt;" in text
 
 

@@ -1,0 +1,258 @@
+"""gates.yaml as one strict model: model classes (intake's classification, the targets a class
+gets) and tenants (the floors the gate holds artifacts to).
+
+Every command reads the file through ``load_gates``, so a mistake anywhere in it fails the
+first command that reads it, naming ``file:line`` and the nearest valid name: an unknown key,
+target, suite or metric, a bound of the wrong direction, a ratio floor on a metric that already
+compares with the source, a floor on another tenant's suite. Metrics and their directions come
+from the suite kinds (``quantgate.evaluate.suites``), never from a list here.
+
+Model classes are tried in the order written; the first whose conditions all hold wins. A floor
+names a suite, a metric and exactly one bound: ``max`` / ``min`` on the conservative bound,
+``max_delta_pct`` / ``min_recovery`` on the ratio of a *level* with the source's level.
+``applies_to`` (on a floor or a tenant) limits it to some targets.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+from typing import TYPE_CHECKING, Literal
+
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    NonNegativeFloat,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
+
+from quantgate.config.loader import load_model
+from quantgate.config.targets import Catalog, Frozen, KVCache
+from quantgate.errors import ConfigFileError, UsageError
+from quantgate.suggest import did_you_mean, nearest
+
+if TYPE_CHECKING:
+    from quantgate.evaluate.suites import SuiteKind
+
+FloorKind = Literal["max", "min", "max_delta_pct", "min_recovery"]
+FLOOR_KINDS: tuple[str, ...] = ("max", "min", "max_delta_pct", "min_recovery")
+RATIO_KINDS = ("max_delta_pct", "min_recovery")
+
+
+def _unknown(what: str, name: str, known: list[str]) -> ValueError:
+    hint = nearest(name, known)
+    return ValueError(f"unknown {what} '{name}'" + (f" (did you mean '{hint}'?)" if hint else f"; known: {', '.join(known)}"))
+
+
+def _check_targets(names: list[str] | None, info: ValidationInfo) -> list[str] | None:
+    known = (info.context or {}).get("targets")
+    if names and known is not None:
+        for name in names:
+            if name not in known:
+                raise _unknown("target", name, list(known))
+    return names
+
+
+def _suites(info: ValidationInfo) -> dict[str, SuiteKind]:
+    return (info.context or {}).get("suites") or {}
+
+
+class Match(Frozen):
+    """Conditions on the intake record; every condition given must hold."""
+
+    moe: bool | None = None
+    min_params: NonNegativeFloat | None = None
+    max_params: NonNegativeFloat | None = None
+    min_context: int | None = Field(None, description="max_position_embeddings at least this")
+
+
+class TargetSet(Frozen):
+    required: list[str]
+    optional: list[str] = Field(
+        default_factory=list, description="built and evaluated, shipped only where their gate passes"
+    )
+
+    @field_validator("required", "optional")
+    @classmethod
+    def _targets_known(cls, names: list[str], info: ValidationInfo) -> list[str]:
+        return _check_targets(names, info) or names
+
+
+class ModelClass(Frozen):
+    description: str
+    match: Match
+    targets: TargetSet
+    kv_cache: KVCache
+
+
+class Floor(Frozen):
+    suite: str
+    metric: str
+    max: float | None = None
+    min: float | None = None
+    max_delta_pct: float | None = Field(None, ge=0)
+    min_recovery: float | None = Field(None, gt=0)
+    applies_to: list[str] | None = Field(None, description="targets this floor gates; all when absent")
+    note: str = ""
+
+    @field_validator("suite")
+    @classmethod
+    def _suite_known(cls, name: str, info: ValidationInfo) -> str:
+        suites = (info.context or {}).get("suites")
+        if suites is not None and name not in suites:
+            raise _unknown("suite", name, sorted(suites))
+        return name
+
+    @field_validator("metric")
+    @classmethod
+    def _metric_known(cls, name: str, info: ValidationInfo) -> str:
+        suite = _suites(info).get(info.data.get("suite", ""))
+        if suite is not None:
+            known = suite.metrics()
+            if name not in known:
+                raise _unknown(f"metric for suite '{suite.spec.name}' (kind {suite.spec.kind})", name, sorted(known))
+        return name
+
+    @field_validator("applies_to")
+    @classmethod
+    def _targets_known(cls, names: list[str] | None, info: ValidationInfo) -> list[str] | None:
+        return _check_targets(names, info)
+
+    @model_validator(mode="after")
+    def _one_bound(self, info: ValidationInfo) -> Floor:
+        given = [k for k in FLOOR_KINDS if getattr(self, k) is not None]
+        if len(given) != 1:
+            raise ValueError(f"give exactly one of {', '.join(FLOOR_KINDS)} (found {len(given)}: {given})")
+        suite = _suites(info).get(self.suite)
+        metric = suite.metrics().get(self.metric) if suite else None
+        if metric is not None:
+            kind = given[0]
+            if kind in ("max", "max_delta_pct") and metric.higher_is_better:
+                raise ValueError(f"{self.metric} is higher-is-better: use min or min_recovery, not {kind}")
+            if kind in ("min", "min_recovery") and not metric.higher_is_better:
+                raise ValueError(f"{self.metric} is lower-is-better: use max or max_delta_pct, not {kind}")
+            if kind in RATIO_KINDS and not metric.level:
+                use = "min" if metric.higher_is_better else "max"
+                raise ValueError(f"{self.metric} already compares with the source: use {use}")
+        return self
+
+    @property
+    def kind(self) -> str:
+        return next(k for k in FLOOR_KINDS if getattr(self, k) is not None)
+
+    @property
+    def value(self) -> float:
+        return float(getattr(self, self.kind))
+
+    def applies(self, target: str) -> bool:
+        """Whether this floor gates ``target`` (every target when ``applies_to`` is absent)."""
+        return self.applies_to is None or target in self.applies_to
+
+
+class Tenant(Frozen):
+    description: str
+    confidence: float = Field(0.95, gt=0.5, lt=1.0, description="one-sided confidence of every bound")
+    applies_to: list[str] | None = Field(None, description="targets gated for this tenant; all when absent")
+    floors: list[Floor] = Field(min_length=1)
+
+    @field_validator("applies_to")
+    @classmethod
+    def _targets_known(cls, names: list[str] | None, info: ValidationInfo) -> list[str] | None:
+        return _check_targets(names, info)
+
+
+class Gates(BaseModel):
+    """All of gates.yaml: model classes and tenants."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    version: Literal[1] = 1
+    model_classes: dict[str, ModelClass]
+    tenants: dict[str, Tenant] = Field(min_length=1)
+
+    @field_validator("tenants")
+    @classmethod
+    def _suites_owned(cls, tenants: dict[str, Tenant], info: ValidationInfo) -> dict[str, Tenant]:
+        suites = _suites(info)
+        for name, tenant in tenants.items():
+            for floor in tenant.floors:
+                owner = suites[floor.suite].tenant if floor.suite in suites else None
+                if owner is not None and owner != name:
+                    raise ValueError(f"tenant '{name}' gates on suite '{floor.suite}', which belongs to tenant '{owner}'")
+        for suite_name, suite in suites.items():
+            if suite.tenant is not None and suite.tenant not in tenants:
+                raise _unknown(f"tenant (named by eval_suites/{suite_name}.yaml)", suite.tenant, sorted(tenants))
+        return tenants
+
+    def classify(self, *, moe: bool, params: int, context: int | None) -> str:
+        """The first model class whose conditions the checkpoint meets."""
+        for name, cls in self.model_classes.items():
+            m = cls.match
+            if m.moe is not None and m.moe != moe:
+                continue
+            if m.min_params is not None and params < m.min_params:
+                continue
+            if m.max_params is not None and params > m.max_params:
+                continue
+            if m.min_context is not None and (context or 0) < m.min_context:
+                continue
+            return name
+        raise ConfigFileError(
+            "gates.yaml",
+            f"no model class matches this checkpoint (moe={moe}, params={params:,}, context={context})",
+            "add a catch-all class at the end of model_classes, or pass --targets",
+        )
+
+
+def project_suites(catalog: Catalog) -> dict[str, SuiteKind]:
+    """The project's suites (``eval_suites/``), each validated by its kind from the registry."""
+    from quantgate.evaluate.suites import load_suites
+
+    directory = catalog.root / "eval_suites"
+    return {s.spec.name: s.runner for s in load_suites(directory)} if directory.is_dir() else {}
+
+
+_VALIDATED: dict[tuple[str, ...], Gates] = {}
+
+
+def _fingerprint(path: Path, catalog: Catalog) -> tuple[str, ...] | None:
+    """What validation depends on: the file's bytes, the suites' bytes and the target names."""
+    try:
+        digest = hashlib.sha256(path.read_bytes())
+        for suite in sorted((catalog.root / "eval_suites").glob("*.yaml")):
+            digest.update(suite.name.encode() + b"\0" + suite.read_bytes())
+    except OSError:
+        return None  # load_gates reports it, naming the file
+    return (str(path.resolve()), str(catalog.root.resolve()), digest.hexdigest(), *catalog.target_names())
+
+
+def load_gates(path: str | Path, catalog: Catalog) -> Gates:
+    """gates.yaml validated against the project's suites and targets, once per process per content."""
+    path = Path(path)
+    key = _fingerprint(path, catalog)
+    if key is not None and key in _VALIDATED:
+        return _VALIDATED[key]
+    gates = load_model(path, Gates, suites=project_suites(catalog), targets=catalog.target_names())
+    if key is not None:
+        _VALIDATED[key] = gates
+    return gates
+
+
+def check_target_names(names: list[str], catalog: Catalog) -> list[str]:
+    """``--targets`` as given, refusing an unknown name with the nearest known one."""
+    known = catalog.target_names()
+    for name in names:
+        if name not in known:
+            raise UsageError("--targets", f"unknown target '{name}'", did_you_mean(name, known, known="known targets"))
+    return list(dict.fromkeys(names))
+
+
+def resolve_targets(gates: Gates, model_class: str, override: list[str] | None, catalog: Catalog) -> list[str]:
+    """Targets for one run: the class's required and optional ones, or ``--targets``."""
+    if override:
+        return check_target_names(override, catalog)
+    cls = gates.model_classes[model_class]
+    return [*cls.targets.required, *cls.targets.optional]

@@ -11,12 +11,18 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from quantgate.errors import QuantgateError, TransientError, UsageError
 from quantgate.paths import cache_dir, project_root
+
+if TYPE_CHECKING:
+    from quantgate.calibration import CalibrationSet
+    from quantgate.intake import SourceRecord
+    from quantgate.progress import Progress
+    from quantgate.quantize.pipeline import PlannedBuild
 
 app = typer.Typer(
     name="quantgate",
@@ -68,14 +74,22 @@ RootOpt = Annotated[
         "Default: $QUANTGATE_ROOT, else the checkout containing the working directory.",
     ),
 ]
+PlanOpt = Annotated[
+    Path | None,
+    typer.Option(
+        "--plan",
+        help="A run's plan.json (quantgate run writes it in --out): the source, targets, recipes, suites and "
+        "cache come from it instead of intake and the config files; --targets picks some of its targets. "
+        "The checkpoint is confirmed unchanged (a stat per file) before any work.",
+    ),
+]
 
 
-def _human_bytes(n: float) -> str:
-    for unit in ("B", "KB", "MB", "GB", "TB"):
-        if n < 1000 or unit == "TB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1000
-    return f"{n:.1f} TB"
+def _refuse_beside_plan(given: dict[str, object]) -> None:
+    """A plan carries the source and the configs: an option that would override them is a usage error."""
+    for option, value in given.items():
+        if value is not None:
+            raise UsageError(option, "is taken from --plan here", f"leave {option} out, or leave --plan out to plan anew")
 
 
 @app.command()
@@ -87,42 +101,30 @@ def build(
     calibration: CalibrationOpt = None,
     cache: CacheOpt = None,
     root: RootOpt = None,
+    plan_file: PlanOpt = None,
 ) -> None:
     """Validate the source checkpoint, then build one artifact per target."""
     from rich.console import Console
     from rich.table import Table
 
-    from quantgate.calibration import load_or_build
-    from quantgate.config.gates import check_target_names, load_gates, resolve_targets
-    from quantgate.config.targets import Catalog
-    from quantgate.embedded.smollm2 import default_checkpoint
-    from quantgate.intake import intake
+    from quantgate.orchestrate.plan import read_plan
     from quantgate.progress import RichProgress
-    from quantgate.quantize.pipeline import build_targets, plan
-
-    project = (root or project_root()).resolve()
-    catalog = Catalog(project)
-    policy = load_gates(gates or project / "gates.yaml", catalog)
-    cache_path = (cache or cache_dir()).resolve()
-    override = _split(targets)
-    if override:  # a typo in --targets fails before minutes of conversion and hashing
-        check_target_names(override, catalog)
+    from quantgate.quantize.pipeline import build_planned
+    from quantgate.units import format_bytes
 
     with RichProgress() as progress:
-        source_dir = checkpoint or default_checkpoint(cache_path, progress)
-        record = intake(source_dir, policy, progress, cache=cache_path / "intake")
-        progress.log(
-            f"source {record.architecture}, {record.params / 1e6:.1f} M params, "
-            f"{'MoE' if record.moe else 'dense'}, class [bold]{record.model_class}[/]"
-        )
-        names = resolve_targets(policy, record.model_class, override, catalog)
-        needs_data = any(r.calibration.required for _, r in plan(catalog, names))
-        calib = None
-        if needs_data:
-            spec = calibration or project / "calibration_sets" / "default.yaml"
-            calib = load_or_build(spec, cache_path / "calibration")
+        if plan_file is not None:
+            _refuse_beside_plan({"--checkpoint": checkpoint, "--gates": gates, "--calibration": calibration,
+                                 "--cache-dir": cache, "--root": root})
+            run_plan = read_plan(plan_file)
+            planned = run_plan.select(_split(targets))
+            record = run_plan.confirmed_source(progress)
+            calib = run_plan.calibration_set() if any(p.recipe.calibration.required for p in planned) else None
+        else:
+            record, planned, calib = _plan_build(checkpoint, _split(targets), gates, calibration, cache, root, progress)
+        if calib is not None:
             progress.log(f"calibration set {calib.name}: {len(calib.records)} samples, sha256 {calib.sha256[:12]}")
-        results = build_targets(record, names, out.resolve(), catalog, calib, progress)
+        results = build_planned(record, planned, out.resolve(), calib, progress)
 
     table = Table(title=f"quantgate build: {record.model_class} {record.architecture}")
     for column in ("target", "status", "format", "size", "vs source", "seconds", "path"):
@@ -133,7 +135,7 @@ def build(
             r.target,
             r.status,
             r.manifest.format,
-            _human_bytes(size),
+            format_bytes(size),
             f"{size / record.bytes:.2f}x",
             f"{r.manifest.build.seconds:.1f}",
             str(r.path),
@@ -142,9 +144,41 @@ def build(
     Console(width=None if sys.stdout.isatty() else 240).print(table)
 
 
+def _plan_build(
+    checkpoint: Path | None,
+    targets: list[str] | None,
+    gates: Path | None,
+    calibration: Path | None,
+    cache: Path | None,
+    root: Path | None,
+    progress: Progress,
+) -> tuple[SourceRecord, list[PlannedBuild], CalibrationSet | None]:
+    """Intake, the model class's targets (or ``--targets``) and their recipes, the calibration set."""
+    from quantgate.calibration import load_or_build
+    from quantgate.config.gates import check_target_names, load_gates, resolve_targets
+    from quantgate.config.targets import Catalog
+    from quantgate.embedded.smollm2 import default_checkpoint
+    from quantgate.intake import intake
+    from quantgate.quantize.pipeline import plan
+
+    project = (root or project_root()).resolve()
+    catalog = Catalog(project)
+    policy = load_gates(gates or project / "gates.yaml", catalog)
+    cache_path = (cache or cache_dir()).resolve()
+    if targets:  # a typo in --targets fails before minutes of conversion and hashing
+        check_target_names(targets, catalog)
+    source_dir = checkpoint or default_checkpoint(cache_path, progress)
+    record = intake(source_dir, policy, progress, cache=cache_path / "intake")
+    planned = plan(catalog, resolve_targets(policy, record.model_class, targets, catalog))
+    calib = None
+    if any(p.recipe.calibration.required for p in planned):
+        calib = load_or_build(calibration or project / "calibration_sets" / "default.yaml", cache_path / "calibration")
+    return record, planned, calib
+
+
 ProfileOpt = Annotated[
-    str,
-    typer.Option("--profile", help="Suite sizes: 'smoke' (minutes on 2 CPU cores) or 'full' (GPU scale)."),
+    str | None,
+    typer.Option("--profile", help="Suite sizes: 'smoke' (the default; minutes on 2 CPU cores) or 'full' (GPU scale)."),
 ]
 
 
@@ -153,7 +187,7 @@ def eval_(
     artifacts: Annotated[Path, typer.Option("--artifacts", help="Directory of built artifacts (quantgate build --out).")],
     out: Annotated[Path, typer.Option("--out", help="Directory for results: <model>/<suite>.json, summary.json.")],
     checkpoint: CheckpointOpt = None,
-    profile: ProfileOpt = "smoke",
+    profile: ProfileOpt = None,
     suites: Annotated[
         str | None, typer.Option("--suites", help="Comma-separated suites from eval_suites/ (default: all).")
     ] = None,
@@ -171,6 +205,7 @@ def eval_(
     gates: GatesOpt = None,
     cache: CacheOpt = None,
     root: RootOpt = None,
+    plan_file: PlanOpt = None,
 ) -> None:
     """Evaluate the source once and every artifact against it, in each target's numerics."""
     from rich.console import Console
@@ -183,24 +218,38 @@ def eval_(
     from quantgate.evaluate.runner import evaluate
     from quantgate.evaluate.suites import PROFILES, EvalContext, load_suites
     from quantgate.intake import intake
+    from quantgate.orchestrate.plan import read_plan
     from quantgate.progress import RichProgress
 
-    if profile not in PROFILES:
-        raise UsageError("--profile", f"unknown profile '{profile}'", f"use one of {', '.join(PROFILES)}")
-    project = (root or project_root()).resolve()
-    catalog = Catalog(project)
-    policy = load_gates(gates or project / "gates.yaml", catalog)
-    cache_path = (cache or cache_dir()).resolve()
-    loaded = load_suites(project / "eval_suites", _split(suites))
+    if plan_file is not None:
+        _refuse_beside_plan({"--checkpoint": checkpoint, "--profile": profile, "--suites": suites,
+                             "--data-dir": data_dir, "--gates": gates, "--cache-dir": cache, "--root": root})
+        run_plan = read_plan(plan_file)
+        run_plan.select(_split(targets))  # a target the plan does not have is a typo
+        profile, project, cache_path = run_plan.profile, Path(run_plan.root), Path(run_plan.cache_dir)
+        data_dir = Path(run_plan.data_dir) if run_plan.data_dir else None
+        loaded, model = run_plan.loaded_suites(), run_plan.model
+    else:
+        profile = profile or "smoke"
+        if profile not in PROFILES:
+            raise UsageError("--profile", f"unknown profile '{profile}'", f"use one of {', '.join(PROFILES)}")
+        project = (root or project_root()).resolve()
+        policy = load_gates(gates or project / "gates.yaml", Catalog(project))
+        cache_path = (cache or cache_dir()).resolve()
+        loaded = load_suites(project / "eval_suites", _split(suites))
     if not reference_only and not artifacts.is_dir():
         raise UsageError(artifacts, "artifacts directory does not exist", "run quantgate build --out DIR first")
     with RichProgress() as progress:
-        source_dir = checkpoint or default_checkpoint(cache_path, progress)
-        record = intake(source_dir, policy, progress, cache=cache_path / "intake")
+        if plan_file is not None:
+            record = run_plan.confirmed_source(progress)
+        else:
+            source_dir = checkpoint or default_checkpoint(cache_path, progress)
+            record = intake(source_dir, policy, progress, cache=cache_path / "intake")
+            model = model_name(record)
         ctx = EvalContext(profile, DataDir.resolve(data_dir, project), project, cache_path, progress)
         run = evaluate(
             Path(record.path), record.content_hash, artifacts, out.resolve(), loaded, ctx, _split(targets),
-            model=model_name(record), model_class=record.model_class, source_bytes=record.bytes,
+            model=model, model_class=record.model_class, source_bytes=record.bytes,
             reference_only=reference_only,
         )
 

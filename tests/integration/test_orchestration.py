@@ -164,6 +164,23 @@ def test_quantgate_run_prints_the_summary_and_publishes_exactly_the_gates_aliase
     assert _aliases(env["MLFLOW_TRACKING_URI"], outcome["model"], TARGETS) == expected
 
 
+def test_the_source_is_taken_in_once_per_run_and_every_step_reads_the_plan(first_run):
+    """Intake runs in the plan step only: its one ``intake:`` line is in logs/plan.log, and each
+    build and evaluation (a process of its own, its output in logs/<step>.log, where a step
+    that took the source in would log that line too) confirmed the planned source instead."""
+    _, out, outcome, _ = first_run
+    logs = {p.name: p.read_text() for p in (out / "logs").glob("*.log")}
+    steps = {f"build-{t}.log" for t in TARGETS} | {f"eval-{t}.log" for t in TARGETS} | {"eval-source.log"}
+    assert set(logs) == steps | {"plan.log"}
+    assert {name: text.count("intake: ") for name, text in logs.items()} == {"plan.log": 1, **dict.fromkeys(steps, 0)}
+    for name in steps:
+        assert logs[name].splitlines()[0].startswith("$ ") and f"--plan {out / 'plan.json'}" in logs[name]
+        assert "source as planned" in logs[name], name
+    plan = json.loads((out / "plan.json").read_text())
+    assert plan["source"]["content_hash"] == outcome["source_hash"]
+    assert [b["target"]["name"] for b in plan["builds"]] == TARGETS == outcome["targets"]
+
+
 def test_a_second_run_with_unchanged_inputs_is_served_from_cache(prefect_api, scenario, first_run):
     env, out, first, _ = first_run
     states = _task_states(prefect_api, first["flow_run_id"])

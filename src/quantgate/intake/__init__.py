@@ -1,15 +1,17 @@
 """Checkpoint intake: the boundary where a source checkpoint is validated, hashed and classified.
 
 ``intake(path, policy)`` returns a ``SourceRecord`` or raises a ``CheckpointError`` subclass
-naming the file, the problem and the fix. Modules, in the order intake uses them:
-``tree`` (directory entries: symlinks, pickles, code; content hash), ``architecture``
-(config.json, remote code, shapes against a meta-device skeleton), ``safetensors_header``
-(strict header reader), ``weights`` (shard index, tensor inventory, NaN/Inf scan), ``record``.
+naming the file, the problem and the fix; ``confirm(record)`` checks that the checkpoint still
+holds the files an earlier intake recorded (what a run's later steps do instead of intake).
+Modules, in the order intake uses them: ``tree`` (directory entries: symlinks, pickles, code;
+content hash), ``architecture`` (config.json, remote code, shapes against a meta-device
+skeleton), ``safetensors_header`` (strict header reader), ``weights`` (shard index, tensor
+inventory, NaN/Inf scan), ``stat_cache``, ``record``.
 """
 
 from quantgate.hashing import FileEntry
-from quantgate.intake.checkpoint import intake
+from quantgate.intake.checkpoint import confirm, intake
 from quantgate.intake.record import SourceRecord
 from quantgate.intake.safetensors_header import SafetensorsHeader, TensorInfo, read_header
 
-__all__ = ["FileEntry", "SafetensorsHeader", "SourceRecord", "TensorInfo", "intake", "read_header"]
+__all__ = ["FileEntry", "SafetensorsHeader", "SourceRecord", "TensorInfo", "confirm", "intake", "read_header"]

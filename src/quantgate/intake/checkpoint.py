@@ -8,7 +8,9 @@ expensive ones: directory entries (symlinks, pickles, code), then config.json, t
 index and the headers, then the shapes against a meta-device skeleton, then one pass over the
 weights for NaN/Inf, then one pass over every byte for the content hash.
 
-Intake only reads. It writes nothing, in the checkpoint or anywhere else.
+Intake only reads: it writes nothing in the checkpoint, only its per-file stat cache when given
+one. It logs one ``intake: ...`` line per run through ``progress``, which is how a run's logs show
+that the checkpoint was taken in once (``confirm`` is what the run's later steps call instead).
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from quantgate.config.gates import Gates
-from quantgate.errors import CheckpointConfigError, EmptyCheckpointError
+from quantgate.errors import CheckpointConfigError, CheckpointError, EmptyCheckpointError
 from quantgate.intake import architecture, tree, weights
 from quantgate.intake.record import SourceRecord
 from quantgate.intake.stat_cache import StatCache
@@ -79,7 +81,7 @@ def intake(
     context = getattr(text, "max_position_embeddings", None)
     context = context if isinstance(context, int) and not isinstance(context, bool) else None
     moe = experts is not None
-    return SourceRecord(
+    record = SourceRecord(
         path=str(root),
         content_hash=content_hash,
         files=entries,
@@ -96,3 +98,31 @@ def intake(
             getattr(text, "tie_word_embeddings", getattr(config, "tie_word_embeddings", False))
         ),
     )
+    progress.log(
+        f"intake: {root}: {record.architecture}, {params / 1e6:.1f} M params, {'MoE' if moe else 'dense'}, "
+        f"class {record.model_class}, content hash {content_hash[:12]} "
+        f"({len(files) - len(seen.known)} of {len(files)} files hashed)"
+    )
+    return record
+
+
+def confirm(record: SourceRecord, progress: Progress = SILENT, cache: Path | None = None) -> SourceRecord:
+    """``record`` when its checkpoint still holds exactly the files it describes, else CheckpointError.
+
+    For a step handed an intake record (a run's plan) instead of a checkpoint to take in: every
+    check of intake holds for the same bytes, so only the bytes are confirmed, by a stat per file
+    that intake's stat cache knows and a hash of each file it does not.
+    """
+    root = Path(record.path)
+    files = tree.list_files(root)
+    fix = "plan again (run the flow again, or the command without --plan): the checkpoint changed since intake"
+    for rel in sorted(set(files) ^ set(record.files)):
+        problem = "is new" if rel in set(files) else "is missing"
+        raise CheckpointError(root / rel, f"{problem} since the checkpoint's intake", fix)
+    seen = StatCache(cache, root, files)
+    entries, _ = tree.hash_files(root, files, progress, known=seen.known)
+    for rel in files:
+        if entries[rel] != record.files[rel]:
+            raise CheckpointError(root / rel, "differs from the file intake hashed (sha256 differs)", fix)
+    seen.save(entries)
+    return record

@@ -3,8 +3,9 @@
 One code path for CI, deployments on GPU workers and a laptop: every heavy step is the
 ``quantgate`` command a person would run (``steps.run_step``, in its own process with a time
 limit), and the light ones (plan, gate, publish) call the same library functions the
-commands call. What Prefect adds is what it is good at, used as DESIGN.md's "Orchestration"
-asks:
+commands call. The plan is made once (``plan.py``: intake, configs, targets) and written to
+``<out>/plan.json``; each heavy step is handed ``--plan`` rather than re-deriving it. What
+Prefect adds is what it is good at, used as DESIGN.md's "Orchestration" asks:
 
 - **Caching by content.** Build, reference, evaluation and gate results are cached under keys
   made of content hashes (``plan.py``); a re-run with unchanged inputs is served from cache.
@@ -37,7 +38,7 @@ from prefect.states import Completed, Failed
 from quantgate.atomic import write_json
 from quantgate.errors import TransientError
 from quantgate.orchestrate.plan import RunPlan, digest, make_plan
-from quantgate.orchestrate.steps import run_step
+from quantgate.orchestrate.steps import LogProgress, run_step
 
 HEAVY = "quantgate-heavy"
 OUTCOME = "outcome.json"
@@ -97,18 +98,22 @@ def _step(plan: RunPlan, name: str, args: list[str]) -> None:
 
 
 def _eval_args(plan: RunPlan, out: Path) -> list[str]:
-    args = ["eval", *plan.common_args(), "--artifacts", str(plan.artifacts_dir), "--out", str(out),
-            "--profile", plan.profile, "--suites", ",".join(plan.suites)]
-    return args + (["--data-dir", plan.data_dir] if plan.data_dir else [])
+    """``quantgate eval`` reading the plan: source, suites, profile and data come from it."""
+    return ["eval", "--plan", str(plan.file), "--artifacts", str(plan.artifacts_dir), "--out", str(out)]
 
 
 @task(name="plan", retries=_RETRIES, retry_condition_fn=_only_transient)
 def plan_run(options: dict[str, Any]) -> RunPlan:
-    """Fetch (s3://), intake (validate, hash, classify) and plan; bad input fails here, before any build."""
+    """Fetch (s3://), intake (validate, hash, classify) and plan; bad input fails here, before any build.
+
+    The run's one intake; ``logs/plan.log`` records it, as every heavy step's log records its step.
+    """
     from quantgate.orchestrate.checkpoint_uri import local_checkpoint
 
     uri = options["checkpoint"]
-    return make_plan(**{**options, "checkpoint": local_checkpoint(uri, options["cache"]) if uri else None})
+    progress = LogProgress(Path(options["out"]).resolve() / "logs" / "plan.log", on_line=get_run_logger().info)
+    local = local_checkpoint(uri, options["cache"]) if uri else None
+    return make_plan(**{**options, "checkpoint": local, "progress": progress})
 
 
 @task(
@@ -117,11 +122,11 @@ def plan_run(options: dict[str, Any]) -> RunPlan:
     persist_result=True, retries=_RETRIES, retry_condition_fn=_only_transient,
 )
 def build_artifact(plan: RunPlan, target: str) -> dict[str, Any]:
-    from quantgate.artifact import read_manifest
+    from quantgate.artifact import require_manifest
 
-    args = ["build", *plan.common_args(), "--targets", target, "--out", str(plan.artifacts_dir)]
-    _step(plan, f"build-{target}", args + (["--calibration", plan.calibration] if plan.calibration else []))
-    manifest = read_manifest(plan.artifacts_dir / target)
+    _step(plan, f"build-{target}", ["build", "--plan", str(plan.file), "--targets", target,
+                                    "--out", str(plan.artifacts_dir)])
+    manifest = require_manifest(plan.artifacts_dir / target)
     files = {rel: entry.sha256 for rel, entry in manifest.files.items()}
     return {"target": target, "build_key": manifest.build_key, "files": digest(files), "bytes": manifest.total_bytes,
             "ran_in": _where()}
@@ -230,8 +235,8 @@ def build_and_gate(
     plan = plan_run(options)
     _ensure_heavy_limit(max_heavy)
     logger = get_run_logger()
-    logger.info("%s (%s): targets %s, suites %s, profile %s", plan.model, plan.model_class,
-                ", ".join(plan.targets), ", ".join(plan.suites), plan.profile)
+    logger.info("%s (%s): targets %s, suites %s, profile %s; plan: %s", plan.model, plan.model_class,
+                ", ".join(plan.targets), ", ".join(plan.suite_names), plan.profile, plan.file)
 
     builds = {t: build_artifact.submit(plan, t) for t in plan.targets}
     reference = evaluate_reference.submit(plan)

@@ -1,4 +1,12 @@
-"""The plan of one run: what to build and evaluate, where, and the content keys that cache it.
+"""The plan of one run, made once and written to ``<out>/plan.json`` for every heavy step to read.
+
+Planning takes the source in (intake), loads gates.yaml, the targets, recipes and suites,
+resolves the model class's targets and the calibration set, and hashes what the cache keys
+need. The heavy steps stay processes (``steps.py``) but are handed ``--plan <out>/plan.json``
+instead of re-deriving all of it, so intake runs once per run. A step trusts the plan's
+validated content and checks only what it must read from disk: the checkpoint's files (a stat
+each, ``intake.confirm``), the calibration set (its sha256), and that its own tool versions are
+the planned ones. A mismatch is an ``InputError`` (plan again), never a mislabelled artifact.
 
 Every cache key is a hash of *content*: the source's content hash, the bytes of the target
 and recipe files, the calibration set's sha256, the suites' validated specs, gates.yaml, the
@@ -15,36 +23,66 @@ import hashlib
 import json
 import uuid
 from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal, cast
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import Field, ValidationError
 
 from quantgate.artifact import tool_versions
-from quantgate.config.targets import Catalog
+from quantgate.atomic import write_text
+from quantgate.config.targets import Catalog, Frozen
+from quantgate.errors import InputError, UsageError
+from quantgate.intake.record import SourceRecord
 from quantgate.progress import SILENT, Progress
+from quantgate.quantize.pipeline import PlannedBuild
+from quantgate.suggest import did_you_mean
+
+if TYPE_CHECKING:
+    from quantgate.calibration import CalibrationSet
+    from quantgate.evaluate.suites import LoadedSuite
 
 STAMP = ".quantgate-run"
+PLAN_FILE = "plan.json"
 
 
-class RunPlan(BaseModel):
+class PlannedSuite(Frozen):
+    """A suite's validated spec and the YAML it came from (its data files are found beside it)."""
+
+    path: str
+    kind: str
+    spec: dict[str, Any]
+    spec_hash: str  # the reference cache key's suite part
+
+    def load(self) -> LoadedSuite:
+        """The suite ready to run, from the planned spec (the YAML is not read again)."""
+        from quantgate.evaluate.suites import KINDS, LoadedSuite, SuiteKind
+
+        cls = cast("type[SuiteKind]", KINDS.get(self.kind, self.path))
+        spec = cls.spec_model.model_validate(self.spec)
+        return LoadedSuite(spec, Path(self.path), cls(spec, Path(self.path)), self.spec_hash)
+
+
+class PlannedCalibration(Frozen):
+    """The calibration set calibrated targets use: its spec, and the sha256 it had when planned."""
+
+    spec: str
+    sha256: str
+
+
+class RunPlan(Frozen):
     """Everything a step needs; plain data, so that it crosses process and Dask boundaries."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    checkpoint: str
-    source_hash: str
+    version: Literal[1] = 1
+    source: SourceRecord = Field(description="the intake record: the one intake of this run")
     model: str
-    model_class: str
-    architecture: str
-    source_bytes: int
-    targets: list[str]
-    suites: list[str]
+    builds: list[PlannedBuild] = Field(description="the resolved targets with their recipes, in order")
+    suites: list[PlannedSuite]
+    calibration: PlannedCalibration | None = Field(description="None when no target calibrates")
     tenants: list[str] | None
     profile: str
     root: str
     gates: str
     cache_dir: str
     data_dir: str | None
-    calibration: str | None  # spec path, for calibrated targets
     out: str
     step_timeout_s: float
     max_heavy: int  # heavy steps at once across flow runs on one Prefect server; 0: no limit
@@ -56,6 +94,30 @@ class RunPlan(BaseModel):
     stamp: str
 
     @property
+    def file(self) -> Path:
+        return Path(self.out) / PLAN_FILE
+
+    @property
+    def checkpoint(self) -> str:
+        return self.source.path
+
+    @property
+    def source_hash(self) -> str:
+        return self.source.content_hash
+
+    @property
+    def model_class(self) -> str:
+        return self.source.model_class
+
+    @property
+    def targets(self) -> list[str]:
+        return [b.target.name for b in self.builds]
+
+    @property
+    def suite_names(self) -> list[str]:
+        return [s.spec["name"] for s in self.suites]
+
+    @property
     def artifacts_dir(self) -> Path:
         return Path(self.out) / "artifacts"
 
@@ -64,6 +126,7 @@ class RunPlan(BaseModel):
         return Path(self.out) / "eval"
 
     def eval_part(self, name: str) -> Path:
+        """One evaluation step's output directory (``source`` or a target's name)."""
         return Path(self.out) / "eval-parts" / name
 
     @property
@@ -71,14 +134,47 @@ class RunPlan(BaseModel):
         return Path(self.out) / "report"
 
     def log(self, step: str) -> Path:
+        """The log file of one step of this run."""
         return Path(self.out) / "logs" / f"{step}.log"
 
-    def common_args(self) -> list[str]:
-        """Options every step's command shares: the same project, policy, cache and source."""
-        return ["--root", self.root, "--gates", self.gates, "--cache-dir", self.cache_dir, "--checkpoint", self.checkpoint]
+    def select(self, targets: list[str] | None) -> list[PlannedBuild]:
+        """The planned builds named by ``--targets`` (all when None); a name not planned is a UsageError."""
+        for name in targets or []:
+            if name not in self.targets:
+                raise UsageError("--targets", f"target '{name}' is not in the plan", did_you_mean(name, self.targets))
+        return [b for b in self.builds if not targets or b.target.name in targets]
+
+    def confirmed_source(self, progress: Progress = SILENT) -> SourceRecord:
+        """The planned intake record, once the checkpoint is confirmed to hold the same files."""
+        from quantgate.intake import confirm
+
+        record = confirm(self.source, progress, cache=Path(self.cache_dir) / "intake")
+        progress.log(f"source as planned: {record.path} (content hash {record.content_hash[:12]})")
+        return record
+
+    def calibration_set(self) -> CalibrationSet | None:
+        """The planned calibration set, refused when its spec or traffic log changed since planning."""
+        if self.calibration is None:
+            return None
+        from quantgate.calibration import load_or_build
+
+        found = load_or_build(Path(self.calibration.spec), Path(self.cache_dir) / "calibration")
+        if found.sha256 != self.calibration.sha256:
+            raise InputError(
+                self.calibration.spec,
+                f"the calibration set is now {found.sha256[:12]}, the plan has {self.calibration.sha256[:12]} "
+                "(the spec or its traffic log changed since planning)",
+                "plan again: run the flow again, or the command without --plan",
+            )
+        return found
+
+    def loaded_suites(self) -> list[LoadedSuite]:
+        """The planned suites, ready to run."""
+        return [s.load() for s in self.suites]
 
 
 def digest(*parts: object) -> str:
+    """sha256 of ``parts`` as canonical JSON: the cache keys' one hash."""
     return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()
 
 
@@ -89,6 +185,36 @@ def output_stamp(out: Path) -> str:
     if not path.exists():
         path.write_text(uuid.uuid4().hex + "\n")
     return path.read_text().strip()
+
+
+def read_plan(path: Path) -> RunPlan:
+    """The plan at ``path``, refused (InputError) unless this quantgate wrote it with these tool versions.
+
+    The tool versions are part of every build key: a step in another environment than the
+    planning one would build an artifact the plan's cache keys do not describe.
+    """
+    fix = "pass the plan.json that quantgate run wrote in its --out directory, or leave --plan out"
+    try:
+        plan = RunPlan.model_validate_json(Path(path).read_bytes())
+    except OSError as exc:
+        raise InputError(path, f"cannot read the plan ({exc.strerror})", fix) from None
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(map(str, first["loc"]))
+        raise InputError(path, f"not a plan this quantgate wrote ({where + ': ' if where else ''}{first['msg']})", fix) from None
+    if digest(tool_versions()) != plan.tools_hash:
+        raise InputError(
+            path,
+            "the plan was made with other tool versions than this process has (quantgate, torch, ...)",
+            "run the step in the environment that planned it, or plan again in this one",
+        )
+    return plan
+
+
+def write_plan(plan: RunPlan) -> Path:
+    """Write ``<out>/plan.json`` atomically; its path."""
+    write_text(plan.file, plan.model_dump_json(indent=1) + "\n")
+    return plan.file
 
 
 def make_plan(
@@ -108,11 +234,13 @@ def make_plan(
     max_heavy: int = 1,
     progress: Progress = SILENT,
 ) -> RunPlan:
-    """Validate every input and hash what the cache keys need; raises ``InputError`` early."""
+    """Validate every input, take the source in and hash what the cache keys need; write plan.json.
+
+    Raises ``InputError`` early: nothing is written on bad input.
+    """
     from quantgate.calibration import load_or_build
     from quantgate.config.gates import check_target_names, load_gates, resolve_targets
     from quantgate.embedded.smollm2 import default_checkpoint, model_name
-    from quantgate.errors import UsageError
     from quantgate.evaluate.suites import PROFILES, load_suites
     from quantgate.intake import intake
     from quantgate.quantize.pipeline import plan as plan_builds
@@ -128,37 +256,35 @@ def make_plan(
     loaded = load_suites(root / "eval_suites", suites)
     source_dir = Path(checkpoint).resolve() if checkpoint else default_checkpoint(cache, progress)
     record = intake(source_dir, policy, progress, cache=cache / "intake")
-    names = resolve_targets(policy, record.model_class, targets, catalog)
-    planned = plan_builds(catalog, names)
-    calib_spec = (calibration or root / "calibration_sets" / "default.yaml").resolve()
-    calib_sha = None
-    if any(r.calibration.required for _, r in planned):
-        calib_sha = load_or_build(calib_spec, cache / "calibration").sha256
+    builds = plan_builds(catalog, resolve_targets(policy, record.model_class, targets, catalog))
+    calib = None
+    if any(b.recipe.calibration.required for b in builds):
+        spec = (calibration or root / "calibration_sets" / "default.yaml").resolve()
+        calib = PlannedCalibration(spec=str(spec), sha256=load_or_build(spec, cache / "calibration").sha256)
     target_hashes = {
-        t.name: digest(
-            (catalog.targets_dir / f"{t.name}.yaml").read_bytes().hex(),
-            catalog.recipe_hash(r.name),
-            calib_sha if r.calibration.required else None,
+        b.target.name: digest(
+            (catalog.targets_dir / f"{b.target.name}.yaml").read_bytes().hex(),
+            b.recipe_sha256,
+            calib.sha256 if calib and b.recipe.calibration.required else None,
         )
-        for t, r in planned
+        for b in builds
     }
     out = out.resolve()
-    return RunPlan(
-        checkpoint=str(source_dir),
-        source_hash=record.content_hash,
+    plan = RunPlan(
+        source=record,
         model=model_name(record.path),
-        model_class=record.model_class,
-        architecture=record.architecture,
-        source_bytes=record.bytes,
-        targets=names,
-        suites=[s.spec.name for s in loaded],
+        builds=builds,
+        suites=[
+            PlannedSuite(path=str(s.path), kind=s.spec.kind, spec=s.spec.model_dump(mode="json"), spec_hash=s.spec_hash)
+            for s in loaded
+        ],
+        calibration=calib,
         tenants=tenants,
         profile=profile,
         root=str(root),
         gates=str(gates),
         cache_dir=str(cache.resolve()),
         data_dir=str(data_dir.resolve()) if data_dir else None,
-        calibration=str(calib_spec),
         out=str(out),
         step_timeout_s=step_timeout_s,
         max_heavy=max_heavy,
@@ -168,3 +294,6 @@ def make_plan(
         tools_hash=digest(tool_versions()),
         stamp=output_stamp(out),
     )
+    write_plan(plan)
+    progress.log(f"plan: {len(builds)} targets, {len(loaded)} suites -> {plan.file}")
+    return plan

@@ -10,13 +10,14 @@ to a log file beside the run's outputs, and its exit code keeps the command-line
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shlex
 import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from quantgate.errors import StepFailed, StepTimeout, TransientError
@@ -84,8 +85,11 @@ def _pump(proc: subprocess.Popen, log, on_line, deadline: float) -> None:
     """Copy the child's stdout to the log (and ``on_line``) until it exits or time runs out."""
     import selectors
 
+    stdout = proc.stdout
+    if stdout is None:
+        raise ValueError("the step's stdout must be a pipe")
     selector = selectors.DefaultSelector()
-    selector.register(proc.stdout, selectors.EVENT_READ)
+    selector.register(stdout, selectors.EVENT_READ)
     while True:
         remaining = deadline - time.monotonic()
         if remaining <= 0:
@@ -95,7 +99,7 @@ def _pump(proc: subprocess.Popen, log, on_line, deadline: float) -> None:
             if proc.poll() is not None:
                 break
             continue
-        line = proc.stdout.readline()
+        line = stdout.readline()
         if not line:
             break
         log.write(line)
@@ -103,6 +107,42 @@ def _pump(proc: subprocess.Popen, log, on_line, deadline: float) -> None:
         if on_line is not None:
             on_line(line.rstrip("\n"))
     proc.wait()
+
+
+class LogProgress:
+    """``Progress`` for a step that runs in the flow's own process (the plan): its lines go to the
+    step's log file, like a heavy step's, and to ``on_line``. The file is created at the first
+    line, so input refused before any work (a missing checkpoint, a config typo) writes nothing."""
+
+    def __init__(self, log_path: Path, on_line: Callable[[str], None] | None = None) -> None:
+        self.log_path, self.on_line = Path(log_path), on_line
+        self._opened = False
+
+    def log(self, message: str) -> None:
+        """Append one timestamped line to the log."""
+        if not self._opened:
+            self.log_path.parent.mkdir(parents=True, exist_ok=True)
+            self.log_path.write_text("")
+            self._opened = True
+        with open(self.log_path, "a") as log:
+            log.write(f"[{time.strftime('%H:%M:%S')}] {message}\n")
+        if self.on_line is not None:
+            self.on_line(message)
+
+    @contextlib.contextmanager
+    def task(self, description: str, total: float | None) -> Iterator[_Count]:
+        """Log the task's description, and its duration when it ends."""
+        started = time.monotonic()
+        self.log(f"{description} ...")
+        yield _Count()
+        self.log(f"{description}: {time.monotonic() - started:.1f} s")
+
+
+class _Count:
+    """A task handle that counts nothing: a log file keeps no progress bars."""
+
+    def advance(self, amount: float = 1) -> None:
+        pass
 
 
 def _kill_group(proc: subprocess.Popen) -> None:

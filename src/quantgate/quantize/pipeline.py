@@ -37,12 +37,12 @@ from quantgate.artifact import (
     verify_files,
     write_manifest,
 )
-from quantgate.config.targets import Catalog, Recipe, Target
+from quantgate.config.targets import Catalog, Frozen, Recipe, Target
 from quantgate.errors import BuildError, QuantgateError
 from quantgate.intake import SourceRecord
 from quantgate.memory import peak_rss_bytes
 from quantgate.progress import SILENT, Progress
-from quantgate.quantize.engines import BuildJob, engine_class
+from quantgate.quantize.engines import BuildJob, Engine, engine_class
 
 if TYPE_CHECKING:
     from quantgate.calibration import CalibrationSet
@@ -128,14 +128,27 @@ def _manifest(
     )
 
 
-def plan(catalog: Catalog, target_names: list[str]) -> list[tuple[Target, Recipe]]:
-    return [(t, catalog.recipe(t.recipe)) for t in (catalog.target(n) for n in target_names)]
+class PlannedBuild(Frozen):
+    """One target to build, as validated data: what a run's plan carries to its build steps."""
+
+    target: Target
+    recipe: Recipe
+    recipe_sha256: str  # the recipe file's bytes when planned: the build key's recipe part
 
 
-def preflight(source: SourceRecord, planned: list[tuple[Target, Recipe]]) -> dict[str, object]:
+def plan(catalog: Catalog, target_names: list[str]) -> list[PlannedBuild]:
+    """Load and check every target and the recipe it names; a dangling name fails here."""
+    planned = []
+    for target in (catalog.target(n) for n in target_names):
+        planned.append(PlannedBuild(target=target, recipe=catalog.recipe(target.recipe),
+                                    recipe_sha256=catalog.recipe_hash(target.recipe)))
+    return planned
+
+
+def preflight(source: SourceRecord, planned: list[PlannedBuild]) -> dict[str, Engine]:
     """One engine instance per engine name, each recipe checked before any work starts."""
-    engines: dict[str, object] = {}
-    for _, recipe in planned:
+    engines: dict[str, Engine] = {}
+    for recipe in (p.recipe for p in planned):
         if recipe.engine not in engines:
             engines[recipe.engine] = engine_class(recipe.engine)()
         engines[recipe.engine].preflight(source, recipe)
@@ -150,18 +163,29 @@ def build_targets(
     calibration: CalibrationSet | None,
     progress: Progress = SILENT,
 ) -> list[BuildResult]:
-    planned = plan(catalog, target_names)
+    """Build ``target_names`` from the catalog's current files (see ``build_planned``)."""
+    return build_planned(source, plan(catalog, target_names), out, calibration, progress)
+
+
+def build_planned(
+    source: SourceRecord,
+    planned: list[PlannedBuild],
+    out: Path,
+    calibration: CalibrationSet | None,
+    progress: Progress = SILENT,
+) -> list[BuildResult]:
+    """Build every planned target into ``out/<target>``, reusing intact artifacts of equal build key."""
     engines = preflight(source, planned)
     tools = tool_versions()
     out.mkdir(parents=True, exist_ok=True)
 
     # data-free recipes first: they are fast and stream, so a later calibrated failure
     # still leaves the cheap artifacts in place
-    planned.sort(key=lambda tr: tr[1].calibration.required)
     results: list[BuildResult] = []
     built_by_key: dict[str, Path] = {}
-    for target, recipe in planned:
-        recipe_sha = catalog.recipe_hash(recipe.name)
+    for target, recipe, recipe_sha in (
+        (p.target, p.recipe, p.recipe_sha256) for p in sorted(planned, key=lambda p: p.recipe.calibration.required)
+    ):
         calib = calibration if recipe.calibration.required else None
         key = build_key(
             source_hash=source.content_hash,
@@ -210,5 +234,5 @@ def build_targets(
         progress.log(f"{target.name}: {status} in {seconds:.1f} s -> {final}")
         built_by_key.setdefault(key, final)
         results.append(BuildResult(target.name, final, manifest, status))
-    order = {name: i for i, name in enumerate(target_names)}
+    order = {p.target.name: i for i, p in enumerate(planned)}
     return sorted(results, key=lambda r: order[r.target])

@@ -11,11 +11,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from quantgate.config.loader import nearest
 from quantgate.config.targets import Recipe
 from quantgate.errors import ConfigFileError, RecipeIncompatibleError
 from quantgate.intake import SourceRecord
 from quantgate.intake.safetensors_header import read_header
+from quantgate.suggest import did_you_mean
 
 
 def weight_group_size(modifier_args: dict[str, Any], recipe_file: str = "recipe") -> int | None:
@@ -27,12 +27,7 @@ def weight_group_size(modifier_args: dict[str, Any], recipe_file: str = "recipe"
     if "scheme" in modifier_args and isinstance(modifier_args["scheme"], str):
         scheme = modifier_args["scheme"]
         if scheme not in PRESET_SCHEMES:
-            hint = nearest(scheme, list(PRESET_SCHEMES))
-            raise ConfigFileError(
-                recipe_file,
-                f"unknown preset scheme '{scheme}'",
-                (f"did you mean '{hint}'? " if hint else "") + f"known: {', '.join(PRESET_SCHEMES)}",
-            )
+            raise ConfigFileError(recipe_file, f"unknown preset scheme '{scheme}'", did_you_mean(scheme, PRESET_SCHEMES))
         weights = preset_name_to_scheme(scheme, ["Linear"]).weights
         sizes.append(weights.group_size if weights else None)
     for group in (modifier_args.get("config_groups") or {}).values():

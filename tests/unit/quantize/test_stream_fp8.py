@@ -44,7 +44,7 @@ def _catalog_with_engine(tmp_path: Path, repo_root: Path, engine: str) -> Catalo
 
 def _build(source: Path, tmp_path: Path, repo_root: Path, engine: str) -> Path:
     catalog = _catalog_with_engine(tmp_path, repo_root, engine)
-    record = intake(source, load_gates(repo_root / "gates.yaml", catalog))
+    record = intake(source, load_gates(repo_root / "gates.yaml", Catalog(repo_root)))
     result = build_targets(record, ["hopper-fp8"], tmp_path / f"out-{engine}", catalog, None)[0]
     assert result.manifest.recipe.engine == engine
     return result.path
@@ -137,7 +137,7 @@ def test_other_schemes_are_refused_at_preflight(tiny_llama, tmp_path, repo_root)
     catalog = _catalog_with_engine(tmp_path, repo_root, "quantgate.stream_fp8")
     recipe = tmp_path / "project-quantgate.stream_fp8" / "recipes" / "fp8-dynamic.yaml"
     recipe.write_text(recipe.read_text().replace("scheme: FP8_DYNAMIC", "scheme: W8A16"))
-    record = intake(tiny_llama, load_gates(repo_root / "gates.yaml", catalog))
+    record = intake(tiny_llama, load_gates(repo_root / "gates.yaml", Catalog(repo_root)))
     with pytest.raises(ConfigFileError, match="fp8-dynamic.yaml.*FP8_DYNAMIC.*llmcompressor.model_free"):
         build_targets(record, ["hopper-fp8"], tmp_path / "out", catalog, None)
     assert not (tmp_path / "out").exists()

@@ -1,0 +1,87 @@
+"""``quantgate build|eval --plan``: a run's step reads the plan (no intake), and refuses a plan
+that no longer describes what it would read."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from quantgate.orchestrate.plan import make_plan
+from quantgate.paths import cache_dir
+
+pytestmark = pytest.mark.unit
+
+
+def _cli(*args):
+    return subprocess.run(
+        [sys.executable, "-m", "quantgate.cli", *args],
+        check=False,
+        capture_output=True,
+        text=True,
+        env=os.environ.copy(),
+    )
+
+
+@pytest.fixture
+def plan(tiny_llama, repo_root, tmp_path):
+    return make_plan(
+        checkpoint=tiny_llama,
+        targets=["hopper-fp8"],
+        tenants=None,
+        suites=["wikitext"],
+        profile="smoke",
+        root=repo_root,
+        gates=None,
+        cache=cache_dir(),
+        data_dir=None,
+        calibration=None,
+        out=tmp_path / "run",
+        step_timeout_s=60,
+    )
+
+
+def test_a_build_from_the_plan_runs_no_intake(plan, tiny_llama, tmp_path):
+    standalone = _cli(
+        "build", "--checkpoint", str(tiny_llama), "--targets", "hopper-fp8", "--out", str(tmp_path / "a")
+    )
+    assert standalone.returncode == 0, standalone.stderr
+    assert standalone.stderr.count("intake: ") == 1  # what a step's log shows when it takes the source in
+
+    run = _cli("build", "--plan", str(plan.file), "--out", str(plan.artifacts_dir))
+    assert run.returncode == 0, run.stderr
+    assert "intake: " not in run.stderr and "source as planned" in run.stderr
+    manifest = json.loads((plan.artifacts_dir / "hopper-fp8" / "manifest.json").read_text())
+    assert manifest["source"]["content_hash"] == plan.source_hash
+    assert manifest["recipe"]["sha256"] == plan.builds[0].recipe_sha256
+
+
+@pytest.mark.parametrize(
+    ("command", "option", "value"),
+    [
+        ("build", "--checkpoint", "."),
+        ("build", "--root", "."),
+        ("eval", "--suites", "wikitext"),
+        ("eval", "--profile", "smoke"),
+    ],
+)
+def test_an_option_the_plan_carries_is_refused(plan, tmp_path, command, option, value):
+    extra = ["--artifacts", str(plan.artifacts_dir)] if command == "eval" else []
+    run = _cli(command, "--plan", str(plan.file), option, value, *extra, "--out", str(tmp_path / "o"))
+    assert run.returncode == 2
+    assert f"{option}: is taken from --plan" in run.stderr and "Fix:" in run.stderr
+    assert not (tmp_path / "o").exists()
+
+
+@pytest.mark.parametrize("command", ["build", "eval"])
+def test_a_step_refuses_a_checkpoint_changed_since_the_plan(plan, tiny_llama, tmp_path, command):
+    config = tiny_llama / "config.json"
+    config.write_text(config.read_text().replace("{", '{"edited": true, ', 1))
+    extra = ["--artifacts", str(plan.artifacts_dir), "--reference-only"] if command == "eval" else []
+    run = _cli(command, "--plan", str(plan.file), *extra, "--out", str(tmp_path / "o"))
+    assert run.returncode == 2, run.stderr
+    assert f"{config}: differs from the file intake hashed" in run.stderr and "Traceback" not in run.stderr
+    assert not (tmp_path / "o").exists()

@@ -1,0 +1,132 @@
+"""The run's plan: made once (intake, configs, targets), written to <out>/plan.json, read back by
+the steps, which check what they read from disk against it instead of trusting it blindly."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+
+import pytest
+
+from quantgate.errors import CheckpointError, InputError, UsageError
+from quantgate.evaluate.suites import load_suites
+from quantgate.orchestrate.plan import PLAN_FILE, PlannedSuite, make_plan, read_plan
+
+pytestmark = pytest.mark.unit
+
+
+def _plan(checkpoint, repo_root, out, **options):
+    from quantgate.paths import cache_dir
+
+    defaults = {
+        "targets": ["hopper-fp8"],
+        "tenants": None,
+        "suites": ["wikitext"],
+        "profile": "smoke",
+        "gates": None,
+        "data_dir": None,
+        "calibration": None,
+        "step_timeout_s": 60,
+    }
+    return make_plan(
+        checkpoint=checkpoint, root=repo_root, cache=cache_dir(), out=out, **{**defaults, **options}
+    )
+
+
+def test_the_plan_is_written_to_the_run_directory_and_read_back_as_made(tiny_llama, repo_root, tmp_path):
+    plan = _plan(tiny_llama, repo_root, tmp_path / "run", targets=["hopper-fp8", "draft-int4"])
+    assert plan.file == tmp_path / "run" / PLAN_FILE
+    assert read_plan(plan.file) == plan
+    assert sorted(p.name for p in plan.file.parent.iterdir()) == [
+        ".quantgate-run",
+        PLAN_FILE,
+    ]  # no temporary file
+    assert plan.targets == ["hopper-fp8", "draft-int4"] and plan.suite_names == ["wikitext"]
+    assert plan.source.path == str(tiny_llama) and plan.source_hash == plan.source.content_hash
+    assert [b.recipe.name for b in plan.builds] == ["fp8-dynamic", "w4a16-gptq-g64"]
+    assert plan.calibration is not None  # draft-int4 calibrates
+    assert plan.calibration_set().sha256 == plan.calibration.sha256
+
+
+def test_a_step_takes_only_targets_the_plan_has(tiny_llama, repo_root, tmp_path):
+    plan = _plan(tiny_llama, repo_root, tmp_path / "run")
+    assert [b.target.name for b in plan.select(None)] == ["hopper-fp8"]
+    with pytest.raises(UsageError, match="'hoper-fp8' is not in the plan.*did you mean 'hopper-fp8'"):
+        plan.select(["hoper-fp8"])
+
+
+def test_the_checkpoint_is_confirmed_unchanged_by_content_not_by_stat(tiny_llama, repo_root, tmp_path):
+    plan = _plan(tiny_llama, repo_root, tmp_path / "run")
+    config = tiny_llama / "config.json"
+    os.utime(config, ns=(1, 1))  # a new stat with the same bytes: hashed again, and accepted
+    assert plan.confirmed_source() == plan.source
+
+    config.write_text(config.read_text().replace("{", '{"note": 1, ', 1))
+    with pytest.raises(CheckpointError, match="config.json: differs from the file intake hashed"):
+        plan.confirmed_source()
+
+
+def test_a_file_added_to_the_checkpoint_since_planning_is_refused(tiny_llama, repo_root, tmp_path):
+    plan = _plan(tiny_llama, repo_root, tmp_path / "run")
+    (tiny_llama / "notes.txt").write_text("added after the plan\n")
+    with pytest.raises(CheckpointError, match="notes.txt: is new since the checkpoint's intake"):
+        plan.confirmed_source()
+
+
+def test_a_plan_made_with_other_tool_versions_is_refused(tiny_llama, repo_root, tmp_path):
+    plan = _plan(tiny_llama, repo_root, tmp_path / "run")
+    data = json.loads(plan.file.read_text())
+    data["tools_hash"] = "0" * 64
+    plan.file.write_text(json.dumps(data))
+    with pytest.raises(InputError, match="other tool versions"):
+        read_plan(plan.file)
+
+
+def test_a_file_that_is_not_a_plan_is_refused_naming_it(tmp_path):
+    (tmp_path / "plan.json").write_text('{"version": 1}')
+    with pytest.raises(
+        InputError, match=r"plan.json: not a plan this quantgate wrote \(source: Field required"
+    ):
+        read_plan(tmp_path / "plan.json")
+    with pytest.raises(InputError, match="cannot read the plan"):
+        read_plan(tmp_path / "missing.json")
+
+
+def test_a_calibration_set_changed_since_planning_is_refused(tiny_llama, repo_root, tmp_path):
+    spec = tmp_path / "calibration.yaml"
+    log = repo_root / "calibration_sets" / "traffic" / "default-traffic.jsonl"
+    text = (repo_root / "calibration_sets" / "default.yaml").read_text()
+    spec.write_text(text.replace("traffic/default-traffic.jsonl", str(log)))
+    plan = _plan(tiny_llama, repo_root, tmp_path / "run", targets=["draft-int4"], calibration=spec)
+    assert plan.calibration is not None and plan.calibration.spec == str(spec)
+    spec.write_text(spec.read_text().replace("seed: 0", "seed: 1"))
+    with pytest.raises(InputError, match="calibration.yaml: the calibration set is now"):
+        plan.calibration_set()
+
+
+def test_planned_suites_load_as_their_yaml_does(repo_root):
+    for suite in load_suites(repo_root / "eval_suites"):
+        planned = PlannedSuite(
+            path=str(suite.path),
+            kind=suite.spec.kind,
+            spec=suite.spec.model_dump(mode="json"),
+            spec_hash=suite.spec_hash,
+        )
+        loaded = PlannedSuite.model_validate_json(planned.model_dump_json()).load()
+        assert (loaded.spec, loaded.path, loaded.spec_hash) == (suite.spec, suite.path, suite.spec_hash)
+        assert type(loaded.runner) is type(suite.runner)
+
+
+def test_bad_input_writes_no_plan(tmp_path, repo_root):
+    with pytest.raises(CheckpointError):
+        _plan(tmp_path / "missing", repo_root, tmp_path / "run")
+    assert not (tmp_path / "run").exists()
+
+
+def test_a_copied_checkpoint_is_the_same_plan_content(tiny_llama, repo_root, tmp_path):
+    first = _plan(tiny_llama, repo_root, tmp_path / "run")
+    copy = shutil.copytree(tiny_llama, tmp_path / "copy")
+    second = _plan(copy, repo_root, tmp_path / "run")
+    assert second.source_hash == first.source_hash and second.target_hashes == first.target_hashes
+    assert second.stamp == first.stamp  # the same output directory

@@ -98,10 +98,6 @@ class RunPlan(Frozen):
         return Path(self.out) / PLAN_FILE
 
     @property
-    def checkpoint(self) -> str:
-        return self.source.path
-
-    @property
     def source_hash(self) -> str:
         return self.source.content_hash
 

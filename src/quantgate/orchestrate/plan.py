@@ -232,7 +232,7 @@ def make_plan(
 ) -> RunPlan:
     """Validate every input, take the source in and hash what the cache keys need; write plan.json.
 
-    Raises ``InputError`` early: nothing is written on bad input.
+    Raises ``InputError`` early, before anything is written in ``out``.
     """
     from quantgate.calibration import load_or_build
     from quantgate.config.gates import check_target_names, load_gates, resolve_targets

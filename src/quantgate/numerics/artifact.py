@@ -2,14 +2,17 @@
 
 The raw tensors come straight from the safetensors files (never from transformers'
 decompression), grouped per module; each module is decoded by its weight format, checked
-against a meta-device skeleton of the architecture, and turned into an ``EmulatedLinear``.
-The artifact's own config.json must agree with the numerics being emulated.
+against a meta-device skeleton of the architecture, and turned into an ``EmulatedLinear``, or,
+for per-expert modules on disk that transformers fuses in memory, grouped by layer into an
+``EmulatedExperts`` (``moe.py``). Names on disk go through transformers' own key renamings
+first. The artifact's own config.json must agree with the numerics being emulated.
 """
 
 from __future__ import annotations
 
 import json
 from collections import defaultdict
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +20,7 @@ import torch
 from torch import nn
 
 from quantgate.errors import InputError
+from quantgate.numerics import moe
 from quantgate.numerics.emulated import EmulatedLinear
 from quantgate.numerics.formats import ActivationFormat
 from quantgate.numerics.weights import WeightDecodeError, WeightFormat
@@ -91,39 +95,66 @@ def read_quantized_tensors(artifact_dir: Path) -> dict[str, dict[str, torch.Tens
     return dict(found)
 
 
+def _disk_to_memory(skeleton: nn.Module) -> Callable[[str], str]:
+    """Module name on disk -> module name in memory, through transformers' own key renamings
+    (Mixtral's ``block_sparse_moe`` is ``mlp`` in memory); converters (expert fusion) are not applied."""
+    from transformers.conversion_mapping import get_model_conversion_mapping
+    from transformers.core_model_loading import WeightRenaming, rename_source_key
+
+    transforms = get_model_conversion_mapping(skeleton)  # type: ignore[arg-type]
+    renamings = [t for t in transforms if isinstance(t, WeightRenaming)]
+
+    def rename(name: str) -> str:
+        return rename_source_key(f"{name}.weight", renamings, [])[0].removesuffix(".weight")
+
+    return rename
+
+
+def _check_tensors(where: str, tensors: dict[str, torch.Tensor], wfmt: WeightFormat) -> None:
+    unknown = set(tensors) - wfmt.required - wfmt.optional - {"bias"}
+    missing = wfmt.required - set(tensors)
+    if unknown or missing:
+        raise InputError(
+            where,
+            f"tensors {sorted(tensors)} do not fit weight format {wfmt.name} (unknown {sorted(unknown)}, "
+            f"missing {sorted(missing)})",
+            "evaluate the artifact under the target it was built for, or register the format",
+        )
+
+
 def emulated_modules(
     artifact_dir: Path,
     raw: dict[str, dict[str, torch.Tensor]],
     wfmt: WeightFormat,
     act: ActivationFormat | None,
-) -> dict[str, EmulatedLinear]:
-    """An ``EmulatedLinear`` per quantized module, keyed by module name; refuses any mismatch."""
+) -> dict[str, nn.Module]:
+    """The emulated module for every quantized module on disk, keyed by its name in memory: an
+    ``EmulatedLinear`` per Linear, an ``EmulatedExperts`` per fused experts module (its per-expert
+    modules on disk grouped). Refuses any mismatch, naming the module on disk."""
     from transformers import AutoConfig, AutoModelForCausalLM
 
     with torch.device("meta"):
         skeleton = AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(artifact_dir))
-    built = {}
+    rename = _disk_to_memory(skeleton)
+    built: dict[str, nn.Module] = {}
+    layers: dict[str, dict[int, dict[str, dict[str, torch.Tensor]]]] = defaultdict(lambda: defaultdict(dict))
+    disk_prefix: dict[str, str] = {}
     for name, tensors in sorted(raw.items()):
         where = f"{artifact_dir}: module {name}"
-        unknown = set(tensors) - wfmt.required - wfmt.optional - {"bias"}
-        missing = wfmt.required - set(tensors)
-        if unknown or missing:
-            raise InputError(
-                where,
-                f"tensors {sorted(tensors)} do not fit weight format {wfmt.name} (unknown {sorted(unknown)}, "
-                f"missing {sorted(missing)})",
-                "evaluate the artifact under the target it was built for, or register the format",
-            )
-        try:
-            module = skeleton.get_submodule(name)
-        except AttributeError:
-            module = None
+        _check_tensors(where, tensors, wfmt)
+        memory = rename(name)
+        key = moe.expert_key(memory)
+        if key is not None and moe.is_fused_experts(_submodule(skeleton, key[0])):
+            layers[key[0]][key[1]][key[2]] = tensors
+            disk_prefix.setdefault(key[0], name.rsplit(".", 2)[0])
+            continue
+        module = _submodule(skeleton, memory)
         if not isinstance(module, nn.Linear):
             raise InputError(
                 where,
-                f"quantized tensors on disk match no Linear of {type(skeleton).__name__} (found {type(module).__name__})",
-                "the in-memory module names differ from the names on disk (fused MoE experts?); "
-                "this architecture cannot be emulated yet",
+                f"quantized tensors on disk match no Linear of {type(skeleton).__name__} "
+                f"(found {type(module).__name__} at {memory})",
+                "the in-memory module names differ from the names on disk; this architecture cannot be emulated yet",
             )
         try:
             decoded = wfmt.decode(tensors)
@@ -143,7 +174,25 @@ def emulated_modules(
             raise InputError(
                 where, f"{act.name} needs a calibrated input_global_scale", "rebuild with calibration"
             )
-        built[name] = EmulatedLinear(
+        built[memory] = EmulatedLinear(
             decoded, act, weight_format=wfmt.name, input_global_scale=global_scale, bias=tensors.get("bias")
         )
+    for prefix, experts in layers.items():
+        where = f"{artifact_dir}: experts {disk_prefix[prefix]}"
+        fused = skeleton.get_submodule(prefix)
+        try:
+            weights, notes = moe.plan_layer(fused, experts, wfmt.decode)
+            scales = moe.shared_input_scales(experts) if act is not None and act.needs_global_scale else None
+        except (moe.ExpertLayoutError, WeightDecodeError) as exc:
+            raise InputError(where, str(exc), "rebuild the artifact") from None
+        built[prefix] = moe.EmulatedExperts(
+            weights, act, fused.act_fn, weight_format=wfmt.name, input_scales=scales, notes=tuple(notes)
+        )
     return built
+
+
+def _submodule(model: nn.Module, name: str) -> nn.Module | None:
+    try:
+        return model.get_submodule(name)
+    except AttributeError:
+        return None

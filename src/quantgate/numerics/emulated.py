@@ -57,14 +57,18 @@ class EmulatedLinear(nn.Module):
         return self.activation.quantize(x, self.input_global_scale)
 
     @torch.no_grad()
-    def forward(self, x: Tensor) -> Tensor:
+    def matmul(self, x: Tensor) -> Tensor:
+        """The GEMM's result before the kernel stores it, in ``compute_dtype`` (MoE kernels scale it first)."""
         dtype = self.compute_dtype
         y = F.linear(self.quantize_input(x).to(dtype), self.weight.to(dtype))
         if self.weight_global_scale is not None:
             y = y / self.weight_global_scale.to(dtype)
         if self.bias is not None:
             y = y + self.bias.to(dtype)
-        return y.to(x.dtype)  # serving kernels write bf16 outputs
+        return y
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.matmul(x).to(x.dtype)  # serving kernels write bf16 outputs
 
     def extra_repr(self) -> str:
         activation = self.activation.name if self.activation is not None else "none"

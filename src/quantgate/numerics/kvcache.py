@@ -59,6 +59,11 @@ def _attention_modules(model: nn.Module) -> list[nn.Module]:
     ]
 
 
+def latent_attention(model: nn.Module) -> bool:
+    """Multi-head latent attention (DeepSeek-V2/V3): one cached latent per token, no k_proj/v_proj."""
+    return any(hasattr(m, "kv_a_proj_with_mqa") and hasattr(m, "kv_b_proj") for m in model.modules())
+
+
 def install_kv_cache(model: nn.Module, fmt: KVCacheFormat) -> int:
     """Route ``model``'s attention through FP8 fake quantization of K and V; returns the layer count."""
     from transformers import AttentionInterface

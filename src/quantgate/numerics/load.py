@@ -13,12 +13,15 @@ quantization at all: W8A16 measured for W8A8 (DESIGN). So:
    ``EmulatedLinear`` decoded from those raw tensors, read with safetensors, never from a
    bf16 decompression (bf16 rounding of ``w * scale`` is not what the kernel computes);
    they are decoded and matched against a meta-device skeleton before anything is loaded;
+   per-expert modules of a mixture-of-experts layer, which transformers fuses in memory,
+   become one ``EmulatedExperts`` per layer (``moe.py``);
 2. the rest (embeddings, norms, lm_head) comes from ``from_pretrained`` in bf16, on its
    default route, which leaves quantized modules compressed (nothing is dequantized only to
    be thrown away: transformers' NVFP4 decompression alone took ~25 s for the 135M model);
    the quantized modules are swapped out, and the model is checked for anything left
    compressed or carrying a quantization scheme;
-3. the KV cache format is installed after RoPE (``kvcache.py``);
+3. the KV cache format is installed after RoPE (``kvcache.py``); multi-head latent attention
+   (DeepSeek) caches a latent instead, which a prefill does not read back: said in the report;
 4. anything that does not line up (a format not registered, tensors that match no module,
    a quantized module left unreplaced, a weight-only artifact under W8A8 numerics) is an
    error naming the artifact, never a silent fallback.
@@ -47,7 +50,8 @@ from quantgate.numerics.artifact import (
 )
 from quantgate.numerics.emulated import EmulatedLinear
 from quantgate.numerics.formats import activation_format, kv_cache_format
-from quantgate.numerics.kvcache import install_kv_cache
+from quantgate.numerics.kvcache import install_kv_cache, latent_attention
+from quantgate.numerics.moe import EmulatedExperts
 from quantgate.numerics.weights import weight_format
 
 _ACCUMULATION_NOTE = (
@@ -70,6 +74,7 @@ class NumericsReport(BaseModel):
     device: str
     native_on: tuple[str, ...] = ()
     modules_replaced: int = 0
+    moe_layers: int = 0  # fused experts modules replaced by EmulatedExperts
     kv_cache_layers: int = 0
     notes: tuple[str, ...] = ()
 
@@ -181,6 +186,24 @@ def _refuse_leftovers(artifact_dir: Path, model: nn.Module) -> None:
         )
 
 
+def _moe_notes(experts: list[EmulatedExperts]) -> tuple[str, ...]:
+    if not experts:
+        return ()
+    first = experts[0]
+    notes = [
+        (
+            f"experts: {len(experts)} MoE layers of {first.num_experts} experts emulated per expert "
+            "(numerics/moe.py: vLLM fused-MoE order of roundings; routers bf16, as the source runs them)"
+        )
+    ]
+    if first.activation is not None and first.activation.needs_global_scale:
+        notes.append(
+            "experts: one NVFP4 input global scale per layer for gate/up and one for down (the smallest "
+            "calibrated), as vLLM's FlashInfer NVFP4 MoE backends share them"
+        )
+    return (*notes, *dict.fromkeys(n for m in experts for n in m.notes))
+
+
 def load_for_eval(
     artifact_dir: Path,
     target: Target | None = None,
@@ -224,10 +247,23 @@ def load_for_eval(
         setattr(model.get_submodule(parent), child, module)
     _drop_decompression_hook(model)
     _refuse_leftovers(artifact_dir, model)
+    experts = [m for m in emulated.values() if isinstance(m, EmulatedExperts)]
+    moe_notes = _moe_notes(experts)
 
     kv_layers = 0
     kv_note = "KV cache: bf16"
-    if kv_name is not None:
+    kv_report = kv_name or "bf16"
+    if kv_name is not None and latent_attention(model):
+        # vLLM's MLA caches one latent (kv_c_normed, k_pe) per token; its prefill expands the new
+        # tokens' fresh latents and reads the FP8 cache only for context already cached (decode,
+        # prefix hits): attention/backends/mla/common.py, _forward_prefill
+        kv_report = f"{kv_name} latent (MLA): read only when decoding, not emulated"
+        kv_note = (
+            f"KV cache: multi-head latent attention stores its latent in {kv_name}; teacher-forced "
+            "scoring is a prefill, which attends over the fresh bf16 latents as vLLM's MLA prefill does, "
+            "but decoding steps of generation suites read bf16 latents here, not the FP8 cache"
+        )
+    elif kv_name is not None:
         kv_fmt = kv_cache_format(kv_name)
         try:
             kv_layers = install_kv_cache(model, kv_fmt)
@@ -258,13 +294,14 @@ def load_for_eval(
             hardware=n.hardware,
             weights=wfmt.name,
             activations=act.name if act is not None else "none",
-            kv_cache=kv_name or "bf16",
+            kv_cache=kv_report,
             mode="emulated",
             device=str(device),
             native_on=n.native_on,
             modules_replaced=len(raw),
+            moe_layers=len(experts),
             kv_cache_layers=kv_layers,
-            notes=(_ACCUMULATION_NOTE, wfmt.note, act_note, kv_note),
+            notes=(_ACCUMULATION_NOTE, wfmt.note, act_note, kv_note, *moe_notes),
         ),
     )
 

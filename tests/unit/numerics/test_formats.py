@@ -49,13 +49,6 @@ def _rows(qmax: float, grid: torch.Tensor, seed: int = 0) -> torch.Tensor:
     return torch.stack([*rows, outlier, tiny, signed_zeros, torch.zeros(64), torch.full((64,), -0.0), ties])
 
 
-def _reference_per_token(x: torch.Tensor, grid, qmax: float, ref) -> torch.Tensor:
-    x32 = x.float()
-    scale = (x32.abs().amax(-1, keepdim=True) / qmax).clamp(min=1.0 / (qmax * 512.0))
-    scaled = x32 * scale.reciprocal()
-    return (ref.round(scaled.double().clamp(-qmax, qmax), grid) * scale.double()).float()
-
-
 @pytest.mark.parametrize(
     "name, grid_name, qmax",
     [("fp8_e4m3fn_per_token", "e4m3fn", 448.0), ("fp8_e4m3fnuz_per_token", "e4m3fnuz", 224.0)],
@@ -65,7 +58,7 @@ def test_fp8_per_token_matches_reference(name, grid_name, qmax, ref):
     x = _rows(qmax, grid[0])
     out = activation_format(name).quantize(x, None)
     assert out.dtype == torch.float32
-    assert torch.equal(out, _reference_per_token(x, grid, qmax, ref))
+    assert torch.equal(out, ref.per_token(x, grid, qmax))
     assert torch.isfinite(out).all()
     # the largest value of a row comes back exactly (it maps to qmax), unless the scale floor
     # 1/(qmax*512) engaged for a row of tiny values
@@ -73,7 +66,7 @@ def test_fp8_per_token_matches_reference(name, grid_name, qmax, ref):
     assert torch.equal(out.abs().amax(-1)[unfloored], x.abs().amax(-1)[unfloored])
     # bf16 inputs (what the model feeds) go the same way
     xb = x.bfloat16()
-    assert torch.equal(activation_format(name).quantize(xb, None), _reference_per_token(xb, grid, qmax, ref))
+    assert torch.equal(activation_format(name).quantize(xb, None), ref.per_token(xb, grid, qmax))
 
 
 def test_fnuz_activations_use_224_not_240(ref):
@@ -82,17 +75,6 @@ def test_fnuz_activations_use_224_not_240(ref):
     x = torch.tensor([[224.0, 216.0, 1.0, -0.0]])
     out = activation_format("fp8_e4m3fnuz_per_token").quantize(x, None)
     assert out.tolist() == [[224.0, 224.0, 1.0, 0.0]]
-
-
-def _reference_nvfp4(x: torch.Tensor, global_scale: torch.Tensor, ref) -> torch.Tensor:
-    groups = x.float().unflatten(-1, (-1, 16))
-    gs = global_scale.float()
-    s = gs * (groups.abs().amax(-1, keepdim=True) / 6.0)
-    s8 = ref.round(s.double().clamp(-448.0, 448.0), ref.e4m3fn).float()
-    s8 = torch.where(s8 == 0, torch.tensor(0.125), s8)  # compressed-tensors' guard for empty groups
-    eff = s8 / gs
-    q = ref.round((groups / eff).double().clamp(-6.0, 6.0), ref.e2m1)
-    return (q * eff.double()).float().flatten(-2)
 
 
 def test_nvfp4_activations_match_reference(ref):
@@ -107,7 +89,7 @@ def test_nvfp4_activations_match_reference(ref):
     x[3, :] = (torch.arange(128) % 13 - 6) * 0.5  # many exact ties after scaling
     for inputs in (x, x.bfloat16()):
         out = activation_format("nvfp4_calibrated").quantize(inputs, global_scale)
-        assert torch.equal(out, _reference_nvfp4(inputs, global_scale, ref))
+        assert torch.equal(out, ref.nvfp4(inputs, global_scale))
     assert activation_format("nvfp4_calibrated").needs_global_scale
 
 
@@ -137,29 +119,21 @@ def test_kv_cache_formats_match_reference(name, grid_name, qmax, ref):
 # ---------------------------------------------------------------------------- weights
 
 
-def _decode_minifloat(codes: torch.Tensor, mantissa_bits: int, bias: int, exponent_bits: int) -> torch.Tensor:
-    sign = (codes >> (exponent_bits + mantissa_bits)) & 1
-    e = (codes >> mantissa_bits) & ((1 << exponent_bits) - 1)
-    m = (codes & ((1 << mantissa_bits) - 1)).double() / (1 << mantissa_bits)
-    value = torch.where(e == 0, m * 2.0 ** (1 - bias), (1 + m) * torch.pow(2.0, e.double() - bias))
-    return torch.where(sign == 1, -value, value)
-
-
 def _all_fp8_codes() -> torch.Tensor:
     codes = torch.tensor([c for c in range(256) if c not in (0x7F, 0xFF)] + [0, 0], dtype=torch.int64)
     return codes.reshape(4, 64)
 
 
-def test_fp8_weights_decode_exactly_and_fnuz_doubles_scales():
+def test_fp8_weights_decode_exactly_and_fnuz_doubles_scales(ref):
     codes = _all_fp8_codes()
     weight = codes.to(torch.uint8).view(torch.float8_e4m3fn)
     scale = (torch.rand(4, 1, generator=torch.Generator().manual_seed(4)) * 0.01).bfloat16()
     fn = weight_format("fp8_e4m3fn").decode({"weight": weight, "weight_scale": scale})
-    expected = _decode_minifloat(codes, 3, 7, 4) * scale.double()
+    expected = ref.decode(codes, 3, 7, 4) * scale.double()
     assert torch.equal(fn.values.double(), expected)  # exact in float32
 
     fnuz = weight_format("fp8_e4m3fnuz").decode({"weight": weight, "weight_scale": scale})
-    fnuz_values = _decode_minifloat(codes, 3, 8, 4)
+    fnuz_values = ref.decode(codes, 3, 8, 4)
     fnuz_values[codes == 0x80] = 0.0  # NaN in fnuz, zeroed as vLLM does
     assert torch.equal(fnuz.values.double(), fnuz_values * (2 * scale.double()))
     assert torch.equal(fnuz.scales, 2 * scale.float())
@@ -167,7 +141,7 @@ def test_fp8_weights_decode_exactly_and_fnuz_doubles_scales():
     assert torch.equal(fnuz.values, fn.values)
 
 
-def test_nvfp4_weights_decode_exactly():
+def test_nvfp4_weights_decode_exactly(ref):
     g = torch.Generator().manual_seed(5)
     packed = torch.randint(0, 256, (4, 32), generator=g, dtype=torch.int64)
     scale = (torch.rand(4, 4, generator=g) * 2).to(torch.float8_e4m3fn)
@@ -176,7 +150,7 @@ def test_nvfp4_weights_decode_exactly():
         {"weight_packed": packed.to(torch.uint8), "weight_scale": scale, "weight_global_scale": global_scale}
     )
     nibbles = torch.stack([packed & 0xF, packed >> 4], dim=-1).reshape(4, 64)  # low nibble first
-    e2m1 = _decode_minifloat(nibbles, 1, 1, 2)
+    e2m1 = ref.decode(nibbles, 1, 1, 2)
     expected = e2m1 * scale.double().repeat_interleave(16, dim=1)
     assert torch.equal(decoded.values.double(), expected)
     assert decoded.global_scale.item() == 123.5  # applied after the matmul, not folded in

@@ -25,6 +25,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from quantgate.units import GB
+
 
 def _run(argvs: list[list[str]], env: dict[str, str] | None = None) -> tuple[float, int]:
     """Wall seconds until every process has exited, and the sum of their peak RSS."""
@@ -89,7 +91,7 @@ def main() -> None:
                     {"seconds": seconds, "peak_rss_bytes": peak, "per_target_s": _manifest_seconds(out)}
                 )
                 print(
-                    f"round {round_ + 1} {key}: {seconds:.1f} s, peak {peak / 1e9:.2f} GB, "
+                    f"round {round_ + 1} {key}: {seconds:.1f} s, peak {peak / GB:.2f} GB, "
                     f"per target {runs[key][-1]['per_target_s']}",
                     file=sys.stderr,
                 )
@@ -97,7 +99,7 @@ def main() -> None:
     summary = {
         key: {
             "median_s": statistics.median(r["seconds"] for r in rs),
-            "median_peak_rss_GB": statistics.median(r["peak_rss_bytes"] for r in rs) / 1e9,
+            "median_peak_rss_GB": statistics.median(r["peak_rss_bytes"] for r in rs) / GB,
             "runs_s": [round(r["seconds"], 1) for r in rs],
             "per_target_s": [r["per_target_s"] for r in rs],
         }

@@ -20,11 +20,15 @@ import os
 import platform
 import shutil
 import statistics
+import sys
 import tempfile
 import time
 from pathlib import Path
 
-MB = 1_000_000
+from quantgate.units import MB
+
+# the S3 server is test support (tests/support/servers.py), outside the product
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
 
 def synthetic_artifact(directory: Path, megabytes: int) -> Path:
@@ -72,8 +76,9 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=None, help="write the figures as JSON here")
     args = parser.parse_args()
 
+    from support.servers import TEST_CREDENTIALS, moto_s3
+
     from quantgate.publish import RegistryConfig, publish_report, pull
-    from quantgate.publish.local_servers import TEST_CREDENTIALS, moto_s3
 
     os.environ.update(TEST_CREDENTIALS)
     with tempfile.TemporaryDirectory(prefix="quantgate-bench-pull-") as tmp_name, moto_s3() as s3:

@@ -20,8 +20,8 @@ from pathlib import Path
 
 import pytest
 from mlflow import MlflowClient
+from support.servers import free_port
 
-from quantgate.publish.local_servers import free_port
 from quantgate.publish.naming import alias_for, registered_model_name
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]

@@ -9,11 +9,12 @@ import json
 from pathlib import Path
 
 import pytest
+from support.artifacts import write_report
+from support.servers import TEST_CREDENTIALS, free_port, mlflow_server, moto_s3
 
 from quantgate.artifact import MANIFEST, read_manifest
 from quantgate.embedded.smollm2 import MODEL_NAME
 from quantgate.publish import RegistryConfig, pull
-from quantgate.publish.local_servers import TEST_CREDENTIALS, free_port, mlflow_server, moto_s3
 
 pytestmark = pytest.mark.integration
 
@@ -26,37 +27,13 @@ def registry_servers(tmp_path_factory):
         yield url, s3
 
 
-def _gate_report(directory: Path, approvals: dict[str, list[str]]) -> Path:
-    """A minimal report.json as quantgate gate writes it (the gate is tested elsewhere)."""
-    directory.mkdir(parents=True)
-    verdicts = [
-        {"artifact": a, "tenant": t, "verdict": "pass", "reasons": []}
-        for a, ts in approvals.items()
-        for t in ts
-    ]
-    (directory / "report.json").write_text(
-        json.dumps(
-            {
-                "schema_version": 1,
-                "model": MODEL_NAME,
-                "model_class": "dense",
-                "exit_code": 0,
-                "approvals": approvals,
-                "verdicts": verdicts,
-                "metrics": {a: {"wikitext": {"perplexity": 10.8}} for a in approvals},
-            }
-        )
-    )
-    return directory
-
-
 def test_publish_then_pull_through_mlflow_server_and_s3_is_byte_identical(
     default_artifacts, registry_servers, run_cli, tmp_path
 ):
     out, _ = default_artifacts
     url, s3 = registry_servers
     env = {**TEST_CREDENTIALS, "MLFLOW_TRACKING_URI": url, "MLFLOW_S3_ENDPOINT_URL": s3.url}
-    gate = _gate_report(tmp_path / "gate", {"hopper-fp8": ["chat"]})
+    gate = write_report(tmp_path / "gate", {"hopper-fp8": ["chat"]}, model=MODEL_NAME).parent
 
     published = run_cli("publish", "--report", str(gate), "--artifacts", str(out), "--json", env=env)
     assert published.returncode == 0, published.stderr[-3000:]

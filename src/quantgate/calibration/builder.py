@@ -31,11 +31,11 @@ from random import Random
 
 from pydantic import ConfigDict, Field, model_validator
 
-from quantgate.atomic import write_bytes
+from quantgate.atomic import write_bytes, write_json
 from quantgate.calibration.spec import CalibrationSpec, load_spec
-from quantgate.config.loader import nearest
 from quantgate.config.targets import Frozen
 from quantgate.errors import CalibrationError
+from quantgate.suggest import did_you_mean
 
 SAMPLER_VERSION = 1  # bump when sampling changes, so cached sets are not reused across it
 LOG_FIX = 'write one JSON object per line: {"id": "...", "class": "chat", "text": "..."}'
@@ -248,13 +248,11 @@ def build_set(spec: CalibrationSpec, log_path: str | Path | None = None) -> Cali
     log_classes = sorted({r["class"] for r in records})
     for cls in spec.mix:
         if cls not in log_classes:
-            hint = nearest(cls, log_classes)
             raise CalibrationError(
                 log,
-                f"class '{cls}' from the spec's mix has no records in this traffic log "
-                f"(it has: {', '.join(log_classes)})",
-                (f"did you mean '{hint}'? " if hint else "")
-                + f"add '{cls}' records to the log, or remove '{cls}' from mix",
+                f"class '{cls}' from the spec's mix has no records in this traffic log",
+                did_you_mean(cls, log_classes, known="classes in the log")
+                + f"; add '{cls}' records to the log, or remove '{cls}' from mix",
             )
     cells: dict[str, dict[str, list[dict[str, str]]]] = {c: {b: [] for b in buckets} for c in spec.mix}
     too_long: dict[str, int] = {}
@@ -293,7 +291,7 @@ def _sidecar_path(data_path: Path) -> Path:
 def write_set(cal_set: CalibrationSet, directory: str | Path) -> Path:
     """Write ``<name>-<sha256[:12]>.jsonl`` and its sidecar ``.json``; return the JSONL's path.
 
-    Both are written atomically (temporary file, then ``os.replace``), the data before the
+    Both are written atomically (``quantgate.atomic``), the data before the
     sidecar, so a sidecar always describes a complete file. The sidecar keeps every cache key
     known to produce this set.
     """
@@ -317,7 +315,7 @@ def write_set(cal_set: CalibrationSet, directory: str | Path) -> Path:
         "notes": list(cal_set.notes),
         "source_keys": keys,
     }
-    write_bytes(_sidecar_path(data_path), (json.dumps(sidecar, indent=2, sort_keys=True) + "\n").encode())
+    write_json(_sidecar_path(data_path), sidecar, indent=2, sort_keys=True)
     return data_path
 
 

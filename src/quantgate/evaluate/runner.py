@@ -14,8 +14,6 @@ Outputs under ``out``: ``<model>/<suite>.json`` (metrics, per-sample records, nu
 from __future__ import annotations
 
 import hashlib
-import os
-import tempfile
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -23,7 +21,7 @@ from typing import Any
 import torch
 
 from quantgate.artifact import artifact_dirs, read_manifest, verify_files
-from quantgate.atomic import write_json
+from quantgate.atomic import staged_file, write_json
 from quantgate.errors import InputError
 from quantgate.evaluate import fusion
 from quantgate.evaluate.suites import EvalContext, LoadedSuite, SuiteResult
@@ -80,11 +78,8 @@ def _reference(ctx: EvalContext, suite: LoadedSuite, source_hash: str, source: S
         return state["reference"], SuiteResult(**state["source_result"])
     run.reference_misses.append(suite.spec.name)
     reference, result = suite.runner.reference(ctx, source.model())
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=".ref.", dir=path.parent)
-    os.close(fd)
-    torch.save({"reference": reference, "source_result": asdict(result)}, tmp)
-    os.replace(tmp, path)
+    with staged_file(path) as tmp:
+        torch.save({"reference": reference, "source_result": asdict(result)}, tmp)
     return reference, result
 
 

@@ -11,11 +11,10 @@ from __future__ import annotations
 
 import hashlib
 import os
-import shutil
-import tempfile
 from pathlib import Path
 from urllib.parse import urlparse
 
+from quantgate.atomic import install_dir, staged_dir
 from quantgate.errors import InputError, TransientError
 
 
@@ -61,18 +60,17 @@ def _from_s3(bucket: str, prefix: str, cache: Path) -> Path:
     final = cache / key
     if final.is_dir():
         return final
-    cache.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{key}.", dir=cache))
     try:
-        for rel, _, _ in identity:
-            dest = staging / rel
-            if ".." in Path(rel).parts:
-                raise InputError(f"s3://{bucket}/{prefix}{rel}", "object name escapes the checkpoint", "rename it")
-            dest.parent.mkdir(parents=True, exist_ok=True)
-            client.download_file(bucket, prefix + rel, str(dest))
-        os.rename(staging, final)
+        with staged_dir(final) as staging:
+            for rel, _, _ in identity:
+                dest = staging / rel
+                if ".." in Path(rel).parts:
+                    raise InputError(
+                        f"s3://{bucket}/{prefix}{rel}", "object name escapes the checkpoint", "rename it"
+                    )
+                dest.parent.mkdir(parents=True, exist_ok=True)
+                client.download_file(bucket, prefix + rel, str(dest))
+            install_dir(staging, final, replace=False)  # a concurrent download of the same objects may win
     except (BotoCoreError, ClientError) as exc:
         raise TransientError(f"s3://{bucket}/{prefix}: download failed ({exc})") from exc
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
     return final

@@ -22,7 +22,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from quantgate.artifact import MANIFEST, read_manifest
-from quantgate.atomic import write_json
+from quantgate.atomic import install_dir, remove_dir, write_json
 
 _ENTRY = re.compile(r"^[0-9a-f]{64}$")
 
@@ -81,22 +81,17 @@ class PullCache:
             if file.is_file():
                 file.chmod(0o444)
         target = self.entry(content_hash)
-        try:
-            os.rename(staged, target)
-        except OSError:  # installed meanwhile by another pull (rename onto a non-empty dir fails)
+        if not install_dir(staged, target, replace=False):  # installed meanwhile by another pull
             if read_manifest(target) is None:
-                raise
+                raise FileExistsError(f"{target} exists and is not a pulled artifact: remove it")
             shutil.rmtree(staged)
         self.touch(target)
         self.evict(keep=content_hash)
         return target
 
     def remove(self, content_hash: str) -> None:
-        path = self.entry(content_hash)
-        trash = self.root / f".trash-{content_hash}-{os.getpid()}"
-        with contextlib.suppress(FileNotFoundError):
-            os.rename(path, trash)  # gone from the cache at once; the bytes go next
-            shutil.rmtree(trash, ignore_errors=True)
+        """Drop an entry: gone from the cache at once, its bytes deleted next."""
+        remove_dir(self.entry(content_hash))
 
     def entries(self) -> list[tuple[float, int, str]]:
         """(last use, bytes, content hash) of every installed entry, least recent first."""

@@ -17,10 +17,9 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, PositiveInt
 
 from quantgate.config.loader import load_model
+from quantgate.units import GB
 
 SETTINGS_FILE = Path("artifacts_registry") / "registry.yaml"
-MB = 1024 * 1024
-GB = 1000**3
 
 
 class _Frozen(BaseModel):
@@ -28,7 +27,11 @@ class _Frozen(BaseModel):
 
 
 class TransferSettings(_Frozen):
-    """Parallelism and part sizes of uploads and downloads (boto3's ``TransferConfig``)."""
+    """Parallelism and part sizes of uploads and downloads (boto3's ``TransferConfig``).
+
+    Sizes are SI, like every size in quantgate (``quantgate.units``): 16 MB = 16,000,000 bytes.
+    s3transfer raises a part below S3's minimum (5 MiB) to that minimum.
+    """
 
     concurrency: PositiveInt = 8  # files in flight at once, and ranged parts per large file
     multipart_threshold_mb: PositiveInt = 16  # files this large or larger go in parts
@@ -43,7 +46,7 @@ class RegistrySettings(_Frozen):
     artifact_uri: str | None = None
     s3_endpoint_url: str | None = None
     transfer: TransferSettings = TransferSettings()
-    pull_cache_max_gb: float = Field(default=100.0, gt=0)
+    pull_cache_max_gb: float = Field(default=100.0, gt=0)  # SI: 100 GB = 100 * 10**9 bytes
 
 
 class RegistryConfig(_Frozen):

@@ -13,6 +13,7 @@ import shutil
 from pathlib import Path
 
 from quantgate.artifact import read_manifest
+from quantgate.atomic import install_dir, staged_dir
 from quantgate.errors import DestinationError
 from quantgate.hashing import content_hash
 
@@ -25,6 +26,7 @@ def _link_or_copy(src: str, dst: str) -> None:
 
 
 def materialize(entry: Path, dest: Path) -> Path:
+    """Put the cache entry ``entry``'s files at ``dest`` (links where possible); return ``dest``."""
     dest = Path(dest).absolute()
     if dest.exists() or dest.is_symlink():
         existing = read_manifest(dest) if dest.is_dir() else None
@@ -37,15 +39,7 @@ def materialize(entry: Path, dest: Path) -> Path:
             )
         if existing is not None and content_hash(existing.files) == entry.name:
             return dest  # the same content is already there
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    fresh = dest.parent / f".{dest.name}.pull-{os.getpid()}"
-    shutil.rmtree(fresh, ignore_errors=True)
-    shutil.copytree(entry, fresh, copy_function=_link_or_copy)
-    if dest.exists():
-        old = dest.parent / f".{dest.name}.old-{os.getpid()}"
-        os.rename(dest, old)
-        os.rename(fresh, dest)
-        shutil.rmtree(old, ignore_errors=True)
-    else:
-        os.rename(fresh, dest)
+    with staged_dir(dest) as fresh:
+        shutil.copytree(entry, fresh, copy_function=_link_or_copy, dirs_exist_ok=True)
+        install_dir(fresh, dest)
     return dest

@@ -6,33 +6,26 @@ publish leaves whole files or none; verification re-hashes the store's copy.
 
 from __future__ import annotations
 
-import os
 import shutil
-import tempfile
 from pathlib import Path
 from urllib.parse import urlparse
 from urllib.request import url2pathname
 
+from quantgate.atomic import staged_file
 from quantgate.hashing import FileEntry, file_problem, sha256_file
 from quantgate.publish.store import Digest, OnBytes, OnFile
 
 
 def local_path(uri: str) -> Path:
+    """The directory a ``file://`` URI or a plain path names."""
     parsed = urlparse(uri)
     return Path(url2pathname(parsed.path)) if parsed.scheme == "file" else Path(uri)
 
 
 def copy_atomic(src: Path, dst: Path) -> None:
     """Copy ``src`` to ``dst`` through a temporary file in ``dst``'s directory."""
-    dst.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{dst.name}.", suffix=".part", dir=dst.parent)
-    os.close(fd)
-    try:
+    with staged_file(dst) as tmp:
         shutil.copyfile(src, tmp)
-        os.replace(tmp, dst)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 class LocalStore:

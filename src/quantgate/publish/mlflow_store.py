@@ -14,6 +14,7 @@ import tempfile
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+from quantgate.atomic import staged_dir
 from quantgate.hashing import sha256_file
 from quantgate.publish.config import RegistryConfig
 from quantgate.publish.store import Digest, OnBytes, OnFile
@@ -44,10 +45,8 @@ class MlflowStore:
     def _fetch(self, rel: str, dest: Path) -> Path:
         """Download one file into ``dest/rel`` through a temporary directory beside it."""
         target = dest / rel
-        target.parent.mkdir(parents=True, exist_ok=True)
-        with tempfile.TemporaryDirectory(dir=target.parent, prefix=".fetch-") as tmp:
-            got = Path(self.repo.download_artifacts(rel, tmp))
-            os.replace(got, target)
+        with staged_dir(target) as tmp:
+            os.replace(self.repo.download_artifacts(rel, str(tmp)), target)
         return target
 
     def verify(self, expected: dict[str, Digest]) -> list[str]:

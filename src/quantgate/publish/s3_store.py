@@ -21,8 +21,9 @@ from urllib.parse import urlparse
 
 from quantgate.errors import RegistryRefusedError, RegistryUnavailableError
 from quantgate.hashing import CHUNK_BYTES
-from quantgate.publish.config import MB, RegistryConfig
+from quantgate.publish.config import RegistryConfig
 from quantgate.publish.store import Digest, OnBytes, OnFile
+from quantgate.units import MB
 
 
 def make_client(cfg: RegistryConfig):

@@ -37,6 +37,7 @@ from quantgate.artifact import (
     verify_files,
     write_manifest,
 )
+from quantgate.atomic import install_dir
 from quantgate.config.targets import Catalog, Frozen, Recipe, Target
 from quantgate.errors import BuildError, QuantgateError
 from quantgate.intake import SourceRecord
@@ -53,17 +54,6 @@ class BuildResult:
     path: Path
     manifest: Manifest
     status: str  # "built", "reused", "linked"
-
-
-def _install(tmp: Path, final: Path) -> None:
-    """Rename a complete build into place, replacing an older artifact only at the end."""
-    old = None
-    if final.exists():
-        old = final.with_name(f".{final.name}.old-{os.getpid()}")
-        os.rename(final, old)
-    os.rename(tmp, final)
-    if old is not None:
-        shutil.rmtree(old, ignore_errors=True)
 
 
 def _reusable(final: Path, key: str) -> Manifest | None:
@@ -228,7 +218,7 @@ def build_planned(
             seconds = time.perf_counter() - started
             manifest = _manifest(target, recipe, recipe_sha, source, calib, key, tools, tmp, seconds, linked_from)
             write_manifest(tmp, manifest)
-            _install(tmp, final)
+            install_dir(tmp, final)  # replaces an older artifact only once this one is whole
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
         progress.log(f"{target.name}: {status} in {seconds:.1f} s -> {final}")

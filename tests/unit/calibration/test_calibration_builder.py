@@ -130,7 +130,7 @@ def test_class_missing_from_the_log_names_class_and_log(tmp_path):
     message = str(err.value)
     assert err.value.path == str(log)
     assert "class 'tool_calls'" in message and "did you mean 'tool_call'?" in message
-    assert "remove 'tool_calls' from mix" in message
+    assert "classes in the log: chat, tool_call" in message and "remove 'tool_calls' from mix" in message
 
 
 def test_class_without_enough_records_says_how_many(tmp_path):

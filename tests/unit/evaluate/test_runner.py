@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 
 import pytest
+from support.models import write_tiny_model
 
 from quantgate.config.gates import load_gates
 from quantgate.config.targets import Catalog
@@ -15,7 +16,6 @@ from quantgate.evaluate.runner import evaluate
 from quantgate.evaluate.suites import EvalContext, load_suite
 from quantgate.intake import intake
 from quantgate.quantize.pipeline import build_targets
-from quantgate.synthetic import write_tiny_model
 
 pytestmark = pytest.mark.unit
 

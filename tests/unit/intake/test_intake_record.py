@@ -14,9 +14,9 @@ import pytest
 from pydantic import ValidationError
 from safetensors import safe_open
 from safetensors.torch import load_file, save_file
+from support.models import write_tiny_model
 
 from quantgate.intake import SourceRecord, intake, read_header
-from quantgate.synthetic import write_tiny_model
 
 pytestmark = pytest.mark.unit
 

@@ -5,10 +5,10 @@ from __future__ import annotations
 import filecmp
 
 import pytest
+from support.servers import TEST_CREDENTIALS, moto_s3
 
 from quantgate.errors import InputError
 from quantgate.orchestrate.checkpoint_uri import local_checkpoint
-from quantgate.publish.local_servers import TEST_CREDENTIALS, moto_s3
 
 pytestmark = pytest.mark.unit
 

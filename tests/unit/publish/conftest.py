@@ -1,75 +1,16 @@
-"""Publish/pull fixtures: small synthetic artifacts with real manifests, a minimal gate report,
-and a real SQLite MLflow registry with a local artifact store under tmp_path."""
+"""Publish/pull fixtures: small artifacts with real manifests, a minimal gate report, and a real
+SQLite MLflow registry with a local artifact store under tmp_path (builders: support.artifacts)."""
 
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 
 import pytest
+from support.artifacts import write_artifact, write_report
+from support.servers import TEST_CREDENTIALS, moto_s3
 
-from quantgate.artifact import Manifest, hash_files, tool_versions, write_manifest
 from quantgate.publish import RegistryConfig
-
-MODEL = "tiny-model"
-
-
-def write_artifact(directory: Path, target: str, files: dict[str, bytes]) -> Path:
-    """An artifact directory as quantgate build lays it out: files plus a manifest of them."""
-    directory.mkdir(parents=True, exist_ok=True)
-    for rel, data in files.items():
-        (directory / rel).parent.mkdir(parents=True, exist_ok=True)
-        (directory / rel).write_bytes(data)
-    manifest = Manifest(
-        target=target,
-        hardware="test",
-        format="float-quantized",
-        kv_cache="fp8_e4m3",
-        numerics={"weights": "fp8_e4m3fn", "activations": "fp8_e4m3fn_per_token", "native_on": ["hopper"]},
-        recipe={"name": "fp8-dynamic", "sha256": "ab" * 32, "engine": "model_free"},
-        calibration=None,
-        source={
-            "content_hash": "cd" * 32,
-            "architecture": "LlamaForCausalLM",
-            "params": 1000,
-            "model_class": "dense",
-            "bytes": 2000,
-        },
-        tools=tool_versions(),
-        build_key="ef" * 32,
-        build={"seconds": 0.1, "peak_rss_bytes": 1, "finished_at": "2026-11-30T00:00:00+00:00"},
-        files=hash_files(directory),
-    )
-    write_manifest(directory, manifest)
-    return directory
-
-
-def write_report(
-    directory: Path, approvals: dict[str, list[str]], *, tenants=("chat", "code"), exit_code=0
-) -> Path:
-    """A minimal report.json of the shape quantgate gate writes (the gate is tested elsewhere)."""
-    directory.mkdir(parents=True, exist_ok=True)
-    verdicts = [
-        {"artifact": a, "tenant": t, "verdict": "pass" if t in ok else "fail", "reasons": []}
-        for a, ok in approvals.items()
-        for t in tenants
-    ]
-    report = {
-        "schema_version": 1,
-        "model": MODEL,
-        "model_class": "dense",
-        "source_hash": "cd" * 32,
-        "approvals": approvals,
-        "verdicts": verdicts,
-        "exit_code": exit_code,
-        "metrics": {
-            a: {"wikitext": {"perplexity": 10.5, "kld_mean": 0.01, "note": "text"}} for a in approvals
-        },
-    }
-    (directory / "report.json").write_text(json.dumps(report))
-    (directory / "report.md").write_text("# report\n")
-    return directory / "report.json"
 
 
 @pytest.fixture
@@ -109,8 +50,6 @@ def pull_cache(tmp_path) -> Path:
 @pytest.fixture(scope="module")
 def moto(tmp_path_factory):
     """A real moto S3 server on loopback, shared by a module's tests (each uses its own prefix)."""
-    from quantgate.publish.local_servers import moto_s3
-
     with moto_s3() as endpoint:
         yield endpoint
 
@@ -118,8 +57,6 @@ def moto(tmp_path_factory):
 @pytest.fixture
 def s3_registry(moto, tmp_path, monkeypatch, request) -> RegistryConfig:
     """SQLite MLflow in tmp_path whose artifact store is the moto S3 bucket."""
-    from quantgate.publish.local_servers import TEST_CREDENTIALS
-
     for key, value in TEST_CREDENTIALS.items():
         monkeypatch.setenv(key, value)
     return RegistryConfig.local(tmp_path / "registry").model_copy(

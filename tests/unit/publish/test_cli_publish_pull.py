@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import MODEL
+from support.artifacts import MODEL
 
 pytestmark = pytest.mark.unit
 

@@ -68,3 +68,12 @@ def test_names_the_fleet_relies_on():
         naming.registered_model_name("a/b", "hopper-fp8")
     with pytest.raises(UsageError):
         naming.alias_for("chat room")
+
+
+def test_transfer_part_sizes_are_si_megabytes(tmp_path):
+    from quantgate.publish.config import TransferSettings
+    from quantgate.publish.s3_store import S3Store
+
+    transfer = TransferSettings(multipart_threshold_mb=16, multipart_chunksize_mb=7)
+    store = S3Store("s3://bucket/prefix", RegistryConfig.local(tmp_path, transfer=transfer))
+    assert (store.config.multipart_threshold, store.config.multipart_chunksize) == (16_000_000, 7_000_000)

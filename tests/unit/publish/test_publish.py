@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 
 import pytest
-from conftest import MODEL, write_artifact, write_report
 from mlflow import MlflowClient
+from support.artifacts import MODEL, write_artifact, write_report
 
 from quantgate.artifact import read_manifest
 from quantgate.errors import ArtifactAlteredError, ReportError

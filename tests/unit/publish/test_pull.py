@@ -6,7 +6,7 @@ import json
 import shutil
 
 import pytest
-from conftest import MODEL, write_artifact, write_report
+from support.artifacts import MODEL, write_artifact, write_report
 
 from quantgate.artifact import MANIFEST, hash_files, read_manifest
 from quantgate.errors import (

@@ -5,8 +5,9 @@ from __future__ import annotations
 import os
 
 import pytest
-from conftest import MODEL, write_artifact, write_report
 from mlflow import MlflowClient
+from support.artifacts import MODEL, write_artifact, write_report
+from support.servers import free_port
 
 from quantgate.artifact import hash_files
 from quantgate.errors import (
@@ -17,16 +18,18 @@ from quantgate.errors import (
 )
 from quantgate.publish import RegistryConfig, naming, publish_report, pull, s3_store
 from quantgate.publish.config import TransferSettings
+from quantgate.units import MB
 
 pytestmark = pytest.mark.unit
 
-SMALL_PARTS = TransferSettings(concurrency=4, multipart_threshold_mb=5, multipart_chunksize_mb=5)
+# 6 MB parts: S3's smallest part is 5 MiB (5.24 MB), and s3transfer raises smaller ones to it
+SMALL_PARTS = TransferSettings(concurrency=4, multipart_threshold_mb=6, multipart_chunksize_mb=6)
 
 
 def test_digest_predicts_the_sha256_checksum_s3_keeps_for_single_and_multipart_objects(s3_registry, tmp_path):
     cfg = s3_registry.model_copy(update={"transfer": SMALL_PARTS})
     store = s3_store.S3Store(f"{cfg.artifact_uri}/objects", cfg)
-    sizes = {"empty": 0, "small": 1000, "at-threshold": 5 * 2**20, "three-parts": 12 * 2**20 + 7}
+    sizes = {"empty": 0, "small": 1000, "at-threshold": 6 * MB, "three-parts": 12 * MB + 7}
     files = {}
     for name, size in sizes.items():
         (tmp_path / name).write_bytes(os.urandom(size))
@@ -139,8 +142,6 @@ def test_a_missing_bucket_is_a_configuration_error_exit_2(s3_registry, tmp_path)
 
 
 def test_an_unreachable_tracking_server_is_transient_exit_75(tmp_path, monkeypatch, pull_cache):
-    from quantgate.publish.local_servers import free_port
-
     monkeypatch.setenv("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")
     cfg = RegistryConfig(tracking_uri=f"http://127.0.0.1:{free_port()}")
     with pytest.raises(RegistryUnavailableError, match="MLFLOW_TRACKING_URI") as err:

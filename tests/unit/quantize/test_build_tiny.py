@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 from safetensors import safe_open
+from support.models import write_tiny_model
 
 from quantgate.artifact import read_manifest, verify_files
 from quantgate.calibration import build_set, load_spec
@@ -17,7 +18,6 @@ from quantgate.config.targets import Catalog
 from quantgate.errors import RecipeIncompatibleError
 from quantgate.intake import intake
 from quantgate.quantize.pipeline import build_targets
-from quantgate.synthetic import write_tiny_model
 
 pytestmark = pytest.mark.unit
 

@@ -1,5 +1,8 @@
 """Real registry servers on loopback, for tests, benchmarks and trying the fleet path locally.
 
+Test support, not product: it carries moto's test credentials (``support`` is never imported
+by ``src/quantgate``).
+
 ``moto_s3`` runs moto's S3 server (an S3 API, in memory) and ``mlflow_server`` runs
 ``mlflow server`` with an SQLite backend, each as a child process on a free 127.0.0.1 port,
 stopped (by its own pid) when the context exits. The MLflow server is started with
@@ -30,6 +33,7 @@ TEST_CREDENTIALS = {
 
 
 def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on right now."""
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return sock.getsockname()[1]
@@ -72,10 +76,13 @@ def _process(
 
 @dataclass(frozen=True)
 class S3Endpoint:
+    """Where a test S3 server answers, and its one bucket."""
+
     url: str
     bucket: str
 
     def client(self):
+        """A boto3 S3 client for this endpoint, signed with the test credentials."""
         import boto3
 
         return boto3.session.Session(

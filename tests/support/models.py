@@ -5,6 +5,8 @@ a tiny Llama or a tiny mixture-of-experts (Mixtral- or Qwen-MoE-shaped) saved by
 transformers itself, with a small BPE tokenizer trained on the spot. Large checkpoints are
 written tensor by tensor, shard by shard, so that making a checkpoint bigger than a memory cap
 does not itself need that memory.
+
+Test support, not product: benchmarks and tests import it as ``support.models``.
 """
 
 from __future__ import annotations
@@ -14,6 +16,8 @@ from pathlib import Path
 from typing import Any
 
 import torch
+
+from quantgate.units import MB
 
 _CORPUS = [
     "The quick brown fox jumps over the lazy dog.",
@@ -117,7 +121,7 @@ def write_large_llama(
     intermediate_size: int = 5632,
     num_hidden_layers: int = 16,
     vocab_size: int = 32000,
-    max_shard_bytes: int = 800 * 1024**2,
+    max_shard_bytes: int = 800 * MB,
     seed: int = 0,
 ) -> Path:
     """A multi-shard random bf16 Llama, written one tensor at a time.
@@ -145,7 +149,6 @@ def write_large_llama(
         shapes = {k: tuple(v.shape) for k, v in AutoModelForCausalLM.from_config(config).state_dict().items()}
     generator = torch.Generator().manual_seed(seed)
 
-    shards: list[dict[str, torch.Tensor]] = [{}]
     sizes = [0]
     plan: list[list[str]] = [[]]
     for name, shape in shapes.items():
@@ -155,7 +158,6 @@ def write_large_llama(
             sizes.append(0)
         plan[-1].append(name)
         sizes[-1] += nbytes
-    del shards
 
     weight_map: dict[str, str] = {}
     total = 0

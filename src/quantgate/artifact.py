@@ -24,6 +24,7 @@ from pydantic import BaseModel, ConfigDict, NonNegativeInt
 from quantgate.config.targets import KVCache, Numerics
 from quantgate.errors import InputError
 from quantgate.hashing import FileEntry, file_problem, sha256_files
+from quantgate.serving.table import ServingTable
 
 MANIFEST = "manifest.json"
 SCHEMA_VERSION = 1
@@ -99,6 +100,7 @@ class Manifest(_Part):
     build_key: str
     build: BuildInfo
     files: dict[str, FileEntry]
+    serving: ServingTable | None = None  # the serving check against the target's contract (absent: built before it)
 
     @property
     def total_bytes(self) -> int:

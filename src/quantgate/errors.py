@@ -93,6 +93,19 @@ class BuildError(QuantgateError):
     """A target failed to build for a reason that is not the input's fault."""
 
 
+class ServingError(QuantgateError):
+    """A built artifact that no (release, TP size) of its target's serving contract can load.
+
+    Exit code 1, not 2: the input was fine and the build ran; what it made is what the fleet
+    cannot serve, so it is refused and nothing is installed. The message is one line naming
+    the layer, the TP size and the rule; ``table`` holds every refusal.
+    """
+
+    def __init__(self, target: str, path: str | Path, message: str, table: object = None) -> None:
+        self.target, self.path, self.table = target, str(path), table
+        super().__init__(message)
+
+
 class MissingDependencyError(InputError):
     """An optional piece (CUDA, modelopt, the embedded model wheel) is not installed."""
 

@@ -3,7 +3,7 @@
 The gate writes it; the reports (Markdown, HTML, the console table) render it; publish reads
 the approvals, verdicts and metrics from it. One model for all of them, so a field is renamed
 in one place and a report a reader cannot understand is refused at the file, not deep inside
-a renderer. Fields that only the gate's own output carries (floors, numerics, sizes, notes)
+a renderer. Fields that only the gate's own output carries (floors, numerics, sizes, serving, notes)
 have defaults, so a report reduced to the decision (model, approvals, exit code) still reads.
 """
 
@@ -17,6 +17,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from quantgate.errors import ReportError
+from quantgate.serving.table import ServingTable
 
 SCHEMA_VERSION = 1
 REPORT_JSON = "report.json"
@@ -85,6 +86,7 @@ class Report(_Frozen):
     exit_code: int
     notes: list[str] = []
     sizes: dict[str, int | None] = {}  # "source" | artifact -> bytes on disk (cold-start cost)
+    serving: dict[str, ServingTable] = {}  # artifact -> its manifest's serving check (engine, release, TP sizes)
     metrics: Metrics = {}
     suite_notes: dict[str, list[str]] = {}  # suite -> notes (e.g. long-chain bin width)
     previous: PreviousReport | None = None

@@ -1,10 +1,11 @@
 """Hardware targets and the recipes they name, as validated data.
 
 A target (``targets/<name>.yaml``) says what the serving hardware runs: the recipe that builds
-it, the compressed-tensors format on disk, the numerics an evaluation must emulate, and the KV
-cache precision. A recipe (``recipes/<name>.yaml``) says how to build it: which engine, whether
-it needs calibration data, and the engine's own recipe, passed through verbatim so that a
-recipe is exactly what llm-compressor (or modelopt) would read.
+it, the compressed-tensors format on disk, the numerics an evaluation must emulate, the KV
+cache precision, and the serving contract every build is checked against (engine, oldest
+release the fleet runs, tensor-parallel sizes). A recipe (``recipes/<name>.yaml``) says how to
+build it: which engine, whether it needs calibration data, and the engine's own recipe, passed
+through verbatim so that a recipe is exactly what llm-compressor (or modelopt) would read.
 """
 
 from __future__ import annotations
@@ -54,6 +55,39 @@ class Numerics(Frozen):
     )
 
 
+class Serving(Frozen):
+    """The fleet's serving contract: the engine, the oldest release it runs, the TP sizes it deploys.
+
+    Every build is checked against it (``quantgate.serving``): an artifact that no declared
+    (release, TP size) can load is refused, and the TP sizes that cannot load are recorded.
+    """
+
+    engine: Literal["vllm"]
+    min_version: str = Field(description="the oldest engine release the fleet runs, e.g. '0.33.0'")
+    tensor_parallel: list[PositiveInt] = Field(min_length=1, description="tensor-parallel sizes deployed")
+
+    @field_validator("min_version")
+    @classmethod
+    def _read_release(cls, version: str) -> str:
+        """Only releases whose load rules were read from their source can be checked."""
+        from quantgate.serving.releases import RELEASES_READ
+
+        if version not in RELEASES_READ:
+            raise ValueError(
+                f"vLLM {version!r} is not a release whose load rules quantgate reproduces "
+                f"({did_you_mean(version, RELEASES_READ, known='releases read')}); "
+                "another release needs its rules read into quantgate.serving first"
+            )
+        return version
+
+    @field_validator("tensor_parallel")
+    @classmethod
+    def _distinct(cls, sizes: list[int]) -> list[int]:
+        if len(set(sizes)) != len(sizes):
+            raise ValueError(f"tensor_parallel lists a size twice: {sizes}")
+        return sorted(sizes)
+
+
 class Target(Frozen):
     version: Literal[1] = 1
     name: str
@@ -63,6 +97,7 @@ class Target(Frozen):
     format: Literal["float-quantized", "nvfp4-pack-quantized", "pack-quantized"]
     numerics: Numerics
     kv_cache: KVCache
+    serving: Serving
     serving_notes: str = ""
 
 

@@ -46,6 +46,14 @@ def _manifest_facts(artifacts_dir: Path | None) -> tuple[str | None, str | None]
     return None, None
 
 
+def _serving(artifacts_dir: Path | None) -> dict[str, Any]:
+    """Each artifact's serving check, from its manifest (artifacts built before the check have none)."""
+    if artifacts_dir is None or not Path(artifacts_dir).is_dir():
+        return {}
+    manifests = {d.name: read_manifest(d) for d in sorted(Path(artifacts_dir).iterdir()) if d.is_dir()}
+    return {name: m.serving for name, m in manifests.items() if m is not None and m.serving is not None}
+
+
 def gate_results(
     eval_dir: Path,
     policy_path: Path,
@@ -108,6 +116,7 @@ def gate_results(
         exit_code=1 if failing else 0,
         notes=notes,
         sizes=run_info.get("bytes") or {},
+        serving={a: table for a, table in _serving(artifacts_dir).items() if a in artifacts},
         metrics={m: {suite: r.get("metrics", {}) for suite, r in res.items()} for m, res in results.items()},
         suite_notes={suite: r.get("notes", []) for suite, r in results.get("source", {}).items()},
         previous=_previous(previous),

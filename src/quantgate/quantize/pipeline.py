@@ -44,6 +44,7 @@ from quantgate.intake import SourceRecord
 from quantgate.memory import peak_rss_bytes
 from quantgate.progress import SILENT, Progress
 from quantgate.quantize.engines import BuildJob, Engine, engine_class
+from quantgate.serving.check import require_loadable
 
 if TYPE_CHECKING:
     from quantgate.calibration import CalibrationSet
@@ -185,6 +186,8 @@ def build_planned(
         )
         final = out / target.name
         existing = _reusable(final, key)
+        if existing is not None and existing.serving != require_loadable(final, target):
+            existing = None  # same inputs, another serving contract (or none recorded): rebuilt to record it
         if existing is not None:
             progress.log(f"{target.name}: inputs unchanged, reusing {final}")
             results.append(BuildResult(target.name, final, existing, "reused"))
@@ -216,7 +219,9 @@ def build_planned(
                 _copy_support_files(Path(source.path), tmp)
                 status = "built"
             seconds = time.perf_counter() - started
+            serving = require_loadable(tmp, target)  # ServingError (exit 1) when nothing loads: nothing installed
             manifest = _manifest(target, recipe, recipe_sha, source, calib, key, tools, tmp, seconds, linked_from)
+            manifest = manifest.model_copy(update={"serving": serving})
             write_manifest(tmp, manifest)
             install_dir(tmp, final)  # replaces an older artifact only once this one is whole
         finally:

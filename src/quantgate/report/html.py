@@ -67,6 +67,10 @@ td.reason{font-size:12px;color:#57606a;max-width:48rem}img{max-width:100%}
 <table><thead><tr><th>model</th><th>bytes</th><th>vs source</th></tr></thead><tbody>
 {% for m, n in sizes.items() %}<tr><th>{{ m }}</th><td class="num">{{ n }} ({{ fmt_bytes(n) }})</td><td class="num">{% if sizes.get('source') and m != 'source' %}{{ '%.1f%%' % (100 * n / sizes.source) }}{% else %}—{% endif %}</td></tr>
 {% endfor %}</tbody></table>{% endif %}
+{% if serving %}<h2>Serving</h2>
+<table id="serving"><thead><tr><th>artifact</th><th>engine</th><th>loads at TP</th><th>refused TP (first reason)</th></tr></thead><tbody>
+{% for a, engine, loads, refused in serving %}<tr><th>{{ a }}</th><td>{{ engine }}</td><td>{{ loads }}</td><td class="reason">{{ refused }}</td></tr>
+{% endfor %}</tbody></table>{% endif %}
 {% if deltas %}<h2 id="previous">Against the previous approved version ({{ (r.previous.source_hash or '')[:12] }})</h2>
 <table><thead><tr><th>artifact</th><th>metric</th><th>before</th><th>after</th><th>change</th></tr></thead><tbody>
 {% for a, k, before, after, delta in deltas %}<tr><th>{{ a }}</th><td>{{ k }}</td><td class="num">{{ fmt(before) }}</td><td class="num">{{ fmt(after) }}</td><td class="num">{{ fmt(delta, sign=True) }}</td></tr>
@@ -96,4 +100,5 @@ def render_html(report: Report | Mapping[str, Any]) -> str:
         verdicts=verdicts, anchors=anchors, numerics=view.numerics(), sizes=view.sizes(), fmt=fmt,
         fmt_bytes=format_bytes, floor_plots=floor_plots, long_chain=plots.long_chain_figure(bins) if bins else None,
         recovery=plots.recovery_figure(recovery) if recovery else None, deltas=view.previous_deltas(),
+        serving=view.serving(),
     )

@@ -25,7 +25,7 @@ def _floor_line(f: FloorResult) -> str:
 
 
 def render_markdown(report: Report | Mapping[str, Any]) -> str:
-    """The report as GitHub-flavoured Markdown: headline, verdict grid, failed floors, numerics, sizes."""
+    """The report as GitHub-flavoured Markdown: headline, verdict grid, failed floors, numerics, sizes, serving."""
     report = as_report(report)
     view = View(report)
     tenants, out = view.tenants, []
@@ -69,6 +69,11 @@ def render_markdown(report: Report | Mapping[str, Any]) -> str:
             rel = f"{size / base:.1%}" if base and size is not None and model != "source" else "—"
             shown = f"{size} ({format_bytes(size)})" if size is not None else "—"
             out.append(f"| {md(model)} | {shown} | {rel} |")
+    serving = view.serving()
+    if serving:
+        out += ["", "## Serving", "", "| artifact | engine | loads at TP | refused TP (first reason) |",
+                "| --- | --- | --- | --- |"]
+        out += [f"| {md(a)} | {md(engine)} | {md(loads)} | {md(refused)} |" for a, engine, loads, refused in serving]
     deltas = view.previous_deltas()
     if deltas and report.previous is not None:
         out += ["", f"## Against the previous approved version ({md((report.previous.source_hash or '')[:12])})", "",

@@ -92,6 +92,21 @@ class View:
         """``{"source"|artifact: bytes}`` when report.json carries ``sizes``; None otherwise."""
         return dict(self.report.sizes) if self.report.sizes else None
 
+    def serving(self) -> list[tuple[str, str, str, str]]:
+        """(artifact, engine and releases on hardware, TP sizes that load, refused TP sizes with the
+        first reason each) for every artifact whose manifest carried a serving check."""
+        rows = []
+        for artifact, table in self.report.serving.items():
+            engine = f"{table.engine} ≥ {table.min_version} on {', '.join(table.hardware)}"
+            loads = ", ".join(map(str, table.loadable_tp)) or "none"
+            refused = []
+            for tp in table.refused_tp:
+                version, r = table.first_refusal(tp)  # type: ignore[misc]
+                more = f" (+{r.layers - 1})" if r.layers > 1 else ""
+                refused.append(f"TP {tp}: {r.rule} at {r.layer}{more}: {r.reason} ({table.engine} {version})")
+            rows.append((artifact, engine, loads, "; ".join(refused) or "—"))
+        return rows
+
     def metrics(self) -> dict[str, dict[str, dict[str, Any]]]:
         """Every suite metric of every model, as the evaluation reported it."""
         return dict(self.report.metrics)

@@ -26,8 +26,13 @@ def _refusal(rule: Rule, findings: Iterable[Finding]) -> Refusal | None:
     if not found:
         return None
     layer, reason = found[0]
-    return Refusal(rule=rule.name, layer=layer, reason=reason, source=rule.source,
-                   layers=len({where for where, _ in found}))
+    return Refusal(
+        rule=rule.name,
+        layer=layer,
+        reason=reason,
+        source=rule.source,
+        layers=len({where for where, _ in found}),
+    )
 
 
 def kv_cache_served(layout: Layout) -> str:
@@ -35,8 +40,10 @@ def kv_cache_served(layout: Layout) -> str:
     kv = (layout.quantization or {}).get("kv_cache_scheme")
     if kv:
         return f"fp8 e4m3 ({kv.get('strategy')} scales from the checkpoint: kv_cache_scheme)"
-    return (f"{layout.dims.dtype} (no kv_cache_scheme: FP8 KV only if the deployment passes "
-            "--kv-cache-dtype fp8, then at scale 1.0)")
+    return (
+        f"{layout.dims.dtype} (no kv_cache_scheme: FP8 KV only if the deployment passes "
+        "--kv-cache-dtype fp8, then at scale 1.0)"
+    )
 
 
 def check_artifact(directory: Path, target: Target) -> ServingTable:
@@ -58,7 +65,9 @@ def check_artifact(directory: Path, target: Target) -> ServingTable:
     for version in versions:
         for tp in contract.tensor_parallel:
             deployment = Deployment(version, tp, platforms)
-            found = base + [r for rule in RULES if rule.per_deployment if (r := _refusal(rule, rule.fn(art, deployment)))]
+            found = base + [
+                r for rule in RULES if rule.per_deployment if (r := _refusal(rule, rule.fn(art, deployment)))
+            ]
             if found:
                 refused.append(RefusedDeployment(version=version, tp=tp, refusals=found))
     bad = {r.tp for r in refused}
@@ -79,10 +88,12 @@ def refusal_message(target: str, table: ServingTable) -> str:
     version, r = table.first_refusal(tps[0])  # type: ignore[misc]  # every TP is refused here
     more = f" and {r.layers - 1} more" if r.layers > 1 else ""
     others = f"; TP {', '.join(map(str, tps[1:]))} refused as well" if len(tps) > 1 else ""
-    return (f"{target}: no serving configuration in its contract can load this artifact "
-            f"({table.engine} >= {table.min_version} at TP {', '.join(map(str, tps))}): at TP {tps[0]} "
-            f"{table.engine} {version} refuses {r.layer}{more} by rule {r.rule}: {r.reason} "
-            f"[{r.source.split('; ')[0]}]{others}")
+    return (
+        f"{target}: no serving configuration in its contract can load this artifact "
+        f"({table.engine} >= {table.min_version} at TP {', '.join(map(str, tps))}): at TP {tps[0]} "
+        f"{table.engine} {version} refuses {r.layer}{more} by rule {r.rule}: {r.reason} "
+        f"[{r.source.split('; ')[0]}]{others}"
+    )
 
 
 def require_loadable(directory: Path, target: Target) -> ServingTable:

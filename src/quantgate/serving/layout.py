@@ -23,19 +23,39 @@ Parallel = Literal["column", "row", "replicated", "vocab", "experts", "unknown"]
 
 # parameter names a linear layer (or attention's KV cache) may carry in a compressed-tensors checkpoint
 PARAMS = (
-    "weight", "bias", "weight_scale", "weight_packed", "weight_shape", "weight_zero_point", "weight_g_idx",
-    "weight_global_scale", "input_global_scale", "input_scale", "input_zero_point",
+    "weight",
+    "bias",
+    "weight_scale",
+    "weight_packed",
+    "weight_shape",
+    "weight_zero_point",
+    "weight_g_idx",
+    "weight_global_scale",
+    "input_global_scale",
+    "input_scale",
+    "input_zero_point",
 )
 KV_PARAMS = ("k_scale", "v_scale", "q_scale", "k_zero_point", "v_zero_point", "q_zero_point")
 
 _ATTN = re.compile(r"^(?P<block>.*\.layers\.(?P<layer>\d+))\.self_attn\.(?P<proj>[qkvo])_proj$")
-_MLP = re.compile(r"^(?P<mlp>.*\.layers\.(?P<layer>\d+)\.mlp(?:\.shared_experts?)?)\.(?P<proj>gate|up|down)_proj$")
+_MLP = re.compile(
+    r"^(?P<mlp>.*\.layers\.(?P<layer>\d+)\.mlp(?:\.shared_experts?)?)\.(?P<proj>gate|up|down)_proj$"
+)
 _EXPERT = re.compile(
     r"^(?P<moe>.*\.layers\.(?P<layer>\d+)\.(?:mlp|block_sparse_moe))\.experts\.(?P<expert>\d+)\."
     r"(?P<proj>gate_proj|up_proj|down_proj|w1|w3|w2)$"
 )
-_ROUTER = re.compile(r"^.*\.layers\.(?P<layer>\d+)\.(?:mlp|block_sparse_moe)\.(?:gate|router|shared_expert_gate)$")
-_EXPERT_ROLE = {"gate_proj": "gate", "w1": "gate", "up_proj": "up", "w3": "up", "down_proj": "down", "w2": "down"}
+_ROUTER = re.compile(
+    r"^.*\.layers\.(?P<layer>\d+)\.(?:mlp|block_sparse_moe)\.(?:gate|router|shared_expert_gate)$"
+)
+_EXPERT_ROLE = {
+    "gate_proj": "gate",
+    "w1": "gate",
+    "up_proj": "up",
+    "w3": "up",
+    "down_proj": "down",
+    "w2": "down",
+}
 
 
 @dataclass(frozen=True)
@@ -50,6 +70,7 @@ class Tensor:
 
     @property
     def numel(self) -> int:
+        """Number of elements."""
         n = 1
         for d in self.shape:
             n *= d
@@ -131,7 +152,13 @@ def dims_of(config: dict[str, Any]) -> Dims:
     if shared is None and moe is not None and _int(text, "n_shared_experts"):
         shared = moe * _int(text, "n_shared_experts")  # type: ignore[operator]  # DeepSeek-style
     experts = _int(text, "num_local_experts", "num_experts", "n_routed_experts")
-    dtype = text.get("dtype") or text.get("torch_dtype") or config.get("dtype") or config.get("torch_dtype") or "bfloat16"
+    dtype = (
+        text.get("dtype")
+        or text.get("torch_dtype")
+        or config.get("dtype")
+        or config.get("torch_dtype")
+        or "bfloat16"
+    )
     return Dims(
         hidden=hidden,
         heads=heads,
@@ -177,7 +204,9 @@ def _is_linear(name: str, params: dict[str, Tensor]) -> bool:
     if name.endswith(("embed_tokens", "wte", "embeddings", "word_embeddings")):
         return False
     weight = params.get("weight")
-    return (weight is not None and len(weight.shape) == 2) or any(p != "weight" and p != "bias" for p in params)
+    return (weight is not None and len(weight.shape) == 2) or any(
+        p != "weight" and p != "bias" for p in params
+    )
 
 
 def read_layout(directory: Path) -> Layout:
@@ -187,7 +216,9 @@ def read_layout(directory: Path) -> Layout:
     try:
         config = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError) as exc:
-        raise InputError(path, f"the artifact's config.json cannot be read ({exc})", "rebuild the artifact") from None
+        raise InputError(
+            path, f"the artifact's config.json cannot be read ({exc})", "rebuild the artifact"
+        ) from None
     if not isinstance(config, dict):
         raise InputError(path, "the artifact's config.json is not a JSON object", "rebuild the artifact")
     quant = config.get("quantization_config")
@@ -216,7 +247,15 @@ def read_layout(directory: Path) -> Layout:
             layers[module] = layer
         else:
             others.update({f"{module}.{p}": t for p, t in params.items()})
-    return Layout(directory, config, quant if isinstance(quant, dict) else None, dims_of(config), layers, kv_scales, others)
+    return Layout(
+        directory,
+        config,
+        quant if isinstance(quant, dict) else None,
+        dims_of(config),
+        layers,
+        kv_scales,
+        others,
+    )
 
 
 def expected_nk(layer: Layer, dims: Dims) -> tuple[int | None, int | None]:
@@ -226,11 +265,18 @@ def expected_nk(layer: Layer, dims: Dims) -> tuple[int | None, int | None]:
     kv = d.kv_heads * d.head_dim if d.kv_heads and d.head_dim else None
     inter = d.intermediate
     table: dict[str, tuple[int | None, int | None]] = {
-        "q": (q, d.hidden), "k": (kv, d.hidden), "v": (kv, d.hidden), "o": (d.hidden, q),
-        "gate": (inter, d.hidden), "up": (inter, d.hidden), "down": (d.hidden, inter),
-        "shared-gate": (d.shared_intermediate, d.hidden), "shared-up": (d.shared_intermediate, d.hidden),
+        "q": (q, d.hidden),
+        "k": (kv, d.hidden),
+        "v": (kv, d.hidden),
+        "o": (d.hidden, q),
+        "gate": (inter, d.hidden),
+        "up": (inter, d.hidden),
+        "down": (d.hidden, inter),
+        "shared-gate": (d.shared_intermediate, d.hidden),
+        "shared-up": (d.shared_intermediate, d.hidden),
         "shared-down": (d.hidden, d.shared_intermediate),
-        "expert-gate": (d.moe_intermediate, d.hidden), "expert-up": (d.moe_intermediate, d.hidden),
+        "expert-gate": (d.moe_intermediate, d.hidden),
+        "expert-up": (d.moe_intermediate, d.hidden),
         "expert-down": (d.hidden, d.moe_intermediate),
     }
     return table.get(role, (None, None))

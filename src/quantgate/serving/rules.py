@@ -43,7 +43,9 @@ class Artifact:
     layout: Layout
     groups: list[Group] = field(default_factory=list)
     ignore: list[str] = field(default_factory=list)
-    schemes: dict[str, Group | None] = field(default_factory=dict)  # layer -> matched group (None: unquantized)
+    schemes: dict[str, Group | None] = field(
+        default_factory=dict
+    )  # layer -> matched group (None: unquantized)
     nk: dict[str, tuple[int, int] | None] = field(default_factory=dict)
 
     @classmethod
@@ -75,6 +77,8 @@ class Deployment:
 
 @dataclass(frozen=True)
 class Rule:
+    """A registered rule: its name, the engine source it reproduces, and whether it takes a deployment."""
+
     name: str
     source: str
     fn: Callable[..., Iterator[Finding]]
@@ -113,8 +117,13 @@ def quant_method(art: Artifact) -> Iterator[Finding]:
     if quant is None:
         yield "config.json", "no quantization_config: vLLM would load the quantized tensors as plain weights"
     elif quant.get("quant_method") != "compressed-tensors":
-        yield "config.json", (f"quant_method {quant.get('quant_method')!r}: quantgate reproduces vLLM's "
-                              "compressed-tensors loader only")
+        yield (
+            "config.json",
+            (
+                f"quant_method {quant.get('quant_method')!r}: quantgate reproduces vLLM's "
+                "compressed-tensors loader only"
+            ),
+        )
 
 
 @rule("sparsity", f"{V33} {CT}/compressed_tensors.py:CompressedTensorsConfig._parse_sparsity_config")
@@ -125,14 +134,21 @@ def sparsity(art: Artifact) -> Iterator[Finding]:
         yield "config.json", "sparsity_config has targets: vLLM 0.33.0 raises (sparsity support removed)"
 
 
-@rule("actorder", f"{V33} {CT}/compressed_tensors.py:CompressedTensorsConfig._quantization_scheme_map_from_config")
+@rule(
+    "actorder",
+    f"{V33} {CT}/compressed_tensors.py:CompressedTensorsConfig._quantization_scheme_map_from_config",
+)
 def actorder(art: Artifact) -> Iterator[Finding]:
     """``actorder: group|dynamic`` is refused (static is accepted)."""
     for group in art.groups:
         if isinstance(group.scheme, Unsupported) and group.scheme.rule == "actorder":
-            yield f"config.json ({group.name})", (
-                f"{group.scheme.reason} is no longer supported by vLLM 0.33.0 (older releases load it through "
-                "g_idx, which quantgate does not reproduce); quantize with actorder static or none")
+            yield (
+                f"config.json ({group.name})",
+                (
+                    f"{group.scheme.reason} is no longer supported by vLLM 0.33.0 (older releases load it through "
+                    "g_idx, which quantgate does not reproduce); quantize with actorder static or none"
+                ),
+            )
 
 
 @rule("scheme", f"{V33} {CT}/compressed_tensors.py:CompressedTensorsConfig._get_scheme_from_parts")
@@ -144,14 +160,20 @@ def scheme_accepted(art: Artifact) -> Iterator[Finding]:
             yield layer.name, f"config group {group.name}: {group.scheme.reason}"
 
 
-@rule("kv-cache-scheme", f"{V33} {CT}/compressed_tensors.py:CompressedTensorsKVCacheMethod.validate_kv_cache_scheme")
+@rule(
+    "kv-cache-scheme",
+    f"{V33} {CT}/compressed_tensors.py:CompressedTensorsKVCacheMethod.validate_kv_cache_scheme",
+)
 def kv_cache_scheme(art: Artifact) -> Iterator[Finding]:
     """A declared KV scheme must be 8-bit float, tensor or attn_head strategy, symmetric."""
     kv = (art.layout.quantization or {}).get("kv_cache_scheme")
     if not kv:
         return
     if kv.get("type") != "float" or kv.get("num_bits") != 8:
-        yield "config.json", f"kv_cache_scheme is {kv.get('num_bits')}-bit {kv.get('type')}: only 8-bit float loads"
+        yield (
+            "config.json",
+            f"kv_cache_scheme is {kv.get('num_bits')}-bit {kv.get('type')}: only 8-bit float loads",
+        )
     elif kv.get("strategy") not in ("tensor", "attn_head"):
         yield "config.json", f"kv_cache_scheme strategy {kv.get('strategy')!r}: only tensor or attn_head load"
     elif not kv.get("symmetric"):
@@ -167,15 +189,23 @@ def kv_scales(art: Artifact) -> Iterator[Finding]:
     dims = art.layout.dims
     per_head = kv.get("strategy") == "attn_head"
     numel = dims.kv_heads if per_head else 1
-    attention = {layer.block: layer.name.rsplit(".", 1)[0] for layer in _layers(art)
-                 if layer.role in ("q", "k", "v", "o") and layer.block is not None}
+    attention = {
+        layer.block: layer.name.rsplit(".", 1)[0]
+        for layer in _layers(art)
+        if layer.role in ("q", "k", "v", "o") and layer.block is not None
+    }
     for block, where in sorted(attention.items()):
         scales = art.layout.kv_scales.get(block, {})
         for param in ("k_scale", "v_scale"):
             t = scales.get(param)
             if t is None:
-                yield where, (f"no {param}: the checkpoint declares an FP8 KV cache, and vLLM would serve it "
-                              "with scale 1.0, not the calibrated scale the gate evaluated")
+                yield (
+                    where,
+                    (
+                        f"no {param}: the checkpoint declares an FP8 KV cache, and vLLM would serve it "
+                        "with scale 1.0, not the calibrated scale the gate evaluated"
+                    ),
+                )
             elif numel is not None and t.numel != numel:
                 yield where, f"{param} has {t.numel} values, the {kv.get('strategy')} KV scheme needs {numel}"
 
@@ -189,12 +219,20 @@ def fused_shards_ignore(art: Artifact) -> Iterator[Finding]:
         quantized = {s.name: art.schemes.get(s.name) is not None for s in shards}
         if any(quantized.values()) and not all(quantized.values()):
             left = sorted((n for n, q in quantized.items() if not q), key=natural)
-            yield fused, (f"{len(left)} of {len(shards)} shards are unquantized (e.g. {left[0]}): vLLM requires "
-                          "one scheme for all shards of a fused layer")
+            yield (
+                fused,
+                (
+                    f"{len(left)} of {len(shards)} shards are unquantized (e.g. {left[0]}): vLLM requires "
+                    "one scheme for all shards of a fused layer"
+                ),
+            )
 
 
-@rule("fused-shards-scheme", f"{V33} {CT}/compressed_tensors_moe/compressed_tensors_moe.py:get_moe_method; "
-                             f"{CT}/utils.py:find_matched_target")
+@rule(
+    "fused-shards-scheme",
+    f"{V33} {CT}/compressed_tensors_moe/compressed_tensors_moe.py:get_moe_method; "
+    f"{CT}/utils.py:find_matched_target",
+)
 def fused_shards_scheme(art: Artifact) -> Iterator[Finding]:
     """All quantized shards of a fused layer have one scheme: vLLM builds the fused layer from one shard's."""
     for fused, shards in sorted(art.layout.by_fused().items(), key=lambda kv: natural(kv[0])):
@@ -214,7 +252,9 @@ def _args_key(scheme: Scheme) -> str:
     return f"{scheme.weights.model_dump_json()}|{inputs}|{scheme.format}"
 
 
-@rule("layers-complete", f"{V33} model_executor/model_loader/default_loader.py:DefaultModelLoader.load_weights")
+@rule(
+    "layers-complete", f"{V33} model_executor/model_loader/default_loader.py:DefaultModelLoader.load_weights"
+)
 def layers_complete(art: Artifact) -> Iterator[Finding]:
     """Every decoder layer has q/k/v/o and a whole MLP (every expert); lm_head unless tied."""
     dims = art.layout.dims
@@ -233,12 +273,19 @@ def layers_complete(art: Artifact) -> Iterator[Finding]:
         if experts and dims.experts:
             for index in range(dims.experts):
                 have = {layer.role for layer in experts if layer.expert == index}
-                missing += [f"expert {index} {r}" for r in ("gate", "up", "down") if f"expert-{r}" not in have]
+                missing += [
+                    f"expert {index} {r}" for r in ("gate", "up", "down") if f"expert-{r}" not in have
+                ]
         elif not experts:
             missing += [r for r in ("gate", "up", "down") if r not in roles]
         if missing:
-            yield f"{prefix}.{block}", (f"missing {', '.join(missing[:4])}{' ...' if len(missing) > 4 else ''}: "
-                                        "vLLM would serve uninitialized memory for them")
+            yield (
+                f"{prefix}.{block}",
+                (
+                    f"missing {', '.join(missing[:4])}{' ...' if len(missing) > 4 else ''}: "
+                    "vLLM would serve uninitialized memory for them"
+                ),
+            )
     if not dims.tied and not any(layer.role == "lm_head" for layer in art.layout.layers.values()):
         yield "lm_head", "no lm_head weight and tie_word_embeddings is false"
 
@@ -271,8 +318,11 @@ def tensors_present(art: Artifact) -> Iterator[Finding]:
             yield layer.name, f"{_kind(art, layer)} layer without {', '.join(missing)}"
 
 
-@rule("tensors-unexpected", f"{V33} model_executor/models/utils.py:AutoWeightsLoader._load_module "
-      "('There is no module or parameter named')")
+@rule(
+    "tensors-unexpected",
+    f"{V33} model_executor/models/utils.py:AutoWeightsLoader._load_module "
+    "('There is no module or parameter named')",
+)
 def tensors_unexpected(art: Artifact) -> Iterator[Finding]:
     """A tensor the layer's scheme has no parameter for cannot be loaded (bias is optional)."""
     for layer in _layers(art):
@@ -281,7 +331,10 @@ def tensors_unexpected(art: Artifact) -> Iterator[Finding]:
             continue
         extra = sorted(set(layer.tensors) - set(expected) - {"bias"})
         if extra:
-            yield layer.name, f"{_kind(art, layer)} layer carries {', '.join(extra)}, which it has no parameter for"
+            yield (
+                layer.name,
+                f"{_kind(art, layer)} layer carries {', '.join(extra)}, which it has no parameter for",
+            )
 
 
 @rule("tensor-dtype", f"{V33} {CT}/schemes/*.py:create_weights (parameter dtypes)")
@@ -291,7 +344,10 @@ def tensor_dtype(art: Artifact) -> Iterator[Finding]:
         for param, want in (_expected(art, layer) or {}).items():
             t = layer.tensors.get(param)
             if t is not None and t.dtype not in want.dtypes:
-                yield layer.name, f"{param} is {t.dtype}, the {_kind(art, layer)} scheme loads {'/'.join(want.dtypes)}"
+                yield (
+                    layer.name,
+                    f"{param} is {t.dtype}, the {_kind(art, layer)} scheme loads {'/'.join(want.dtypes)}",
+                )
 
 
 @rule("tensor-shape", f"{V33} model_executor/parameter.py:BasevLLMParameter weight loaders (shape asserts)")
@@ -313,17 +369,25 @@ def tensor_shape(art: Artifact) -> Iterator[Finding]:
                 yield layer.name, f"{param} has {t.numel} values, the scheme needs {want.numel}"
 
 
-@rule("nvfp4-global-scales", f"{V33} {CT}/schemes/compressed_tensors_w4a4_nvfp4.py:process_weights_after_loading; "
-                             f"{CT}/compressed_tensors_moe/compressed_tensors_moe_w4a4_nvfp4.py:process_weights_after_loading")
+@rule(
+    "nvfp4-global-scales",
+    f"{V33} {CT}/schemes/compressed_tensors_w4a4_nvfp4.py:process_weights_after_loading; "
+    f"{CT}/compressed_tensors_moe/compressed_tensors_moe_w4a4_nvfp4.py:process_weights_after_loading",
+)
 def nvfp4_global_scales(art: Artifact) -> Iterator[Finding]:
     """Fused NVFP4 shards share their global scales: vLLM serves one (the max; w1's for experts)."""
     for fused, shards in sorted(art.layout.by_fused().items(), key=lambda kv: natural(kv[0])):
         nvfp4 = [s for s in shards if (sch := art.scheme(s.name)) is not None and sch.kind == "nvfp4"]
         if len(nvfp4) < 2:
             continue
-        units = [nvfp4] if nvfp4[0].expert is None else [
-            [s for s in nvfp4 if s.expert == e and s.role in ("expert-gate", "expert-up")]
-            for e in sorted({s.expert for s in nvfp4 if s.expert is not None})]
+        units = (
+            [nvfp4]
+            if nvfp4[0].expert is None
+            else [
+                [s for s in nvfp4 if s.expert == e and s.role in ("expert-gate", "expert-up")]
+                for e in sorted({s.expert for s in nvfp4 if s.expert is not None})
+            ]
+        )
         for unit in units:
             for param in ("weight_global_scale", "input_global_scale"):
                 tensors = [s.tensors[param] for s in unit if param in s.tensors]
@@ -332,8 +396,13 @@ def nvfp4_global_scales(art: Artifact) -> Iterator[Finding]:
                 values = {t.scalars()[0] for t in tensors}
                 if len(values) > 1:
                     where = fused if unit[0].expert is None else f"{fused}.{unit[0].expert}"
-                    yield where, (f"shards' {param} differ ({', '.join(f'{v:.6g}' for v in sorted(values))}): vLLM "
-                                  "loads them with one shared scale, not the per-shard scales the gate evaluated")
+                    yield (
+                        where,
+                        (
+                            f"shards' {param} differ ({', '.join(f'{v:.6g}' for v in sorted(values))}): vLLM "
+                            "loads them with one shared scale, not the per-shard scales the gate evaluated"
+                        ),
+                    )
 
 
 def _kind(art: Artifact, layer: Layer) -> str:
@@ -349,8 +418,11 @@ def _attention_site(art: Artifact) -> str:
     return first.name.rsplit(".", 1)[0] if first else "config.json"
 
 
-@rule("attention-heads", "vllm 0.23.0-0.33.0 config/model.py:ModelConfig.verify_with_parallel_config",
-      per_deployment=True)
+@rule(
+    "attention-heads",
+    "vllm 0.23.0-0.33.0 config/model.py:ModelConfig.verify_with_parallel_config",
+    per_deployment=True,
+)
 def attention_heads(art: Artifact, d: Deployment) -> Iterator[Finding]:
     """The attention heads split evenly over the TP ranks."""
     heads = art.layout.dims.heads
@@ -358,8 +430,12 @@ def attention_heads(art: Artifact, d: Deployment) -> Iterator[Finding]:
         yield _attention_site(art), f"{heads} attention heads are not divisible by TP {d.tp}"
 
 
-@rule("kv-heads", "vllm 0.23.0-0.33.0 model_executor/models/llama.py:LlamaAttention.__init__; "
-      "model_executor/layers/linear.py:QKVParallelLinear", per_deployment=True)
+@rule(
+    "kv-heads",
+    "vllm 0.23.0-0.33.0 model_executor/models/llama.py:LlamaAttention.__init__; "
+    "model_executor/layers/linear.py:QKVParallelLinear",
+    per_deployment=True,
+)
 def kv_heads(art: Artifact, d: Deployment) -> Iterator[Finding]:
     """KV heads split over the ranks, or (fewer heads than ranks) each is replicated on TP/kv ranks."""
     kv = art.layout.dims.kv_heads
@@ -371,8 +447,11 @@ def kv_heads(art: Artifact, d: Deployment) -> Iterator[Finding]:
         yield _attention_site(art), f"TP {d.tp} is not a multiple of the {kv} KV heads it would replicate"
 
 
-@rule("row-parallel-split", f"{V33} model_executor/layers/linear.py:RowParallelLinear.__init__ (divide)",
-      per_deployment=True)
+@rule(
+    "row-parallel-split",
+    f"{V33} model_executor/layers/linear.py:RowParallelLinear.__init__ (divide)",
+    per_deployment=True,
+)
 def row_parallel_split(art: Artifact, d: Deployment) -> Iterator[Finding]:
     """A row-parallel layer's (o_proj, down_proj) input features split evenly over the ranks."""
     for layer in _layers(art):
@@ -381,8 +460,11 @@ def row_parallel_split(art: Artifact, d: Deployment) -> Iterator[Finding]:
             yield layer.name, f"input features {nk[1]} are not divisible by TP {d.tp}"
 
 
-@rule("column-parallel-split", f"{V33} model_executor/layers/linear.py:MergedColumnParallelLinear.__init__ (divide)",
-      per_deployment=True)
+@rule(
+    "column-parallel-split",
+    f"{V33} model_executor/layers/linear.py:MergedColumnParallelLinear.__init__ (divide)",
+    per_deployment=True,
+)
 def column_parallel_split(art: Artifact, d: Deployment) -> Iterator[Finding]:
     """A merged column-parallel layer's shards (gate/up) split their output features evenly (q/k/v: the head rules)."""
     for layer in _layers(art):
@@ -391,8 +473,11 @@ def column_parallel_split(art: Artifact, d: Deployment) -> Iterator[Finding]:
             yield layer.name, f"output features {nk[0]} are not divisible by TP {d.tp}"
 
 
-@rule("moe-intermediate-split", f"{V33} model_executor/layers/fused_moe/config.py:FusedMoEConfig "
-      "(intermediate_size // tp_size)", per_deployment=True)
+@rule(
+    "moe-intermediate-split",
+    f"{V33} model_executor/layers/fused_moe/config.py:FusedMoEConfig (intermediate_size // tp_size)",
+    per_deployment=True,
+)
 def moe_intermediate_split(art: Artifact, d: Deployment) -> Iterator[Finding]:
     """Each expert's intermediate size splits evenly over the ranks (tensor parallelism, no expert parallelism)."""
     for layer in _layers(art):
@@ -405,9 +490,13 @@ def _partition_k(layer: Layer, k: int, tp: int) -> int:
     return k // tp if layer.parallel == "row" else k
 
 
-@rule("group-divides-partition", "vllm 0.23.0-0.33.0 distributed/utils.py:verify_group_size_divides_partition "
-      f"(from {CT}/schemes/compressed_tensors_wNa16.py:create_weights); schemes/compressed_tensors_w4a4_nvfp4.py:"
-      "create_weights; compressed_tensors_moe/compressed_tensors_moe_wna16.py:create_weights", per_deployment=True)
+@rule(
+    "group-divides-partition",
+    "vllm 0.23.0-0.33.0 distributed/utils.py:verify_group_size_divides_partition "
+    f"(from {CT}/schemes/compressed_tensors_wNa16.py:create_weights); schemes/compressed_tensors_w4a4_nvfp4.py:"
+    "create_weights; compressed_tensors_moe/compressed_tensors_moe_wna16.py:create_weights",
+    per_deployment=True,
+)
 def group_divides_partition(art: Artifact, d: Deployment) -> Iterator[Finding]:
     """A quantization group never straddles a TP shard: group size divides K per shard (experts: hidden, and
     the intermediate size per shard)."""
@@ -422,17 +511,28 @@ def group_divides_partition(art: Artifact, d: Deployment) -> Iterator[Finding]:
             if layer.role == "expert-down":  # [hidden, intermediate]: one check per expert
                 hidden, inter = nk[0], nk[1] // d.tp
                 if hidden % group or inter % group:
-                    yield layer.fused or layer.name, (
-                        f"group size {group} must divide hidden size {hidden} and the expert intermediate size per "
-                        f"shard {inter} at TP {d.tp}")
+                    yield (
+                        layer.fused or layer.name,
+                        (
+                            f"group size {group} must divide hidden size {hidden} and the expert intermediate size per "
+                            f"shard {inter} at TP {d.tp}"
+                        ),
+                    )
             continue
         k = _partition_k(layer, nk[1], d.tp)
         if k % group:
-            yield layer.name, f"input features per shard {k} (K {nk[1]} at TP {d.tp}) are not a multiple of group size {group}"
+            yield (
+                layer.name,
+                f"input features per shard {k} (K {nk[1]} at TP {d.tp}) are not a multiple of group size {group}",
+            )
 
 
-@rule("wna16-kernel", "vllm 0.23.0-0.33.0 model_executor/kernels/linear/__init__.py:choose_mp_linear_kernel "
-      "(Machete, Marlin, Exllama, Triton W4A16 can_implement; Marlin tile padding from 0.24.0)", per_deployment=True)
+@rule(
+    "wna16-kernel",
+    "vllm 0.23.0-0.33.0 model_executor/kernels/linear/__init__.py:choose_mp_linear_kernel "
+    "(Machete, Marlin, Exllama, Triton W4A16 can_implement; Marlin tile padding from 0.24.0)",
+    per_deployment=True,
+)
 def wna16_kernel(art: Artifact, d: Deployment) -> Iterator[Finding]:
     """Some W4A16 kernel of every platform the target runs on implements each layer's TP shard.
 
@@ -460,12 +560,22 @@ def wna16_kernel(art: Artifact, d: Deployment) -> Iterator[Finding]:
         k = _partition_k(head, k_full, d.tp)
         if scheme.group_size != -1 and k % scheme.group_size:
             continue  # the group-divides-partition rule names the cause; every kernel refuses it too
-        shard = Shard(k_full=k_full, k=k, n=n, bits=scheme.weights.num_bits, group=scheme.group_size,
-                      zero_points=not scheme.weights.symmetric, act_dtype=art.layout.dims.dtype)
+        shard = Shard(
+            k_full=k_full,
+            k=k,
+            n=n,
+            bits=scheme.weights.num_bits,
+            group=scheme.group_size,
+            zero_points=not scheme.weights.symmetric,
+            act_dtype=art.layout.dims.dtype,
+        )
         for platform in d.platforms:
             kernel, reasons = choose(shard, platform, d.version)
             if kernel is None:
-                yield fused, f"no W4A16 kernel on {platform.name} takes its shard [N {n}, K {k}]: {'; '.join(reasons)}"
+                yield (
+                    fused,
+                    f"no W4A16 kernel on {platform.name} takes its shard [N {n}, K {k}]: {'; '.join(reasons)}",
+                )
 
 
 def platforms_for(hardware: str, native_on: list[str]) -> tuple[Platform, ...]:

@@ -61,7 +61,7 @@ class Group:
 
 
 def _args(value: Any):
-    from compressed_tensors.quantization import QuantizationArgs  # type: ignore[import-untyped]
+    from compressed_tensors.quantization import QuantizationArgs
 
     return QuantizationArgs.model_validate(value) if value else None
 
@@ -76,53 +76,83 @@ def _type(args) -> str:
 
 def _is_nvfp4(args) -> bool:
     """compressed_tensors.py ``_is_nvfp4_format``: tensor_group, float, 4 bits, group 16, symmetric."""
-    return (args is not None and _strategy(args) == "tensor_group" and _type(args) == "float"
-            and args.num_bits == 4 and args.group_size == 16 and bool(args.symmetric))
+    return (
+        args is not None
+        and _strategy(args) == "tensor_group"
+        and _type(args) == "float"
+        and args.num_bits == 4
+        and args.group_size == 16
+        and bool(args.symmetric)
+    )
 
 
 def _is_fp8_w8a8(w, a) -> bool:
     """compressed_tensors.py ``_is_fp8_w8a8``."""
     if w is None or a is None:
         return False
-    if not (_type(w) == "float" and _type(a) == "float" and w.symmetric and not w.dynamic
-            and _strategy(w) in ("tensor", "channel", "block")):
+    if not (
+        _type(w) == "float"
+        and _type(a) == "float"
+        and w.symmetric
+        and not w.dynamic
+        and _strategy(w) in ("tensor", "channel", "block")
+    ):
         return False
     return bool(a.dynamic) or (bool(a.symmetric) and _strategy(a) == "tensor")
 
 
 def _is_fp8_w8a16(w) -> bool:
     """compressed_tensors.py ``_is_fp8_w8a16``."""
-    return (w is not None and _type(w) == "float" and bool(w.symmetric) and not w.dynamic
-            and _strategy(w) in ("tensor", "channel", "block"))
+    return (
+        w is not None
+        and _type(w) == "float"
+        and bool(w.symmetric)
+        and not w.dynamic
+        and _strategy(w) in ("tensor", "channel", "block")
+    )
 
 
 def classify(group: str, weights, inputs, fmt: str | None) -> Scheme | Unsupported:
     """``_get_scheme_from_parts`` for the schemes modeled here; anything else is Unsupported."""
     if fmt is None:
-        return Unsupported(group, "the quantization_config names no 'format' (vLLM reads it to pick the scheme)")
+        return Unsupported(
+            group, "the quantization_config names no 'format' (vLLM reads it to pick the scheme)"
+        )
     if _is_nvfp4(weights):
         if inputs is not None and not _is_nvfp4(inputs):
             return Unsupported(group, "NVFP4 weights need NVFP4 input activations, or none for NVFP4A16")
         return Scheme("nvfp4", group, weights, inputs, fmt)
-    is_wna16 = (_strategy(weights) in ("channel", "group") and inputs is None and not weights.dynamic)
+    is_wna16 = _strategy(weights) in ("channel", "group") and inputs is None and not weights.dynamic
     if is_wna16 and fmt == "pack-quantized":
         if weights.num_bits not in WNA16_BITS:
-            return Unsupported(group, f"{weights.num_bits}-bit weights: WNA16 supports {list(WNA16_BITS)} bits")
+            return Unsupported(
+                group, f"{weights.num_bits}-bit weights: WNA16 supports {list(WNA16_BITS)} bits"
+            )
         if (weights.group_size or -1) == -1 and _strategy(weights) != "channel":
-            return Unsupported(group, "pack-quantized needs group or channel quantization (no group size, "
-                                      "strategy not channel)")
+            return Unsupported(
+                group,
+                "pack-quantized needs group or channel quantization (no group size, strategy not channel)",
+            )
         return Scheme("wna16", group, weights, inputs, fmt)
     if fmt in ACT_FORMATS:
         if _strategy(weights) == "block":
-            return Unsupported(group, "FP8 block-wise weights: quantgate does not reproduce vLLM's block-FP8 rules")
+            return Unsupported(
+                group, "FP8 block-wise weights: quantgate does not reproduce vLLM's block-FP8 rules"
+            )
         if _is_fp8_w8a8(weights, inputs) or _is_fp8_w8a16(weights):
             return Scheme("fp8", group, weights, inputs, fmt)
     if is_wna16:
-        return Unsupported(group, f"weight-only {_type(weights)} weights in format '{fmt}': vLLM's WNA16 scheme "
-                                  "needs format pack-quantized, and no other scheme takes them")
-    return Unsupported(group, f"no scheme quantgate reproduces matches weights {_type(weights)} "
-                              f"{weights.num_bits}-bit {_strategy(weights)}, inputs "
-                              f"{'none' if inputs is None else _type(inputs) + ' ' + _strategy(inputs)}, format '{fmt}'")
+        return Unsupported(
+            group,
+            f"weight-only {_type(weights)} weights in format '{fmt}': vLLM's WNA16 scheme "
+            "needs format pack-quantized, and no other scheme takes them",
+        )
+    return Unsupported(
+        group,
+        f"no scheme quantgate reproduces matches weights {_type(weights)} "
+        f"{weights.num_bits}-bit {_strategy(weights)}, inputs "
+        f"{'none' if inputs is None else _type(inputs) + ' ' + _strategy(inputs)}, format '{fmt}'",
+    )
 
 
 def groups_of(quant: dict[str, Any]) -> list[Group]:
@@ -142,10 +172,15 @@ def groups_of(quant: dict[str, Any]) -> list[Group]:
             weights, inputs = _args(group.get("weights")), _args(group.get("input_activations"))
         except ValueError as exc:  # pydantic's ValidationError: vLLM's model_validate raises the same
             problem = exc.errors()[0]["msg"] if hasattr(exc, "errors") else str(exc)
-            out.append(Group(name, targets, Unsupported(name, f"compressed-tensors refuses its args ({problem})")))
+            out.append(
+                Group(name, targets, Unsupported(name, f"compressed-tensors refuses its args ({problem})"))
+            )
             continue
-        scheme = classify(name, weights, inputs, group_fmt) if weights is not None else Unsupported(
-            name, "the config group has no weights args")
+        scheme = (
+            classify(name, weights, inputs, group_fmt)
+            if weights is not None
+            else Unsupported(name, "the config group has no weights args")
+        )
         out.append(Group(name, targets, scheme))
     return out
 
@@ -167,7 +202,8 @@ def ignored(layer: Layer, ignore: list[str]) -> bool:
 def class_name(layer: Layer) -> str:
     """The vLLM module class a layer becomes; targets like ``Linear`` match it by containment."""
     return {"lm_head": "ParallelLMHead", "router": "ReplicatedLinear"}.get(
-        layer.role, "RoutedExperts" if layer.parallel == "experts" else "LinearBase")
+        layer.role, "RoutedExperts" if layer.parallel == "experts" else "LinearBase"
+    )
 
 
 def scheme_of(layer: Layer, groups: list[Group], ignore: list[str]) -> Group | None:
@@ -204,30 +240,38 @@ def expected_params(scheme: Scheme | None, n: int, k: int) -> dict[str, Param]:
     w, a = scheme.weights, scheme.inputs
     if scheme.kind == "fp8":  # schemes/compressed_tensors_w8a8_fp8.py create_weights
         strategy = _strategy(w)
-        params = {"weight": Param(("F8_E4M3",), (n, k)),
-                  "weight_scale": Param(FLOATS, (n, 1)) if strategy == "channel" else Param(FLOATS, None, 1)}
+        params = {
+            "weight": Param(("F8_E4M3",), (n, k)),
+            "weight_scale": Param(FLOATS, (n, 1)) if strategy == "channel" else Param(FLOATS, None, 1),
+        }
         if a is not None and not a.dynamic:
             params["input_scale"] = Param(FLOATS, None, 1)
         return params
     if scheme.kind == "nvfp4":  # schemes/compressed_tensors_w4a4_nvfp4.py create_weights
-        params = {"weight_packed": Param(("U8",), (n, k // 2)),
-                  "weight_scale": Param(("F8_E4M3",), (n, k // 16)),
-                  "weight_global_scale": Param(("F32",), None, 1)}
+        params = {
+            "weight_packed": Param(("U8",), (n, k // 2)),
+            "weight_scale": Param(("F8_E4M3",), (n, k // 16)),
+            "weight_global_scale": Param(("F32",), None, 1),
+        }
         if a is not None:
             params["input_global_scale"] = Param(("F32",), None, 1)
         return params
     # schemes/compressed_tensors_wNa16.py create_weights
     bits, group = w.num_bits, scheme.group_size
     groups = 1 if group == -1 else k // group
-    params = {"weight_packed": Param(("I32",), (n, math.ceil(k * bits / 32))),
-              "weight_scale": Param(FLOATS, (n, groups)),
-              "weight_shape": Param(("I64",), (2,))}
+    params = {
+        "weight_packed": Param(("I32",), (n, math.ceil(k * bits / 32))),
+        "weight_scale": Param(FLOATS, (n, groups)),
+        "weight_shape": Param(("I64",), (2,)),
+    }
     if not w.symmetric:
         params["weight_zero_point"] = Param(("I32",), (math.ceil(n * bits / 32), groups))
     return params
 
 
-def logical_nk(layer: Layer, scheme: Scheme | None, want: tuple[int | None, int | None]) -> tuple[int, int] | None:
+def logical_nk(
+    layer: Layer, scheme: Scheme | None, want: tuple[int | None, int | None]
+) -> tuple[int, int] | None:
     """[N, K] of a layer from its primary tensor (the config's sizes where the packing hides K)."""
     t = layer.tensors
     if scheme is None or scheme.kind == "fp8":
@@ -239,5 +283,9 @@ def logical_nk(layer: Layer, scheme: Scheme | None, want: tuple[int | None, int 
     if scheme.kind == "nvfp4":
         return w.shape[0], w.shape[1] * 2
     bits = scheme.weights.num_bits
-    k = want[1] if want[1] is not None and math.ceil(want[1] * bits / 32) == w.shape[1] else w.shape[1] * 32 // bits
+    k = (
+        want[1]
+        if want[1] is not None and math.ceil(want[1] * bits / 32) == w.shape[1]
+        else w.shape[1] * 32 // bits
+    )
     return w.shape[0], k

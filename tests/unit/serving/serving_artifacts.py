@@ -17,27 +17,60 @@ from quantgate.config.targets import Catalog, Serving, Target
 SCHEMES: dict[str, dict[str, Any]] = {
     "fp8": {
         "format": "float-quantized",
-        "weights": {"num_bits": 8, "type": "float", "strategy": "channel", "symmetric": True, "dynamic": False},
-        "input_activations": {"num_bits": 8, "type": "float", "strategy": "token", "symmetric": True, "dynamic": True},
+        "weights": {
+            "num_bits": 8,
+            "type": "float",
+            "strategy": "channel",
+            "symmetric": True,
+            "dynamic": False,
+        },
+        "input_activations": {
+            "num_bits": 8,
+            "type": "float",
+            "strategy": "token",
+            "symmetric": True,
+            "dynamic": True,
+        },
     },
     "nvfp4": {
         "format": "nvfp4-pack-quantized",
-        "weights": {"num_bits": 4, "type": "float", "strategy": "tensor_group", "group_size": 16, "symmetric": True,
-                    "dynamic": False},
-        "input_activations": {"num_bits": 4, "type": "float", "strategy": "tensor_group", "group_size": 16,
-                              "symmetric": True, "dynamic": "local"},
+        "weights": {
+            "num_bits": 4,
+            "type": "float",
+            "strategy": "tensor_group",
+            "group_size": 16,
+            "symmetric": True,
+            "dynamic": False,
+        },
+        "input_activations": {
+            "num_bits": 4,
+            "type": "float",
+            "strategy": "tensor_group",
+            "group_size": 16,
+            "symmetric": True,
+            "dynamic": "local",
+        },
     },
     "w4a16": {
         "format": "pack-quantized",
-        "weights": {"num_bits": 4, "type": "int", "strategy": "group", "group_size": 64, "symmetric": True,
-                    "dynamic": False, "actorder": "static"},
+        "weights": {
+            "num_bits": 4,
+            "type": "int",
+            "strategy": "group",
+            "group_size": 64,
+            "symmetric": True,
+            "dynamic": False,
+            "actorder": "static",
+        },
         "input_activations": None,
     },
 }
 TARGET_OF = {"fp8": "hopper-fp8", "nvfp4": "blackwell-nvfp4", "w4a16": "draft-int4"}
 
 
-def group_config(kind: str, *, group: int | None = None, bits: int | None = None, targets=("Linear",)) -> dict:
+def group_config(
+    kind: str, *, group: int | None = None, bits: int | None = None, targets=("Linear",)
+) -> dict:
     """One config group of ``kind`` (W4A16 with its group size and bits adjustable)."""
     g = json.loads(json.dumps(SCHEMES[kind]))
     if kind == "w4a16":
@@ -46,23 +79,52 @@ def group_config(kind: str, *, group: int | None = None, bits: int | None = None
     return {"targets": list(targets), **g}
 
 
-def quant_config(kind: str, *, group: int | None = None, bits: int | None = None,
-                 ignore=("lm_head",), kv: dict | None = None) -> dict:
+def quant_config(
+    kind: str,
+    *,
+    group: int | None = None,
+    bits: int | None = None,
+    ignore=("lm_head",),
+    kv: dict | None = None,
+) -> dict:
     """A quantization_config as llm-compressor writes it, one config group."""
     g = group_config(kind, group=group, bits=bits)
-    return {"quant_method": "compressed-tensors", "format": g["format"], "config_groups": {"group_0": g},
-            "ignore": list(ignore), "kv_cache_scheme": kv, "quantization_status": "compressed"}
+    return {
+        "quant_method": "compressed-tensors",
+        "format": g["format"],
+        "config_groups": {"group_0": g},
+        "ignore": list(ignore),
+        "kv_cache_scheme": kv,
+        "quantization_status": "compressed",
+    }
 
 
-def model_config(*, hidden=128, heads=4, kv_heads=2, inter=256, layers=2, vocab=128, head_dim=None,
-                 experts=None, moe_inter=None, quant=None) -> dict:
+def model_config(
+    *,
+    hidden=128,
+    heads=4,
+    kv_heads=2,
+    inter=256,
+    layers=2,
+    vocab=128,
+    head_dim=None,
+    experts=None,
+    moe_inter=None,
+    quant=None,
+) -> dict:
     """A Llama-shaped config.json (Qwen-MoE-shaped with ``experts``)."""
     cfg: dict[str, Any] = {
         "architectures": ["Qwen2MoeForCausalLM" if experts else "LlamaForCausalLM"],
         "model_type": "qwen2_moe" if experts else "llama",
-        "hidden_size": hidden, "num_attention_heads": heads, "num_key_value_heads": kv_heads,
-        "head_dim": head_dim or hidden // heads, "intermediate_size": inter, "num_hidden_layers": layers,
-        "vocab_size": vocab, "tie_word_embeddings": True, "dtype": "bfloat16",
+        "hidden_size": hidden,
+        "num_attention_heads": heads,
+        "num_key_value_heads": kv_heads,
+        "head_dim": head_dim or hidden // heads,
+        "intermediate_size": inter,
+        "num_hidden_layers": layers,
+        "vocab_size": vocab,
+        "tie_word_embeddings": True,
+        "dtype": "bfloat16",
     }
     if experts:
         cfg.update(num_experts=experts, moe_intermediate_size=moe_inter, num_experts_per_tok=2)
@@ -71,30 +133,44 @@ def model_config(*, hidden=128, heads=4, kv_heads=2, inter=256, layers=2, vocab=
     return cfg
 
 
-def linear(name: str, kind: str | None, n: int, k: int, *, group: int = 64, bits: int = 4,
-           global_scale: float = 1.0) -> dict[str, torch.Tensor]:
+def linear(
+    name: str, kind: str | None, n: int, k: int, *, group: int = 64, bits: int = 4, global_scale: float = 1.0
+) -> dict[str, torch.Tensor]:
     """The tensors one layer of shape [n, k] carries under ``kind`` (None: unquantized bf16)."""
     if kind is None:
         return {f"{name}.weight": torch.zeros(n, k, dtype=torch.bfloat16)}
     if kind == "fp8":
-        return {f"{name}.weight": torch.zeros(n, k, dtype=torch.float8_e4m3fn),
-                f"{name}.weight_scale": torch.ones(n, 1, dtype=torch.bfloat16)}
+        return {
+            f"{name}.weight": torch.zeros(n, k, dtype=torch.float8_e4m3fn),
+            f"{name}.weight_scale": torch.ones(n, 1, dtype=torch.bfloat16),
+        }
     if kind == "nvfp4":
-        return {f"{name}.weight_packed": torch.zeros(n, k // 2, dtype=torch.uint8),
-                f"{name}.weight_scale": torch.zeros(n, k // 16, dtype=torch.float8_e4m3fn),
-                f"{name}.weight_global_scale": torch.full((1,), global_scale, dtype=torch.float32),
-                f"{name}.input_global_scale": torch.full((1,), global_scale, dtype=torch.float32)}
+        return {
+            f"{name}.weight_packed": torch.zeros(n, k // 2, dtype=torch.uint8),
+            f"{name}.weight_scale": torch.zeros(n, k // 16, dtype=torch.float8_e4m3fn),
+            f"{name}.weight_global_scale": torch.full((1,), global_scale, dtype=torch.float32),
+            f"{name}.input_global_scale": torch.full((1,), global_scale, dtype=torch.float32),
+        }
     groups = 1 if group == -1 else k // group
-    return {f"{name}.weight_packed": torch.zeros(n, math.ceil(k * bits / 32), dtype=torch.int32),
-            f"{name}.weight_scale": torch.ones(n, groups, dtype=torch.bfloat16),
-            f"{name}.weight_shape": torch.tensor([n, k], dtype=torch.int64)}
+    return {
+        f"{name}.weight_packed": torch.zeros(n, math.ceil(k * bits / 32), dtype=torch.int32),
+        f"{name}.weight_scale": torch.ones(n, groups, dtype=torch.bfloat16),
+        f"{name}.weight_shape": torch.tensor([n, k], dtype=torch.int64),
+    }
 
 
 def model_tensors(cfg: dict, kind: str | None, *, group: int = 64, bits: int = 4) -> dict[str, torch.Tensor]:
     """Every tensor of the model ``cfg`` describes, its linear layers under ``kind``."""
-    h, heads, kv, hd = cfg["hidden_size"], cfg["num_attention_heads"], cfg["num_key_value_heads"], cfg["head_dim"]
-    out = {"model.embed_tokens.weight": torch.zeros(cfg["vocab_size"], h, dtype=torch.bfloat16),
-           "model.norm.weight": torch.ones(h, dtype=torch.bfloat16)}
+    h, heads, kv, hd = (
+        cfg["hidden_size"],
+        cfg["num_attention_heads"],
+        cfg["num_key_value_heads"],
+        cfg["head_dim"],
+    )
+    out = {
+        "model.embed_tokens.weight": torch.zeros(cfg["vocab_size"], h, dtype=torch.bfloat16),
+        "model.norm.weight": torch.ones(h, dtype=torch.bfloat16),
+    }
     for i in range(cfg["num_hidden_layers"]):
         p = f"model.layers.{i}"
         out[f"{p}.input_layernorm.weight"] = torch.ones(h, dtype=torch.bfloat16)

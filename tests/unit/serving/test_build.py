@@ -38,18 +38,27 @@ def _project(tmp_path: Path, repo_root: Path, **tp: list[int]) -> Path:
     return project
 
 
-def test_tiny_artifacts_built_by_the_pipeline_load_and_record_their_table(tiny_llama, tmp_path, catalog, repo_root):
+def test_tiny_artifacts_built_by_the_pipeline_load_and_record_their_table(
+    tiny_llama, tmp_path, catalog, repo_root
+):
     record = intake(tiny_llama, load_gates(repo_root / "gates.yaml", catalog))
     calibration = build_set(load_spec(repo_root / "calibration_sets" / "default.yaml"))
     targets = ["hopper-fp8", "rocm-cdna3-fp8", "blackwell-nvfp4", "draft-int4"]
     results = build_targets(record, targets, tmp_path / "out", catalog, calibration)
     # tiny Llama: hidden 64, 4 heads, 2 KV heads, intermediate 128
-    loads = {"hopper-fp8": [1, 2, 4], "rocm-cdna3-fp8": [1, 2, 4], "blackwell-nvfp4": [1, 2, 4], "draft-int4": [1]}
+    loads = {
+        "hopper-fp8": [1, 2, 4],
+        "rocm-cdna3-fp8": [1, 2, 4],
+        "blackwell-nvfp4": [1, 2, 4],
+        "draft-int4": [1],
+    }
     for r in results:
         table = read_manifest(r.path).serving
         assert table is not None and table.engine == "vllm" and table.min_version == "0.33.0"
         assert table.loadable_tp == loads[r.target], r.target
-        assert table == check_artifact(r.path, catalog.target(r.target))  # what the manifest says is the check
+        assert table == check_artifact(
+            r.path, catalog.target(r.target)
+        )  # what the manifest says is the check
         every = {x.rule for d in table.refused for x in d.refusals}
         assert every <= {"attention-heads", "group-divides-partition"}, (r.target, every)  # TP rules only
     draft = read_manifest(tmp_path / "out" / "draft-int4").serving
@@ -66,13 +75,18 @@ def test_tiny_moe_fp8_artifacts_load(fixture, request, tmp_path, catalog, repo_r
     assert {r.rule for d in table.refused for r in d.refusals} == {"attention-heads"}
 
 
-def test_a_build_no_declared_tp_size_can_load_is_refused_and_nothing_installed(tiny_llama, tmp_path, repo_root):
+def test_a_build_no_declared_tp_size_can_load_is_refused_and_nothing_installed(
+    tiny_llama, tmp_path, repo_root
+):
     project = _project(tmp_path, repo_root, hopper_fp8=[8])  # 4 heads cannot split over 8 ranks
     catalog = Catalog(project)
     record = intake(tiny_llama, load_gates(repo_root / "gates.yaml", catalog))
     out = tmp_path / "out"
-    with pytest.raises(ServingError, match=r"^hopper-fp8: .* at TP 8 vllm 0.33.0 refuses model.layers.0.self_attn "
-                                           r"by rule attention-heads: 4 attention heads are not divisible by TP 8"):
+    with pytest.raises(
+        ServingError,
+        match=r"^hopper-fp8: .* at TP 8 vllm 0.33.0 refuses model.layers.0.self_attn "
+        r"by rule attention-heads: 4 attention heads are not divisible by TP 8",
+    ):
         build_targets(record, ["hopper-fp8"], out, catalog, None)
     assert list(out.iterdir()) == []  # neither the artifact nor a temporary directory
 
@@ -93,14 +107,36 @@ def test_quantgate_build_exits_1_when_the_group_size_breaks_every_tp_size(tiny_l
     out = tmp_path / "out"
     env = {**os.environ, "QUANTGATE_CACHE": str(tmp_path / "cache")}
     proc = subprocess.run(
-        [sys.executable, "-m", "quantgate.cli", "build", "--checkpoint", str(tiny_llama), "--targets", "draft-int4",
-         "--out", str(out), "--root", str(project), "--cache-dir", str(tmp_path / "cache")],
-        check=False, capture_output=True, text=True, env=env, timeout=900,
+        [
+            sys.executable,
+            "-m",
+            "quantgate.cli",
+            "build",
+            "--checkpoint",
+            str(tiny_llama),
+            "--targets",
+            "draft-int4",
+            "--out",
+            str(out),
+            "--root",
+            str(project),
+            "--cache-dir",
+            str(tmp_path / "cache"),
+        ],
+        check=False,
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=900,
     )
     assert proc.returncode == 1, proc.stderr[-3000:]
     lines = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
     assert len(lines) == 1, proc.stderr[-3000:]
-    assert lines[0].startswith("error: draft-int4: no serving configuration in its contract can load this artifact")
-    assert ("at TP 2 vllm 0.33.0 refuses model.layers.0.self_attn.o_proj and 1 more by rule group-divides-partition: "
-            "input features per shard 32 (K 64 at TP 2) are not a multiple of group size 64") in lines[0]
+    assert lines[0].startswith(
+        "error: draft-int4: no serving configuration in its contract can load this artifact"
+    )
+    assert (
+        "at TP 2 vllm 0.33.0 refuses model.layers.0.self_attn.o_proj and 1 more by rule group-divides-partition: "
+        "input features per shard 32 (K 64 at TP 2) are not a multiple of group size 64"
+    ) in lines[0]
     assert not (out / "draft-int4").exists() and not [p for p in out.iterdir() if p.name.startswith(".")]

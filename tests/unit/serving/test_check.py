@@ -16,7 +16,9 @@ pytestmark = pytest.mark.unit
 @pytest.fixture
 def default_w4a16(tmp_path):
     """SmolLM2-135M's shapes (9 heads, 3 KV heads, hidden 576, intermediate 1536) as W4A16 g64 headers."""
-    cfg = model_config(hidden=576, heads=9, kv_heads=3, inter=1536, layers=2, quant=quant_config("w4a16", group=64))
+    cfg = model_config(
+        hidden=576, heads=9, kv_heads=3, inter=1536, layers=2, quant=quant_config("w4a16", group=64)
+    )
     return write_artifact(tmp_path / "draft-int4", cfg, model_tensors(cfg, "w4a16", group=64))
 
 
@@ -61,14 +63,20 @@ def _project(tmp_path, repo_root, name: str, serving: dict) -> Catalog:
     return Catalog(tmp_path)
 
 
-@pytest.mark.parametrize(("serving", "problem"), [
-    ({"engine": "vllm", "min_version": "0.32.0", "tensor_parallel": [1]}, "not a release whose load rules"),
-    ({"engine": "sglang", "min_version": "0.33.0", "tensor_parallel": [1]}, "engine"),
-    ({"engine": "vllm", "min_version": "0.33.0", "tensor_parallel": []}, "tensor_parallel"),
-    ({"engine": "vllm", "min_version": "0.33.0", "tensor_parallel": [1, 1]}, "lists a size twice"),
-    ({"engine": "vllm", "min_version": "0.33.0", "tensor_parallel": [0]}, "tensor_parallel"),
-    ({"engine": "vllm", "min_version": "0.33.0", "tp": [1]}, "tp"),
-])
+@pytest.mark.parametrize(
+    ("serving", "problem"),
+    [
+        (
+            {"engine": "vllm", "min_version": "0.32.0", "tensor_parallel": [1]},
+            "not a release whose load rules",
+        ),
+        ({"engine": "sglang", "min_version": "0.33.0", "tensor_parallel": [1]}, "engine"),
+        ({"engine": "vllm", "min_version": "0.33.0", "tensor_parallel": []}, "tensor_parallel"),
+        ({"engine": "vllm", "min_version": "0.33.0", "tensor_parallel": [1, 1]}, "lists a size twice"),
+        ({"engine": "vllm", "min_version": "0.33.0", "tensor_parallel": [0]}, "tensor_parallel"),
+        ({"engine": "vllm", "min_version": "0.33.0", "tp": [1]}, "tp"),
+    ],
+)
 def test_a_malformed_contract_is_refused_naming_the_file(serving, problem, tmp_path, repo_root):
     catalog = _project(tmp_path, repo_root, "hopper-fp8", serving)
     with pytest.raises(ConfigFileError) as caught:
@@ -79,6 +87,11 @@ def test_a_malformed_contract_is_refused_naming_the_file(serving, problem, tmp_p
 
 def test_a_hardware_without_a_kernel_model_is_a_config_error(default_w4a16, catalog):
     target = target_with(catalog, "draft-int4", hardware="intel-gaudi3").model_copy(
-        update={"numerics": catalog.target("draft-int4").numerics.model_copy(update={"native_on": ["intel-gaudi3"]})})
+        update={
+            "numerics": catalog.target("draft-int4").numerics.model_copy(
+                update={"native_on": ["intel-gaudi3"]}
+            )
+        }
+    )
     with pytest.raises(ConfigFileError, match="names no platform"):
         check_artifact(default_w4a16, target)

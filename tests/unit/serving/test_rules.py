@@ -43,6 +43,7 @@ def _both(*edits):
     def edit(cfg, t):
         for e in edits:
             e(cfg, t)
+
     return edit
 
 
@@ -80,9 +81,16 @@ ARTIFACT_CASES = [
     ("quant-method", "fp8", _quant(quant_method="gptq")),
     ("sparsity", "fp8", _quant(sparsity_config={"format": "sparse-24-bitmask", "targets": ["Linear"]})),
     ("actorder", "w4a16", _weights(actorder="group")),
-    ("scheme", "w4a16", _both(_quant(format="int-quantized"),
-                              lambda cfg, t: cfg["quantization_config"]["config_groups"]["group_0"].update(
-                                  format="int-quantized"))),
+    (
+        "scheme",
+        "w4a16",
+        _both(
+            _quant(format="int-quantized"),
+            lambda cfg, t: cfg["quantization_config"]["config_groups"]["group_0"].update(
+                format="int-quantized"
+            ),
+        ),
+    ),
     ("kv-cache-scheme", "fp8", _both(_quant(kv_cache_scheme={**KV_SCHEME, "type": "int"}), _kv_scales)),
     ("kv-scales", "fp8", _quant(kv_cache_scheme=KV_SCHEME)),
     ("fused-shards-ignore", "fp8", _ignore_k0),
@@ -123,9 +131,14 @@ DEPLOYMENT_CASES = [
 ]
 
 
-@pytest.mark.parametrize(("rule", "kind", "dims", "loads", "refused"), DEPLOYMENT_CASES,
-                         ids=[f"{c[0]}-{c[1]}" for c in DEPLOYMENT_CASES])
-def test_a_tp_size_breaking_a_rule_is_refused_and_the_others_load(rule, kind, dims, loads, refused, build, catalog):
+@pytest.mark.parametrize(
+    ("rule", "kind", "dims", "loads", "refused"),
+    DEPLOYMENT_CASES,
+    ids=[f"{c[0]}-{c[1]}" for c in DEPLOYMENT_CASES],
+)
+def test_a_tp_size_breaking_a_rule_is_refused_and_the_others_load(
+    rule, kind, dims, loads, refused, build, catalog
+):
     table = check_artifact(build(kind, **dims), target_with(catalog, TARGET_OF[kind], tp=(*loads, refused)))
     assert table.loadable_tp == loads
     assert table.refused_tp == [refused]
@@ -157,14 +170,16 @@ def test_no_w4a16_kernel_for_8_bit_groups_of_256(build, catalog):
 def test_marlin_pads_from_0_24_0_and_0_23_0_refuses_the_shape(build, catalog):
     # 8-bit (Triton W4A16 cannot take it), K = 576: Machete needs N % 128, Marlin in 0.23.0 K % 128
     path = build("w4a16", bits=8, group=64, hidden=576, heads=9, kv_heads=3, inter=1536, layers=1)
-    old = check_artifact(path, target_with(catalog, "draft-int4", tp=(1,), min_version="0.23.0",
-                                           hardware="nvidia-hopper"))
+    old = check_artifact(
+        path, target_with(catalog, "draft-int4", tp=(1,), min_version="0.23.0", hardware="nvidia-hopper")
+    )
     assert old.versions == ["0.23.0", "0.24.0", "0.33.0"]
     assert [(d.version, d.tp) for d in old.refused] == [("0.23.0", 1)]
     assert {r.rule for r in old.refused[0].refusals} == {"wna16-kernel"}
     assert "Marlin needs input features per shard % 128" in old.refused[0].refusals[0].reason
-    new = check_artifact(path, target_with(catalog, "draft-int4", tp=(1,), min_version="0.24.0",
-                                           hardware="nvidia-hopper"))
+    new = check_artifact(
+        path, target_with(catalog, "draft-int4", tp=(1,), min_version="0.24.0", hardware="nvidia-hopper")
+    )
     assert new.versions == ["0.24.0", "0.33.0"] and new.loadable_tp == [1]
 
 

@@ -39,8 +39,7 @@ def synthetic_artifact(directory: Path, megabytes: int) -> Path:
     shards = [megabytes * MB * 2 // 5, megabytes * MB * 2 // 5, megabytes * MB // 5]
     for i, size in enumerate(shards):
         with open(directory / f"model-{i + 1:05d}-of-{len(shards):05d}.safetensors", "wb") as fh:
-            for _ in range(size // MB):
-                fh.write(os.urandom(MB))
+            fh.writelines(os.urandom(MB) for _ in range(size // MB))
     (directory / "config.json").write_text('{"architectures": ["LlamaForCausalLM"]}')
     write_manifest(
         directory,
@@ -49,7 +48,11 @@ def synthetic_artifact(directory: Path, megabytes: int) -> Path:
             hardware="bench",
             format="float-quantized",
             kv_cache="fp8_e4m3",
-            numerics={"weights": "fp8_e4m3fn", "activations": "fp8_e4m3fn_per_token", "native_on": ["hopper"]},
+            numerics={
+                "weights": "fp8_e4m3fn",
+                "activations": "fp8_e4m3fn_per_token",
+                "native_on": ["hopper"],
+            },
             recipe={"name": "bench", "sha256": "0" * 64, "engine": "quantgate.stream_fp8"},
             calibration=None,
             source={
@@ -76,9 +79,8 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=None, help="write the figures as JSON here")
     args = parser.parse_args()
 
-    from support.servers import TEST_CREDENTIALS, moto_s3
-
     from quantgate.publish import RegistryConfig, publish_report, pull
+    from support.servers import TEST_CREDENTIALS, moto_s3
 
     os.environ.update(TEST_CREDENTIALS)
     with tempfile.TemporaryDirectory(prefix="quantgate-bench-pull-") as tmp_name, moto_s3() as s3:

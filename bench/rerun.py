@@ -28,7 +28,13 @@ from pathlib import Path
 
 def _run(args: list[str], env: dict[str, str]) -> float:
     start = time.perf_counter()
-    done = subprocess.run([sys.executable, "-m", "quantgate.cli", "run", *args], env=env, capture_output=True, text=True)
+    done = subprocess.run(
+        [sys.executable, "-m", "quantgate.cli", "run", *args],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     seconds = time.perf_counter() - start
     if done.returncode not in (0, 1):  # 1 is a gate verdict, still a complete run
         raise SystemExit(f"quantgate run failed ({done.returncode}):\n{done.stderr[-3000:]}")
@@ -61,7 +67,11 @@ def main() -> None:
             warm.append(_run(args, env))
     result = {
         "command": f"quantgate run --targets {options.targets} --suites {options.suites}",
-        "machine": {"cpus": os.cpu_count(), "python": platform.python_version(), "platform": platform.platform()},
+        "machine": {
+            "cpus": os.cpu_count(),
+            "python": platform.python_version(),
+            "platform": platform.platform(),
+        },
         "cold_s": cold,
         "rerun_s": warm,
         "cold_median_s": statistics.median(cold),

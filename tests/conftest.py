@@ -7,9 +7,9 @@ import shutil
 from pathlib import Path
 
 import pytest
-from support.models import write_tiny_model
 
 from quantgate.config.targets import Catalog
+from support.models import write_tiny_model
 
 REPO = Path(__file__).resolve().parents[1]
 

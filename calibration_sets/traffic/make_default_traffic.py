@@ -225,6 +225,7 @@ ONE_LINERS = [
 
 
 def chat_short(rng: Random) -> str:
+    """A one-line chat request (differences, ideas, how-tos, ...), from a template."""
     kind = rng.randrange(10)
     if kind == 0:
         a, b = rng.choice(DIFFS)
@@ -338,6 +339,7 @@ INGREDIENTS = [
 
 
 def email_body(rng: Random, sender: str) -> str:
+    """A sloppy work email from ``sender``, for rewrite requests."""
     who = rng.choice(NAMES)
     project = rng.choice(PROJECTS)
     lines = [
@@ -369,6 +371,7 @@ def email_body(rng: Random, sender: str) -> str:
 
 
 def chat_medium(rng: Random) -> str:
+    """A medium-length chat request: a text of the user's to rework, or a question with its follow-up."""
     kind = rng.randrange(7)
     if kind == 0:
         return (
@@ -458,6 +461,7 @@ MEETING_TOPICS = [
 
 
 def meeting_notes(rng: Random, lines: int) -> str:
+    """Meeting notes of ``lines`` action lines, names and topics drawn at random."""
     out = [
         f"Weekly sync, {rng.choice(MONTHS)} {rng.randint(1, 28)}",
         "Attendees: " + ", ".join(rng.sample(NAMES, rng.randint(4, 7))),
@@ -513,6 +517,7 @@ COVER_PARAS = [
 
 
 def cover_fill(rng: Random) -> dict:
+    """Random values for the cover letter's template fields."""
     return {
         "role": rng.choice(
             ["Operations Manager", "Data Analyst", "Product Designer", "Customer Success Lead"]
@@ -533,6 +538,7 @@ def cover_fill(rng: Random) -> dict:
 
 
 def cover_letter(rng: Random) -> str:
+    """A filled-in cover letter, for proofreading requests."""
     fill = cover_fill(rng)
     paras = [p.format(**fill) for p in COVER_PARAS]
     return "Dear Hiring Manager,\n\n" + "\n\n".join(paras) + f"\n\nSincerely,\n{rng.choice(NAMES)}"
@@ -556,6 +562,7 @@ REVIEW_BITS = [
 
 
 def chat_long(rng: Random, docs: list[str]) -> str:
+    """A chat request around a long text: a cover letter, customer reviews or a reference excerpt."""
     kind = rng.randrange(4)
     if kind == 0:
         return (
@@ -664,6 +671,7 @@ MUTATIONS = [
 
 
 def inject_bug(rng: Random, src: str) -> str | None:
+    """``src`` with one plausible bug (``MUTATIONS``) put in; None when no mutation applies."""
     options = [m for m in MUTATIONS if m[0] in src]
     if not options:
         return None
@@ -740,6 +748,7 @@ CREATE TABLE products (id bigint primary key, name text, category text, price_ce
 
 
 def code_short(rng: Random) -> str:
+    """A short code question: a casual question, a traceback, or a function to write."""
     kind = rng.randrange(3)
     if kind == 0:
         return casual(rng, rng.choice(CODE_QUESTIONS))
@@ -762,6 +771,7 @@ def code_short(rng: Random) -> str:
 
 
 def code_with_source(rng: Random, qual: str, src: str) -> str:
+    """An instruction (explain, type hints, find the bug, ...) around a stdlib function's source."""
     fence = f"```python\n{src.rstrip()}\n```"
     kind = rng.randrange(10)
     if kind == 0:
@@ -794,6 +804,7 @@ def code_with_source(rng: Random, qual: str, src: str) -> str:
 
 
 def code_sql(rng: Random) -> str:
+    """A SQL request against the fixed Postgres schema."""
     return (
         f"Given this Postgres schema:\n\n{SCHEMA}\n\nWrite a query for {rng.choice(SQL_TASKS)}. "
         "Explain any window functions you use."
@@ -804,6 +815,7 @@ def code_sql(rng: Random) -> str:
 
 
 def math_problem(rng: Random) -> str:
+    """One word or equation problem from our own templates (never an evaluation set's item)."""
     r = rng.randint
     kind = rng.randrange(22)
     name, other = rng.sample(NAMES, 2)
@@ -898,6 +910,7 @@ def math_problem(rng: Random) -> str:
 
 
 def math_problem_set(rng: Random) -> str:
+    """A homework sheet of several ``math_problem``s under one instruction."""
     n = rng.randint(8, 18)
     head = rng.choice(
         [
@@ -914,6 +927,7 @@ def math_problem_set(rng: Random) -> str:
 
 
 def math_story(rng: Random) -> str:
+    """A multi-step word problem about an orchard's accounts."""
     name = rng.choice(NAMES)
     crates, per = rng.randint(12, 40), rng.randint(18, 36)
     return (
@@ -968,6 +982,7 @@ DOC_QUESTIONS = [
 
 
 def doc_prompt(rng: Random, title: str, doc: str) -> str:
+    """An instruction (summarise, ask, outline, quiz, translate, ...) around a section of the Python reference."""
     kind = rng.randrange(7)
     if kind == 0:
         return f"Summarize the following documentation in {rng.randint(3, 8)} bullet points.\n\n{doc}"
@@ -990,6 +1005,7 @@ def doc_prompt(rng: Random, title: str, doc: str) -> str:
 
 
 def incident_log(rng: Random) -> str:
+    """A generated service log with an incident in it, and a request to find its root cause."""
     lines, start = [], rng.randint(0, 40)
     incident_at = rng.randint(25, 60)
     services = ["api", "checkout", "auth", "search", "worker"]
@@ -1015,6 +1031,7 @@ def incident_log(rng: Random) -> str:
 
 
 def sales_csv(rng: Random) -> str:
+    """A generated CSV export of sales, and a request to analyse it."""
     rows = ["date,region,product,units,revenue_eur"]
     for _ in range(rng.randint(90, 220)):
         units = rng.randint(1, 400)
@@ -1043,6 +1060,7 @@ TRANSCRIPT_LINES = [
 
 
 def transcript(rng: Random) -> str:
+    """A generated meeting transcript, and a request to summarise it."""
     people = rng.sample(NAMES, rng.randint(3, 6))
     lines = []
     for _ in range(rng.randint(35, 80)):
@@ -1058,6 +1076,7 @@ def transcript(rng: Random) -> str:
 
 
 def tool(name: str, description: str, props: dict, required: list[str]) -> dict:
+    """An OpenAI-style function tool schema."""
     return {
         "type": "function",
         "function": {
@@ -1245,6 +1264,7 @@ def tool_request(rng: Random, name: str) -> tuple[str, dict]:
 
 
 def tool_prompt(rng: Random) -> str:
+    """A tool-calling request: tool schemas (compact or full) and a user request one of them serves."""
     names = list(TOOLS)
     kind = rng.randrange(10)
     if kind == 0:  # tiny: one tool, compact, as many clients send it
@@ -1315,6 +1335,7 @@ def tool_prompt(rng: Random) -> str:
 
 
 def generate() -> list[dict[str, str]]:
+    """Every record of the log, class by class, in a fixed order from one seeded RNG."""
     rng = Random(SEED)
     chunks = reference_chunks(rng)
     docs = [text for _, text in chunks]
@@ -1358,6 +1379,7 @@ def generate() -> list[dict[str, str]]:
 
 
 def write(path: Path) -> None:
+    """Write the log to ``path`` as UTF-8 JSONL with ``\n`` line ends."""
     lines = [json.dumps(r, ensure_ascii=False) + "\n" for r in generate()]
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path, "w", encoding="utf-8", newline="\n") as fh:
@@ -1365,6 +1387,7 @@ def write(path: Path) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Command line: write the log, noting when this Python differs from the one that made the committed file."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     parser.add_argument("--out", type=Path, default=OUT, help=f"where to write (default {OUT.name})")
     args = parser.parse_args(argv)

@@ -64,6 +64,8 @@ ALL_TARGETS = ["hopper-fp8", "rocm-cdna3-fp8", "blackwell-nvfp4", "draft-int4"]
 def default_artifacts(default_model, tmp_path_factory) -> tuple[Path, CliRun]:
     """The four artifacts of the default model, built once per session through the CLI."""
     out = tmp_path_factory.mktemp("default-artifacts")
-    run = _run_cli("build", "--checkpoint", str(default_model), "--targets", ",".join(ALL_TARGETS), "--out", str(out))
+    run = _run_cli(
+        "build", "--checkpoint", str(default_model), "--targets", ",".join(ALL_TARGETS), "--out", str(out)
+    )
     assert run.returncode == 0, run.stderr[-3000:]
     return out, run

@@ -23,7 +23,10 @@ def _chat(model_dir, question="What is the capital of France?", tokens=16) -> st
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
     model = AutoModelForCausalLM.from_pretrained(model_dir)
     inputs = tokenizer.apply_chat_template(
-        [{"role": "user", "content": question}], add_generation_prompt=True, return_tensors="pt", return_dict=True
+        [{"role": "user", "content": question}],
+        add_generation_prompt=True,
+        return_tensors="pt",
+        return_dict=True,
     )
     out = model.generate(**inputs, max_new_tokens=tokens, do_sample=False)
     return tokenizer.decode(out[0, inputs["input_ids"].shape[1] :], skip_special_tokens=True)
@@ -36,11 +39,16 @@ def test_converted_checkpoint_reproduces_gguf_logits(default_model):
     tokenizer = AutoTokenizer.from_pretrained(default_model)
     ids = tokenizer(PROMPT, return_tensors="pt").input_ids
     with torch.no_grad():
-        reference = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.bfloat16)
+        reference = AutoModelForCausalLM.from_pretrained(
+            gguf.parent, gguf_file=gguf.name, dtype=torch.bfloat16
+        )
         converted = AutoModelForCausalLM.from_pretrained(default_model, dtype=torch.bfloat16)
         expected, got = reference(ids).logits, converted(ids).logits
     assert torch.equal(expected, got)
-    assert tokenizer(PROMPT).input_ids == AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)(PROMPT).input_ids
+    assert (
+        tokenizer(PROMPT).input_ids
+        == AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)(PROMPT).input_ids
+    )
 
 
 def test_default_model_answers_a_chat_prompt(default_model):
@@ -52,7 +60,7 @@ def test_default_model_answers_a_chat_prompt(default_model):
 def _tensor(artifact, name):
     for shard in artifact.glob("*.safetensors"):
         with safe_open(shard, "pt") as f:
-            if name in f.keys():
+            if name in f.keys():  # noqa: SIM118  safe_open has keys() but is neither iterable nor a container
                 return f.get_tensor(name)
     raise KeyError(name)
 
@@ -85,6 +93,8 @@ def test_build_all_four_targets_from_the_cli(default_model, default_artifacts, r
     for target in ("hopper-fp8", "blackwell-nvfp4", "draft-int4"):
         assert _chat(out / target, tokens=8).strip(), f"{target} generated no text"
 
-    again = run_cli("build", "--checkpoint", str(default_model), "--targets", ",".join(ALL_TARGETS), "--out", str(out))
+    again = run_cli(
+        "build", "--checkpoint", str(default_model), "--targets", ",".join(ALL_TARGETS), "--out", str(out)
+    )
     assert again.returncode == 0
     assert again.stdout.count("reused") == len(ALL_TARGETS)

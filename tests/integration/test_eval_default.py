@@ -43,7 +43,9 @@ def evaluation(default_model, default_artifacts, tmp_path_factory, run_cli):
         shutil.copytree(built / target, artifacts / target, copy_function=shutil.copy2)
     _damage(built / "hopper-fp8", artifacts / DAMAGED)
     out = tmp_path_factory.mktemp("eval")
-    run = run_cli("eval", "--checkpoint", str(default_model), "--artifacts", str(artifacts), "--out", str(out))
+    run = run_cli(
+        "eval", "--checkpoint", str(default_model), "--artifacts", str(artifacts), "--out", str(out)
+    )
     assert run.returncode == 0, run.stderr[-3000:]
     return artifacts, out, run
 
@@ -63,10 +65,20 @@ def test_eval_scores_every_artifact_in_its_numerics(evaluation):
     for target in TARGETS:
         metrics = summary[target]
         for key in (
-            "wikitext.perplexity", "wikitext.kld_mean", "wikitext.kld_p99", "wikitext.top1_agreement",
-            "traffic.perplexity", "gsm8k.accuracy", "gsm8k.flip_rate", "humaneval.pass_at_1",
-            "humaneval.flip_rate", "long-chain.agreement_bin1", "long-chain.agreement_at_depth",
-            "long-chain.first_divergence_mean", "long-chain.acceptance_k4", "support-domain.accuracy",
+            "wikitext.perplexity",
+            "wikitext.kld_mean",
+            "wikitext.kld_p99",
+            "wikitext.top1_agreement",
+            "traffic.perplexity",
+            "gsm8k.accuracy",
+            "gsm8k.flip_rate",
+            "humaneval.pass_at_1",
+            "humaneval.flip_rate",
+            "long-chain.agreement_bin1",
+            "long-chain.agreement_at_depth",
+            "long-chain.first_divergence_mean",
+            "long-chain.acceptance_k4",
+            "support-domain.accuracy",
         ):
             assert metrics[key] is not None, f"{target} lacks {key}"
         assert metrics["wikitext.kld_mean"] > 0 and metrics["wikitext.top1_agreement"] < 1
@@ -87,15 +99,27 @@ def test_eval_scores_every_artifact_in_its_numerics(evaluation):
 def test_a_second_evaluation_never_runs_the_source(evaluation, default_model, run_cli, tmp_path):
     artifacts, out, _ = evaluation
     again = run_cli(
-        "eval", "--checkpoint", str(default_model), "--artifacts", str(artifacts), "--out", str(tmp_path / "again"),
-        "--targets", "hopper-fp8", "--suites", "wikitext,long-chain",
+        "eval",
+        "--checkpoint",
+        str(default_model),
+        "--artifacts",
+        str(artifacts),
+        "--out",
+        str(tmp_path / "again"),
+        "--targets",
+        "hopper-fp8",
+        "--suites",
+        "wikitext,long-chain",
     )
     assert again.returncode == 0, again.stderr[-3000:]
     meta = json.loads((tmp_path / "again" / "run.json").read_text())
     assert meta["source_forward_passes"] == 0
     assert sorted(meta["reference_cache"]["hits"]) == ["long-chain", "wikitext"]
     first = json.loads((out / "summary.json").read_text())["hopper-fp8"]["wikitext.kld_mean"]
-    assert json.loads((tmp_path / "again" / "summary.json").read_text())["hopper-fp8"]["wikitext.kld_mean"] == first
+    assert (
+        json.loads((tmp_path / "again" / "summary.json").read_text())["hopper-fp8"]["wikitext.kld_mean"]
+        == first
+    )
 
 
 def test_gate_approves_fp8_for_the_lenient_tenant_and_fails_the_damaged_artifact_everywhere(

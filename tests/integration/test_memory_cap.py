@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import pytest
 from safetensors import safe_open
-from support.models import write_large_llama
 
 from quantgate.artifact import read_manifest
 from quantgate.units import GB, MB, format_bytes
+from support.models import write_large_llama
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -32,7 +32,9 @@ def test_multi_shard_checkpoint_larger_than_the_cap_builds_under_it(tmp_path, ru
     cap = int(0.75 * checkpoint_bytes)
     assert len(shards) >= 6 and checkpoint_bytes > 1.4 * GB
 
-    run = run_cli("build", "--checkpoint", str(source), "--targets", "hopper-fp8", "--out", str(tmp_path / "out"))
+    run = run_cli(
+        "build", "--checkpoint", str(source), "--targets", "hopper-fp8", "--out", str(tmp_path / "out")
+    )
     assert run.returncode == 0, run.stderr[-3000:]
     print(
         f"checkpoint {format_bytes(checkpoint_bytes)} in {len(shards)} shards "
@@ -46,7 +48,7 @@ def test_multi_shard_checkpoint_larger_than_the_cap_builds_under_it(tmp_path, ru
     quantized = 0
     for shard in artifact.glob("*.safetensors"):
         with safe_open(shard, "pt") as f:
-            weights = [k for k in f.keys() if k.endswith("proj.weight")]
+            weights = [k for k in f.keys() if k.endswith("proj.weight")]  # noqa: SIM118  safe_open has keys() but is neither iterable nor a container
             assert all(f.get_slice(k).get_dtype() == "F8_E4M3" for k in weights)
             quantized += len(weights)
     assert quantized == 20 * 7  # every projection of every layer

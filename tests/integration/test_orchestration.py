@@ -20,9 +20,9 @@ from pathlib import Path
 
 import pytest
 from mlflow import MlflowClient
-from support.servers import free_port
 
 from quantgate.publish.naming import alias_for, registered_model_name
+from support.servers import free_port
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -82,8 +82,13 @@ def prefect_api(tmp_path_factory):
     env = {**os.environ, "PREFECT_HOME": str(home), "PREFECT_SERVER_ANALYTICS_ENABLED": "false"}
     env.pop("PREFECT_API_URL", None)
     with open(log, "w") as out:
-        proc = subprocess.Popen([PREFECT, "server", "start", "--host", "127.0.0.1", "--port", str(port)],
-                                env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+        proc = subprocess.Popen(
+            [PREFECT, "server", "start", "--host", "127.0.0.1", "--port", str(port)],
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
     api = f"http://127.0.0.1:{port}/api"
     try:
         _wait_healthy(f"{api}/health", proc, log)
@@ -100,9 +105,13 @@ def scenario(tmp_path_factory, _tiny_models):
 
 
 def _env(prefect_api: str | None, base: Path, registry: str) -> dict[str, str]:
-    env = {**os.environ, "PREFECT_HOME": str(base / "prefect-client"), "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
-           "MLFLOW_TRACKING_URI": f"sqlite:///{base / registry / 'mlflow.db'}",
-           "QUANTGATE_ARTIFACT_URI": (base / registry / "artifacts").as_uri()}
+    env = {
+        **os.environ,
+        "PREFECT_HOME": str(base / "prefect-client"),
+        "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
+        "MLFLOW_TRACKING_URI": f"sqlite:///{base / registry / 'mlflow.db'}",
+        "QUANTGATE_ARTIFACT_URI": (base / registry / "artifacts").as_uri(),
+    }
     env.pop("PREFECT_API_URL", None)
     if prefect_api:
         env["PREFECT_API_URL"] = prefect_api
@@ -110,10 +119,28 @@ def _env(prefect_api: str | None, base: Path, registry: str) -> dict[str, str]:
 
 
 def _quantgate_run(scenario, env, out: Path, *extra: str) -> subprocess.CompletedProcess:
-    args = ["run", "--checkpoint", str(scenario["checkpoint"]), "--gates", str(scenario["gates"]),
-            "--suites", "wikitext", "--targets", ",".join(TARGETS), "--out", str(out), *extra]
-    return subprocess.run([sys.executable, "-m", "quantgate.cli", *args], env=env, capture_output=True, text=True,
-                          timeout=900)
+    args = [
+        "run",
+        "--checkpoint",
+        str(scenario["checkpoint"]),
+        "--gates",
+        str(scenario["gates"]),
+        "--suites",
+        "wikitext",
+        "--targets",
+        ",".join(TARGETS),
+        "--out",
+        str(out),
+        *extra,
+    ]
+    return subprocess.run(
+        [sys.executable, "-m", "quantgate.cli", *args],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=900,
+        check=False,
+    )
 
 
 def _task_states(prefect_api: str, flow_run_id: str) -> dict[str, str]:
@@ -172,7 +199,10 @@ def test_the_source_is_taken_in_once_per_run_and_every_step_reads_the_plan(first
     logs = {p.name: p.read_text() for p in (out / "logs").glob("*.log")}
     steps = {f"build-{t}.log" for t in TARGETS} | {f"eval-{t}.log" for t in TARGETS} | {"eval-source.log"}
     assert set(logs) == steps | {"plan.log"}
-    assert {name: text.count("intake: ") for name, text in logs.items()} == {"plan.log": 1, **dict.fromkeys(steps, 0)}
+    assert {name: text.count("intake: ") for name, text in logs.items()} == {
+        "plan.log": 1,
+        **dict.fromkeys(steps, 0),
+    }
     for name in steps:
         assert logs[name].splitlines()[0].startswith("$ ") and f"--plan {out / 'plan.json'}" in logs[name]
         assert "source as planned" in logs[name], name
@@ -223,8 +253,15 @@ def test_a_deployment_run_on_a_process_worker_ends_in_the_gates_outcome(prefect_
     env = {**_env(prefect_api, base, "registry-deployment"), "PWD": str(REPO)}
 
     def prefect(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
-        return subprocess.run([PREFECT, "--no-prompt", *args], env=env, cwd=REPO, capture_output=True, text=True,
-                              timeout=timeout)
+        return subprocess.run(
+            [PREFECT, "--no-prompt", *args],
+            env=env,
+            cwd=REPO,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            check=False,
+        )
 
     created = prefect("work-pool", "create", "quantgate-local", "--type", "process", "--overwrite")
     assert created.returncode == 0, created.stdout + created.stderr
@@ -232,15 +269,38 @@ def test_a_deployment_run_on_a_process_worker_ends_in_the_gates_outcome(prefect_
     assert deployed.returncode == 0, deployed.stdout[-3000:] + deployed.stderr[-3000:]
     log = base / "worker.log"
     with open(log, "w") as worker_log:
-        worker = subprocess.Popen([PREFECT, "worker", "start", "--pool", "quantgate-local", "--type", "process"],
-                                  env=env, cwd=REPO, stdout=worker_log, stderr=subprocess.STDOUT, start_new_session=True)
+        worker = subprocess.Popen(
+            [PREFECT, "worker", "start", "--pool", "quantgate-local", "--type", "process"],
+            env=env,
+            cwd=REPO,
+            stdout=worker_log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
     out = base / "run-deployment"
     try:
-        params = {"checkpoint": str(scenario["checkpoint"]), "gates": str(scenario["gates"]), "out": str(out),
-                  "suites": ["wikitext"], "targets": TARGETS, "tenants": ["strict"]}
-        run = prefect("deployment", "run", "build-and-gate/checkpoint-push",
-                      *(a for k, v in params.items() for a in ("--param", f"{k}={json.dumps(v) if isinstance(v, list) else v}")),
-                      "--watch", "--watch-timeout", "600", timeout=660)
+        params = {
+            "checkpoint": str(scenario["checkpoint"]),
+            "gates": str(scenario["gates"]),
+            "out": str(out),
+            "suites": ["wikitext"],
+            "targets": TARGETS,
+            "tenants": ["strict"],
+        }
+        run = prefect(
+            "deployment",
+            "run",
+            "build-and-gate/checkpoint-push",
+            *(
+                a
+                for k, v in params.items()
+                for a in ("--param", f"{k}={json.dumps(v) if isinstance(v, list) else v}")
+            ),
+            "--watch",
+            "--watch-timeout",
+            "600",
+            timeout=660,
+        )
     finally:
         _stop(worker)
     assert (out / "outcome.json").exists(), run.stdout[-3000:] + run.stderr[-2000:] + log.read_text()[-5000:]
@@ -257,14 +317,30 @@ def test_a_deployment_run_on_a_process_worker_ends_in_the_gates_outcome(prefect_
 def test_quantgate_run_refuses_bad_input_before_any_work_without_a_server(scenario, tmp_path):
     env = _env(None, tmp_path, "registry")
     result = subprocess.run(
-        [sys.executable, "-m", "quantgate.cli", "run", "--checkpoint", str(tmp_path / "missing"), "--out",
-         str(tmp_path / "run")], env=env, capture_output=True, text=True, timeout=300)
+        [
+            sys.executable,
+            "-m",
+            "quantgate.cli",
+            "run",
+            "--checkpoint",
+            str(tmp_path / "missing"),
+            "--out",
+            str(tmp_path / "run"),
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
     assert result.returncode == 2, result.stderr[-3000:]
     assert str(tmp_path / "missing") in result.stderr and "Fix:" in result.stderr
     assert not (tmp_path / "registry").exists() and not (tmp_path / "run" / "artifacts").exists()
 
 
-def test_regating_against_tightened_floors_takes_the_withdrawn_alias_off(prefect_api, scenario, first_run, monkeypatch):
+def test_regating_against_tightened_floors_takes_the_withdrawn_alias_off(
+    prefect_api, scenario, first_run, monkeypatch
+):
     """The `regate` flow (prefect.yaml's regate deployment) on the first run's evaluations,
     with the lenient tenant's floor made impossible: its alias goes, the others stay."""
     from prefect.settings import (
@@ -278,12 +354,22 @@ def test_regating_against_tightened_floors_takes_the_withdrawn_alias_off(prefect
 
     env, out, first, _ = first_run
     tightened = scenario["base"] / "gates-tightened.yaml"
-    tightened.write_text(GATES.replace("floors: [{suite: wikitext, metric: kld_mean, max: 10.0}]\n  strict",
-                                       "floors: [{suite: wikitext, metric: kld_mean, max: 1.0e-12}]\n  strict"))
+    tightened.write_text(
+        GATES.replace(
+            "floors: [{suite: wikitext, metric: kld_mean, max: 10.0}]\n  strict",
+            "floors: [{suite: wikitext, metric: kld_mean, max: 1.0e-12}]\n  strict",
+        )
+    )
     for key in ("MLFLOW_TRACKING_URI", "QUANTGATE_ARTIFACT_URI"):
         monkeypatch.setenv(key, env[key])
     monkeypatch.chdir(REPO)
-    with temporary_settings({PREFECT_API_URL: prefect_api, PREFECT_HOME: env["PREFECT_HOME"], PREFECT_LOGGING_TO_API_ENABLED: False}):
+    with temporary_settings(
+        {
+            PREFECT_API_URL: prefect_api,
+            PREFECT_HOME: env["PREFECT_HOME"],
+            PREFECT_LOGGING_TO_API_ENABLED: False,
+        }
+    ):
         state = regate(out=str(out), gates=str(tightened), return_state=True)
     assert state.is_completed(), state.message  # hopper-fp8 still passes support
     report = json.loads((out / "report" / "report.json").read_text())
@@ -294,7 +380,13 @@ def test_regating_against_tightened_floors_takes_the_withdrawn_alias_off(prefect
     # floors no quantized artifact can meet: the run fails, publishes nothing, withdraws the rest
     impossible = scenario["base"] / "gates-impossible.yaml"
     impossible.write_text(GATES.replace("max: 10.0}", "max: 1.0e-12}"))
-    with temporary_settings({PREFECT_API_URL: prefect_api, PREFECT_HOME: env["PREFECT_HOME"], PREFECT_LOGGING_TO_API_ENABLED: False}):
+    with temporary_settings(
+        {
+            PREFECT_API_URL: prefect_api,
+            PREFECT_HOME: env["PREFECT_HOME"],
+            PREFECT_LOGGING_TO_API_ENABLED: False,
+        }
+    ):
         state = regate(out=str(out), gates=str(impossible), return_state=True)
     assert state.is_failed() and "report" in state.message
     assert _aliases(env["MLFLOW_TRACKING_URI"], first["model"], TARGETS) == {t: set() for t in TARGETS}

@@ -9,12 +9,12 @@ import json
 from pathlib import Path
 
 import pytest
-from support.artifacts import write_report
-from support.servers import TEST_CREDENTIALS, free_port, mlflow_server, moto_s3
 
 from quantgate.artifact import MANIFEST, read_manifest
 from quantgate.embedded.smollm2 import MODEL_NAME
 from quantgate.publish import RegistryConfig, pull
+from support.artifacts import write_report
+from support.servers import TEST_CREDENTIALS, free_port, mlflow_server, moto_s3
 
 pytestmark = pytest.mark.integration
 

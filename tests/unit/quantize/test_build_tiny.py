@@ -9,7 +9,6 @@ from pathlib import Path
 import pytest
 import torch
 from safetensors import safe_open
-from support.models import write_tiny_model
 
 from quantgate.artifact import read_manifest, verify_files
 from quantgate.calibration import build_set, load_spec
@@ -18,6 +17,7 @@ from quantgate.config.targets import Catalog
 from quantgate.errors import RecipeIncompatibleError
 from quantgate.intake import intake
 from quantgate.quantize.pipeline import build_targets
+from support.models import write_tiny_model
 
 pytestmark = pytest.mark.unit
 
@@ -31,7 +31,7 @@ def _tensors(artifact: Path) -> dict[str, torch.Tensor]:
     out = {}
     for shard in artifact.glob("*.safetensors"):
         with safe_open(shard, "pt") as f:
-            out.update({k: f.get_tensor(k) for k in f.keys()})
+            out.update({k: f.get_tensor(k) for k in f.keys()})  # noqa: SIM118  safe_open has keys() but is neither iterable nor a container
     return out
 
 
@@ -127,7 +127,9 @@ def test_moe_nvfp4_calibrates_every_expert(tmp_path, catalog, repo_root, calibra
     assert len(scales) == 2 * 4 * 3
     # an expert that saw no calibration token would keep no finite, positive activation scale
     assert all(torch.isfinite(t).all() and (t > 0).all() for t in scales.values())
-    assert all(tensors[n].dtype == torch.bfloat16 for n in tensors if n.endswith("block_sparse_moe.gate.weight"))
+    assert all(
+        tensors[n].dtype == torch.bfloat16 for n in tensors if n.endswith("block_sparse_moe.gate.weight")
+    )
     assert read_manifest(artifact).calibration.sha256 == calibration.sha256
 
 
@@ -153,7 +155,9 @@ def test_nvfp4_and_int4_formats(tiny_llama, tmp_path, catalog, repo_root, calibr
         assert r.manifest.calibration.sha256 == calibration.sha256
 
 
-def test_group_size_that_does_not_divide_a_layer_is_refused_before_work(tmp_path, catalog, repo_root, calibration):
+def test_group_size_that_does_not_divide_a_layer_is_refused_before_work(
+    tmp_path, catalog, repo_root, calibration
+):
     source = write_tiny_model(tmp_path / "odd", "llama", hidden_size=96, intermediate_size=160)
     record = intake(source, load_gates(repo_root / "gates.yaml", catalog))
     with pytest.raises(RecipeIncompatibleError) as info:
@@ -172,7 +176,9 @@ def _project_with(tmp_path, repo_root, recipe: str, old: str, new: str) -> Catal
     return Catalog(project)
 
 
-def test_an_unknown_scheme_is_refused_at_preflight_naming_the_recipe(tiny_llama, tmp_path, catalog, repo_root):
+def test_an_unknown_scheme_is_refused_at_preflight_naming_the_recipe(
+    tiny_llama, tmp_path, catalog, repo_root
+):
     from quantgate.errors import ConfigFileError
 
     bad = _project_with(tmp_path, repo_root, "fp8-dynamic.yaml", "scheme: FP8_DYNAMIC", "scheme: FP8_DYNAMC")
@@ -187,7 +193,9 @@ def test_an_engine_failure_names_the_target_and_leaves_no_partial_artifact(
 ):
     from quantgate.errors import BuildError
 
-    bad = _project_with(tmp_path, repo_root, "w4a16-gptq-g64.yaml", "dampening_frac: 0.01", "dampening_frac: lots")
+    bad = _project_with(
+        tmp_path, repo_root, "w4a16-gptq-g64.yaml", "dampening_frac: 0.01", "dampening_frac: lots"
+    )
     record = intake(tiny_llama, load_gates(repo_root / "gates.yaml", catalog))
     with pytest.raises(BuildError, match="draft-int4: the llmcompressor.oneshot engine failed"):
         build_targets(record, ["draft-int4"], tmp_path / "out", bad, calibration)

@@ -23,7 +23,7 @@ def _tensors(artifact) -> dict[str, torch.Tensor]:
     out = {}
     for shard in sorted(artifact.glob("*.safetensors")):
         with safe_open(shard, "pt") as f:
-            out.update({k: f.get_tensor(k) for k in f.keys()})
+            out.update({k: f.get_tensor(k) for k in f.keys()})  # noqa: SIM118  safe_open has keys() but is neither iterable nor a container
     return out
 
 

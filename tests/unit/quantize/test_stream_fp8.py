@@ -16,7 +16,6 @@ import pytest
 import torch
 from safetensors import safe_open
 from safetensors.torch import save_file
-from support.models import write_large_llama
 
 from quantgate.config.gates import load_gates
 from quantgate.config.targets import Catalog
@@ -25,6 +24,7 @@ from quantgate.intake import intake
 from quantgate.quantize.engines.fp8_channel import FP8, quantize_rows
 from quantgate.quantize.engines.stream_fp8 import plan
 from quantgate.quantize.pipeline import build_targets
+from support.models import write_large_llama
 
 pytestmark = pytest.mark.unit
 

@@ -1,9 +1,9 @@
-"""The ``quantgate`` command line (the contract in DESIGN.md: CI, the fleet and reviewers script it).
+"""The ``quantgate`` command line: a contract, since CI, the fleet and reviewers script it.
 
-Exit codes: 0 success; 1 a required artifact failed (its build or its gate); 2 bad input or
-usage, with a message naming the file and the fix; 75 a transient failure (network, store I/O)
-that an orchestrator may retry. The commands are thin: each builds one
-options object, calls library functions, and prints; all behaviour lives in the library.
+Exit codes (as the README states them): 0 success; 1 a required artifact failed (its build or
+its gate); 2 bad input or usage, with a message naming the file and the fix; 75 a transient
+failure (network, store I/O) that an orchestrator may retry. The commands are thin: they parse
+options, call library functions and print; all behaviour lives in the library.
 """
 
 from __future__ import annotations
@@ -49,7 +49,8 @@ TargetsOpt = Annotated[
     ),
 ]
 GatesOpt = Annotated[
-    Path | None, typer.Option("--gates", help="Policy file with model classes. Default: <project>/gates.yaml.")
+    Path | None,
+    typer.Option("--gates", help="Policy file with model classes. Default: <project>/gates.yaml."),
 ]
 CalibrationOpt = Annotated[
     Path | None,
@@ -89,7 +90,9 @@ def _refuse_beside_plan(given: dict[str, object]) -> None:
     """A plan carries the source and the configs: an option that would override them is a usage error."""
     for option, value in given.items():
         if value is not None:
-            raise UsageError(option, "is taken from --plan here", f"leave {option} out, or leave --plan out to plan anew")
+            raise UsageError(
+                option, "is taken from --plan here", f"leave {option} out, or leave --plan out to plan anew"
+            )
 
 
 @app.command()
@@ -114,16 +117,29 @@ def build(
 
     with RichProgress() as progress:
         if plan_file is not None:
-            _refuse_beside_plan({"--checkpoint": checkpoint, "--gates": gates, "--calibration": calibration,
-                                 "--cache-dir": cache, "--root": root})
+            _refuse_beside_plan(
+                {
+                    "--checkpoint": checkpoint,
+                    "--gates": gates,
+                    "--calibration": calibration,
+                    "--cache-dir": cache,
+                    "--root": root,
+                }
+            )
             run_plan = read_plan(plan_file)
             planned = run_plan.select(_split(targets))
             record = run_plan.confirmed_source(progress)
-            calib = run_plan.calibration_set() if any(p.recipe.calibration.required for p in planned) else None
+            calib = (
+                run_plan.calibration_set() if any(p.recipe.calibration.required for p in planned) else None
+            )
         else:
-            record, planned, calib = _plan_build(checkpoint, _split(targets), gates, calibration, cache, root, progress)
+            record, planned, calib = _plan_build(
+                checkpoint, _split(targets), gates, calibration, cache, root, progress
+            )
         if calib is not None:
-            progress.log(f"calibration set {calib.name}: {len(calib.records)} samples, sha256 {calib.sha256[:12]}")
+            progress.log(
+                f"calibration set {calib.name}: {len(calib.records)} samples, sha256 {calib.sha256[:12]}"
+            )
         results = build_planned(record, planned, out.resolve(), calib, progress)
 
     table = Table(title=f"quantgate build: {record.model_class} {record.architecture}")
@@ -172,35 +188,51 @@ def _plan_build(
     planned = plan(catalog, resolve_targets(policy, record.model_class, targets, catalog))
     calib = None
     if any(p.recipe.calibration.required for p in planned):
-        calib = load_or_build(calibration or project / "calibration_sets" / "default.yaml", cache_path / "calibration")
+        calib = load_or_build(
+            calibration or project / "calibration_sets" / "default.yaml", cache_path / "calibration"
+        )
     return record, planned, calib
 
 
 ProfileOpt = Annotated[
     str | None,
-    typer.Option("--profile", help="Suite sizes: 'smoke' (the default; minutes on 2 CPU cores) or 'full' (GPU scale)."),
+    typer.Option(
+        "--profile", help="Suite sizes: 'smoke' (the default; minutes on 2 CPU cores) or 'full' (GPU scale)."
+    ),
 ]
 
 
 @app.command("eval")
 def eval_(
-    artifacts: Annotated[Path, typer.Option("--artifacts", help="Directory of built artifacts (quantgate build --out).")],
-    out: Annotated[Path, typer.Option("--out", help="Directory for results: <model>/<suite>.json, summary.json.")],
+    artifacts: Annotated[
+        Path, typer.Option("--artifacts", help="Directory of built artifacts (quantgate build --out).")
+    ],
+    out: Annotated[
+        Path, typer.Option("--out", help="Directory for results: <model>/<suite>.json, summary.json.")
+    ],
     checkpoint: CheckpointOpt = None,
     profile: ProfileOpt = None,
     suites: Annotated[
         str | None, typer.Option("--suites", help="Comma-separated suites from eval_suites/ (default: all).")
     ] = None,
     targets: Annotated[
-        str | None, typer.Option("--targets", help="Comma-separated artifacts to evaluate (default: all in --artifacts).")
+        str | None,
+        typer.Option(
+            "--targets", help="Comma-separated artifacts to evaluate (default: all in --artifacts)."
+        ),
     ] = None,
     data_dir: Annotated[
         Path | None,
-        typer.Option("--data-dir", help="Evaluation data (GSM8K, WikiText-2). Default: $QUANTGATE_DATA, else ../shared/datasets."),
+        typer.Option(
+            "--data-dir",
+            help="Evaluation data (GSM8K, WikiText-2). Default: $QUANTGATE_DATA, else ../shared/datasets.",
+        ),
     ] = None,
     reference_only: Annotated[
         bool,
-        typer.Option("--reference-only", help="Evaluate the source alone (fills the reference cache); no artifacts."),
+        typer.Option(
+            "--reference-only", help="Evaluate the source alone (fills the reference cache); no artifacts."
+        ),
     ] = False,
     gates: GatesOpt = None,
     cache: CacheOpt = None,
@@ -222,8 +254,17 @@ def eval_(
     from quantgate.progress import RichProgress
 
     if plan_file is not None:
-        _refuse_beside_plan({"--checkpoint": checkpoint, "--profile": profile, "--suites": suites,
-                             "--data-dir": data_dir, "--gates": gates, "--cache-dir": cache, "--root": root})
+        _refuse_beside_plan(
+            {
+                "--checkpoint": checkpoint,
+                "--profile": profile,
+                "--suites": suites,
+                "--data-dir": data_dir,
+                "--gates": gates,
+                "--cache-dir": cache,
+                "--root": root,
+            }
+        )
         run_plan = read_plan(plan_file)
         run_plan.select(_split(targets))  # a target the plan does not have is a typo
         profile, project, cache_path = run_plan.profile, Path(run_plan.root), Path(run_plan.cache_dir)
@@ -238,7 +279,9 @@ def eval_(
         cache_path = (cache or cache_dir()).resolve()
         loaded = load_suites(project / "eval_suites", _split(suites))
     if not reference_only and not artifacts.is_dir():
-        raise UsageError(artifacts, "artifacts directory does not exist", "run quantgate build --out DIR first")
+        raise UsageError(
+            artifacts, "artifacts directory does not exist", "run quantgate build --out DIR first"
+        )
     with RichProgress() as progress:
         if plan_file is not None:
             record = run_plan.confirmed_source(progress)
@@ -248,8 +291,16 @@ def eval_(
             model = model_name(record)
         ctx = EvalContext(profile, DataDir.resolve(data_dir, project), project, cache_path, progress)
         run = evaluate(
-            Path(record.path), record.content_hash, artifacts, out.resolve(), loaded, ctx, _split(targets),
-            model=model, model_class=record.model_class, source_bytes=record.bytes,
+            Path(record.path),
+            record.content_hash,
+            artifacts,
+            out.resolve(),
+            loaded,
+            ctx,
+            _split(targets),
+            model=model,
+            model_class=record.model_class,
+            source_bytes=record.bytes,
             reference_only=reference_only,
         )
 
@@ -270,18 +321,24 @@ def gate(
     results: Annotated[Path, typer.Option("--results", help="Evaluation directory (quantgate eval --out).")],
     out: Annotated[Path, typer.Option("--out", help="Directory for report.json, report.md and report.html.")],
     gates: Annotated[
-        Path | None, typer.Option("--gates", help="Tenant floors and model classes. Default: <project>/gates.yaml.")
+        Path | None,
+        typer.Option("--gates", help="Tenant floors and model classes. Default: <project>/gates.yaml."),
     ] = None,
     tenants: Annotated[
         str | None, typer.Option("--tenants", help="Comma-separated tenants to gate (default: every tenant).")
     ] = None,
     model_class: Annotated[
         str | None,
-        typer.Option("--model-class", help="Model class deciding which targets are required (default: from the evaluation)."),
+        typer.Option(
+            "--model-class",
+            help="Model class deciding which targets are required (default: from the evaluation).",
+        ),
     ] = None,
     previous: Annotated[
         Path | None,
-        typer.Option("--previous", help="Report directory of the previous approved version, for before/after deltas."),
+        typer.Option(
+            "--previous", help="Report directory of the previous approved version, for before/after deltas."
+        ),
     ] = None,
     root: RootOpt = None,
 ) -> None:
@@ -291,9 +348,15 @@ def gate(
 
     project = (root or project_root()).resolve()
     if not (results / "summary.json").exists():
-        raise UsageError(results, "no summary.json here", "run quantgate eval --out DIR first and pass that DIR")
+        raise UsageError(
+            results, "no summary.json here", "run quantgate eval --out DIR first and pass that DIR"
+        )
     decision = gate_results(
-        results, gates or project / "gates.yaml", project, model_class=model_class, tenants=_split(tenants),
+        results,
+        gates or project / "gates.yaml",
+        project,
+        model_class=model_class,
+        tenants=_split(tenants),
         previous=previous,
     )
     report = write_report_json(decision, out.resolve())
@@ -316,7 +379,9 @@ def _render_reports(report_json: Path) -> list[Path]:
 
 @app.command()
 def report(
-    report_dir: Annotated[Path, typer.Option("--report", help="Directory holding report.json (quantgate gate --out).")],
+    report_dir: Annotated[
+        Path, typer.Option("--report", help="Directory holding report.json (quantgate gate --out).")
+    ],
 ) -> None:
     """Render report.md and report.html again from report.json (e.g. after a template change)."""
     for path in _render_reports(report_dir / "report.json"):
@@ -325,11 +390,18 @@ def report(
 
 @app.command()
 def publish(
-    report_dir: Annotated[Path, typer.Option("--report", help="Directory holding report.json (quantgate gate --out).")],
-    artifacts: Annotated[
-        Path, typer.Option("--artifacts", help="Directory of the built artifacts that report gated (quantgate build --out).")
+    report_dir: Annotated[
+        Path, typer.Option("--report", help="Directory holding report.json (quantgate gate --out).")
     ],
-    as_json: Annotated[bool, typer.Option("--json", help="Print the outcome as JSON instead of a table.")] = False,
+    artifacts: Annotated[
+        Path,
+        typer.Option(
+            "--artifacts", help="Directory of the built artifacts that report gated (quantgate build --out)."
+        ),
+    ],
+    as_json: Annotated[
+        bool, typer.Option("--json", help="Print the outcome as JSON instead of a table.")
+    ] = False,
     root: RootOpt = None,
 ) -> None:
     """Publish every gated artifact to the registry; alias each for the tenants it passed.
@@ -352,8 +424,13 @@ def publish(
     for column in ("registered model", "version", "new", "aliases", "source"):
         table.add_column(column)
     for a in outcome.artifacts:
-        table.add_row(a.registered_model, a.version, "yes" if a.created else "no (same content)",
-                      ", ".join(a.aliases) or "- (failed gate: recorded for audit)", a.source)
+        table.add_row(
+            a.registered_model,
+            a.version,
+            "yes" if a.created else "no (same content)",
+            ", ".join(a.aliases) or "- (failed gate: recorded for audit)",
+            a.source,
+        )
     Console(width=None if sys.stdout.isatty() else 240).print(table)
 
 
@@ -361,18 +438,27 @@ def publish(
 def pull(
     model: Annotated[str, typer.Argument(help="Model name as published (the report's 'model').")],
     target: Annotated[str, typer.Option("--target", help="Hardware target, e.g. hopper-fp8.")],
-    tenant: Annotated[str, typer.Option("--tenant", help="Tenant whose approval (alias approved-<tenant>) to pull.")],
+    tenant: Annotated[
+        str, typer.Option("--tenant", help="Tenant whose approval (alias approved-<tenant>) to pull.")
+    ],
     dest: Annotated[
         Path | None, typer.Option("--dest", help="Also place the artifact here (hard links into the cache).")
     ] = None,
     version: Annotated[
-        str | None, typer.Option("--version", help="A specific version (refused unless approved for the tenant).")
+        str | None,
+        typer.Option("--version", help="A specific version (refused unless approved for the tenant)."),
     ] = None,
     allow_unapproved: Annotated[
-        bool, typer.Option("--allow-unapproved", help="Accept a version the gate did not approve (never for serving).")
+        bool,
+        typer.Option(
+            "--allow-unapproved", help="Accept a version the gate did not approve (never for serving)."
+        ),
     ] = False,
     offline: Annotated[
-        bool, typer.Option("--offline", help="No registry call: the version this node last resolved, from its cache.")
+        bool,
+        typer.Option(
+            "--offline", help="No registry call: the version this node last resolved, from its cache."
+        ),
     ] = False,
     cache: CacheOpt = None,
     root: RootOpt = None,
@@ -384,8 +470,18 @@ def pull(
 
     cfg = RegistryConfig.from_env((root or project_root()).resolve())
     with RichProgress() as progress:
-        path = pull_artifact(model, target, tenant, cfg, cache_dir=(cache or cache_dir()).resolve(), dest=dest,
-                             allow_unapproved=allow_unapproved, progress=progress, version=version, offline=offline)
+        path = pull_artifact(
+            model,
+            target,
+            tenant,
+            cfg,
+            cache_dir=(cache or cache_dir()).resolve(),
+            dest=dest,
+            allow_unapproved=allow_unapproved,
+            progress=progress,
+            version=version,
+            offline=offline,
+        )
     print(path)
 
 
@@ -393,24 +489,41 @@ def pull(
 def run(
     checkpoint: Annotated[
         str | None,
-        typer.Option("--checkpoint", help="Source checkpoint: a directory or s3://bucket/prefix. "
-                     "Default: the embedded SmolLM2-135M-Instruct."),
+        typer.Option(
+            "--checkpoint",
+            help="Source checkpoint: a directory or s3://bucket/prefix. "
+            "Default: the embedded SmolLM2-135M-Instruct.",
+        ),
     ] = None,
-    out: Annotated[Path, typer.Option("--out", help="Run directory: artifacts/, eval/, report/, logs/, outcome.json.")] = Path("runs"),
+    out: Annotated[
+        Path, typer.Option("--out", help="Run directory: artifacts/, eval/, report/, logs/, outcome.json.")
+    ] = Path("runs"),
     targets: TargetsOpt = None,
-    tenants: Annotated[str | None, typer.Option("--tenants", help="Comma-separated tenants to gate (default: all).")] = None,
+    tenants: Annotated[
+        str | None, typer.Option("--tenants", help="Comma-separated tenants to gate (default: all).")
+    ] = None,
     profile: ProfileOpt = "smoke",
-    suites: Annotated[str | None, typer.Option("--suites", help="Comma-separated suites (default: all).")] = None,
+    suites: Annotated[
+        str | None, typer.Option("--suites", help="Comma-separated suites (default: all).")
+    ] = None,
     gates: GatesOpt = None,
     publish: Annotated[
-        bool, typer.Option("--publish/--no-publish", help="Publish to the registry (MLFLOW_TRACKING_URI, else the local one).")
+        bool,
+        typer.Option(
+            "--publish/--no-publish",
+            help="Publish to the registry (MLFLOW_TRACKING_URI, else the local one).",
+        ),
     ] = True,
-    max_heavy: Annotated[int, typer.Option("--max-heavy", help="Heavy steps (builds, evaluations) at once; 0: no limit.")] = 1,
+    max_heavy: Annotated[
+        int, typer.Option("--max-heavy", help="Heavy steps (builds, evaluations) at once; 0: no limit.")
+    ] = 1,
     dask_workers: Annotated[
-        int, typer.Option("--dask-workers", help="Fan tasks out over a local Dask cluster of N worker processes.")
+        int,
+        typer.Option("--dask-workers", help="Fan tasks out over a local Dask cluster of N worker processes."),
     ] = 0,
     dask_address: Annotated[
-        str | None, typer.Option("--dask-address", help="Fan tasks out over a running Dask scheduler (tcp://host:8786).")
+        str | None,
+        typer.Option("--dask-address", help="Fan tasks out over a running Dask scheduler (tcp://host:8786)."),
     ] = None,
     step_timeout: Annotated[
         float, typer.Option("--step-timeout", help="Seconds before a build or evaluation step is killed.")
@@ -421,9 +534,18 @@ def run(
     from quantgate.report.console import print_table, verdict_table
 
     outcome, state = run_flow(
-        checkpoint=checkpoint, targets=_split(targets), tenants=_split(tenants), profile=profile,
-        publish=publish, out=str(out), suites=_split(suites), gates=str(gates) if gates else None,
-        max_heavy=max_heavy, step_timeout_s=step_timeout, dask_workers=dask_workers, dask_address=dask_address,
+        checkpoint=checkpoint,
+        targets=_split(targets),
+        tenants=_split(tenants),
+        profile=profile,
+        publish=publish,
+        out=str(out),
+        suites=_split(suites),
+        gates=str(gates) if gates else None,
+        max_heavy=max_heavy,
+        step_timeout_s=step_timeout,
+        dask_workers=dask_workers,
+        dask_address=dask_address,
     )
     if outcome is None:
         typer.secho(f"error: the flow run ended {state.name}: {state.message}", fg=typer.colors.RED, err=True)

@@ -1,24 +1,11 @@
 """Sample a calibration set from a traffic log, as a spec declares, and cache it by content.
 
-The traffic log is JSONL, one ``{"id", "class", "text"}`` object per line. Each record falls in
-the first length bucket whose ``max_chars`` holds its text (longer ones are left out, and the
-set's notes say how many).
-
-Quotas: the class quotas are ``size * mix[class]``, apportioned by largest remainder so they
-sum to ``size`` exactly (ties go to the class declared first); each class quota is then split
-over the length buckets the same way by ``length_buckets[*].share``. A cell (class, bucket) with
-fewer records than its quota gives its shortfall to the other buckets of the same class, in
-proportion to their shares and up to what they hold; the set's ``notes`` record every such
-move. Only a class that lacks records as a whole is an error.
-
-Sampling is ``random.Random(seed)``: without replacement within each cell, cells visited in
-spec order, and the selection shuffled with the same generator, so the output order is
-deterministic too. The set's identity is the sha256 of its canonical JSONL (sorted keys, no
-spaces, UTF-8, one record a line): the exact bytes ``write_set`` writes, so ``sha256sum`` of
-the file equals ``CalibrationSet.sha256``. It depends on the texts, not on any tokenizer.
-
-``load_or_build`` keys the cache on the spec's validated content plus the log's bytes
-(``cache_key``) and returns a written set with that key instead of sampling again.
+The set must mirror production traffic (class mix, lengths) and be reproducible, because its
+sha256 enters every calibrated artifact's build key: sampling is deterministic for a seed, the
+quotas sum to the declared size exactly, and the set's identity is the sha256 of the exact bytes
+``write_set`` writes (``sha256sum`` of the file equals ``CalibrationSet.sha256``), which depends
+on the texts, not on any tokenizer. ``load_or_build`` reuses a written set while the spec's
+content and the log's bytes are unchanged (``cache_key``).
 """
 
 from __future__ import annotations
@@ -42,6 +29,8 @@ LOG_FIX = 'write one JSON object per line: {"id": "...", "class": "chat", "text"
 
 
 class CalibrationRecord(Frozen):
+    """One sampled record: the log's id, class and text, and the length bucket it fell in."""
+
     model_config = ConfigDict(populate_by_name=True)
 
     id: str
@@ -50,6 +39,7 @@ class CalibrationRecord(Frozen):
     text: str
 
     def canonical(self) -> str:
+        """The record as one canonical JSON line (sorted keys, no spaces, UTF-8 kept)."""
         fields = self.model_dump(by_alias=True)
         return json.dumps(fields, ensure_ascii=False, sort_keys=True, separators=(",", ":"))
 
@@ -59,7 +49,11 @@ def _canonical_jsonl(records: tuple[CalibrationRecord, ...] | list[CalibrationRe
 
 
 class CalibrationSet(Frozen):
-    """A sampled set: its records in order, counts per class and bucket, and its sha256."""
+    """A sampled set: its records in order, counts per class and bucket, and its sha256.
+
+    The sha256 is over the canonical JSONL (``CalibrationRecord.canonical``, one record a line),
+    and a set whose records do not hash to it is refused.
+    """
 
     name: str
     records: tuple[CalibrationRecord, ...]
@@ -84,6 +78,7 @@ class CalibrationSet(Frozen):
         notes: list[str] | tuple[str, ...] = (),
         source_key: str | None = None,
     ) -> CalibrationSet:
+        """The set of ``records``, its sha256 computed from them."""
         sha = hashlib.sha256(_canonical_jsonl(records)).hexdigest()
         return cls(
             name=name,
@@ -99,6 +94,7 @@ class CalibrationSet(Frozen):
         return _canonical_jsonl(self.records)
 
     def texts(self) -> list[str]:
+        """The records' texts, in order: what a calibrated engine feeds the model."""
         return [r.text for r in self.records]
 
 
@@ -118,8 +114,8 @@ def _parse_log(path: Path, data: bytes) -> list[dict[str, str]]:
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as exc:
-        line = data[: exc.start].count(b"\n") + 1
-        raise CalibrationError(f"{path}:{line}", "not valid UTF-8", "save the log as UTF-8") from None
+        bad_line = data[: exc.start].count(b"\n") + 1
+        raise CalibrationError(f"{path}:{bad_line}", "not valid UTF-8", "save the log as UTF-8") from None
     records: list[dict[str, str]] = []
     seen: dict[str, int] = {}
     # split on \n only: str.splitlines would also split on U+2028 and others, which JSON leaves raw
@@ -186,7 +182,14 @@ Cells = dict[str, dict[str, int]]  # class -> bucket -> records
 
 
 def _plan(spec: CalibrationSpec, available: Cells, log: Path) -> tuple[Cells, list[str]]:
-    """Quotas per (class, bucket), after moving shortfalls within each class; and notes."""
+    """Quotas per (class, bucket), after moving shortfalls within each class; and notes.
+
+    Class quotas are ``size * mix[class]`` apportioned by largest remainder (ties go to the
+    class declared first); each class quota is split over the length buckets the same way by
+    their shares. A cell with fewer records than its quota gives its shortfall to the class's
+    other buckets, in proportion to their shares and up to what they hold, noting the move.
+    Only a class that lacks records as a whole is an error.
+    """
     classes, buckets = list(spec.mix), [b.name for b in spec.length_buckets]
     bucket_shares = [_exact(b.share) for b in spec.length_buckets]
     class_quota = largest_remainder(spec.size, [_exact(spec.mix[c]) for c in classes])
@@ -240,7 +243,13 @@ def cache_key(spec: CalibrationSpec, log_bytes: bytes) -> str:
 
 
 def build_set(spec: CalibrationSpec, log_path: str | Path | None = None) -> CalibrationSet:
-    """Sample the set ``spec`` declares from its traffic log (or from ``log_path``)."""
+    """Sample the set ``spec`` declares from its traffic log (or from ``log_path``).
+
+    A record falls in the first length bucket whose ``max_chars`` holds its text (longer ones
+    are left out, and the notes say how many). Sampling is ``random.Random(seed)``: without
+    replacement within each cell, cells visited in spec order, the selection then shuffled with
+    the same generator, so the output order is deterministic too.
+    """
     log = Path(log_path) if log_path is not None else spec.traffic_log
     data = _read_bytes(log)
     records = _parse_log(log, data)
@@ -276,7 +285,11 @@ def build_set(spec: CalibrationSpec, log_path: str | Path | None = None) -> Cali
     for cls in spec.mix:
         for bucket in buckets:
             for rec in rng.sample(cells[cls][bucket], quotas[cls][bucket]):
-                selected.append(CalibrationRecord(id=rec["id"], class_=cls, bucket=bucket, text=rec["text"]))
+                selected.append(
+                    CalibrationRecord.model_validate(
+                        {"id": rec["id"], "class": cls, "bucket": bucket, "text": rec["text"]}
+                    )
+                )
     rng.shuffle(selected)
     return CalibrationSet.from_records(spec.name, selected, quotas, notes + plan_notes, cache_key(spec, data))
 

@@ -1,13 +1,10 @@
 """A calibration set spec: which traffic log, how many records, and in what mix.
 
-``calibration_sets/<name>.yaml`` declares the set as data: the traffic log it samples (a path
-relative to the spec file), the size, the seed, the share of each traffic class and the share of
-each length bucket. Length shares apply *within* each class: a class's quota is split over the
-buckets by ``length_buckets[*].share`` (see ``builder`` for the apportionment and for what
-happens when a class has too few records in some bucket).
-
-Shares must each sum to 1 (within 1e-9); an unknown key is an error that suggests the nearest
-valid one; every error names the file and line (``quantgate.config.loader``).
+``calibration_sets/<name>.yaml`` declares the set as data, so that the calibration a build
+used can be read, reviewed and reproduced: the traffic log it samples, the size, the seed, the
+share of each traffic class and of each length bucket. Length shares apply *within* each class
+(``builder`` apportions them). Shares must each sum to 1 (within 1e-9); every error names the
+file and line and an unknown key suggests the nearest valid one (``quantgate.config.loader``).
 """
 
 from __future__ import annotations
@@ -39,6 +36,8 @@ class LengthBucket(Frozen):
 
 
 class CalibrationSpec(Frozen):
+    """A calibration set spec; ``traffic_log`` is relative to the spec file until loaded."""
+
     version: Literal[1] = 1
     name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$", description="used in the written file's name")
     description: str = ""

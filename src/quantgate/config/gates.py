@@ -6,11 +6,6 @@ first command that reads it, naming ``file:line`` and the nearest valid name: an
 target, suite or metric, a bound of the wrong direction, a ratio floor on a metric that already
 compares with the source, a floor on another tenant's suite. Metrics and their directions come
 from the suite kinds (``quantgate.evaluate.suites``), never from a list here.
-
-Model classes are tried in the order written; the first whose conditions all hold wins. A floor
-names a suite, a metric and exactly one bound: ``max`` / ``min`` on the conservative bound,
-``max_delta_pct`` / ``min_recovery`` on the ratio of a *level* with the source's level.
-``applies_to`` (on a floor or a tenant) limits it to some targets.
 """
 
 from __future__ import annotations
@@ -44,7 +39,10 @@ RATIO_KINDS = ("max_delta_pct", "min_recovery")
 
 def _unknown(what: str, name: str, known: list[str]) -> ValueError:
     hint = nearest(name, known)
-    return ValueError(f"unknown {what} '{name}'" + (f" (did you mean '{hint}'?)" if hint else f"; known: {', '.join(known)}"))
+    return ValueError(
+        f"unknown {what} '{name}'"
+        + (f" (did you mean '{hint}'?)" if hint else f"; known: {', '.join(known)}")
+    )
 
 
 def _check_targets(names: list[str] | None, info: ValidationInfo) -> list[str] | None:
@@ -70,6 +68,8 @@ class Match(Frozen):
 
 
 class TargetSet(Frozen):
+    """The targets a model class gets: required ones must pass, optional ones ship if they pass."""
+
     required: list[str]
     optional: list[str] = Field(
         default_factory=list, description="built and evaluated, shipped only where their gate passes"
@@ -82,6 +82,8 @@ class TargetSet(Frozen):
 
 
 class ModelClass(Frozen):
+    """One rule of ``model_classes``: which checkpoints it matches, their targets and KV cache."""
+
     description: str
     match: Match
     targets: TargetSet
@@ -89,6 +91,12 @@ class ModelClass(Frozen):
 
 
 class Floor(Frozen):
+    """A suite, a metric and exactly one bound, optionally limited to some targets by ``applies_to``.
+
+    ``max`` / ``min`` bound the metric's conservative end; ``max_delta_pct`` / ``min_recovery``
+    bound the ratio of a *level* metric with the source's level.
+    """
+
     suite: str
     metric: str
     max: float | None = None
@@ -113,7 +121,9 @@ class Floor(Frozen):
         if suite is not None:
             known = suite.metrics()
             if name not in known:
-                raise _unknown(f"metric for suite '{suite.spec.name}' (kind {suite.spec.kind})", name, sorted(known))
+                raise _unknown(
+                    f"metric for suite '{suite.spec.name}' (kind {suite.spec.kind})", name, sorted(known)
+                )
         return name
 
     @field_validator("applies_to")
@@ -141,10 +151,12 @@ class Floor(Frozen):
 
     @property
     def kind(self) -> str:
+        """Which bound this floor gives: one of ``FLOOR_KINDS``."""
         return next(k for k in FLOOR_KINDS if getattr(self, k) is not None)
 
     @property
     def value(self) -> float:
+        """The bound's value."""
         return float(getattr(self, self.kind))
 
     def applies(self, target: str) -> bool:
@@ -153,6 +165,8 @@ class Floor(Frozen):
 
 
 class Tenant(Frozen):
+    """A tenant's floors, the confidence of every bound, and the targets gated for it."""
+
     description: str
     confidence: float = Field(0.95, gt=0.5, lt=1.0, description="one-sided confidence of every bound")
     applies_to: list[str] | None = Field(None, description="targets gated for this tenant; all when absent")
@@ -181,14 +195,18 @@ class Gates(BaseModel):
             for floor in tenant.floors:
                 owner = suites[floor.suite].tenant if floor.suite in suites else None
                 if owner is not None and owner != name:
-                    raise ValueError(f"tenant '{name}' gates on suite '{floor.suite}', which belongs to tenant '{owner}'")
+                    raise ValueError(
+                        f"tenant '{name}' gates on suite '{floor.suite}', which belongs to tenant '{owner}'"
+                    )
         for suite_name, suite in suites.items():
             if suite.tenant is not None and suite.tenant not in tenants:
-                raise _unknown(f"tenant (named by eval_suites/{suite_name}.yaml)", suite.tenant, sorted(tenants))
+                raise _unknown(
+                    f"tenant (named by eval_suites/{suite_name}.yaml)", suite.tenant, sorted(tenants)
+                )
         return tenants
 
     def classify(self, *, moe: bool, params: int, context: int | None) -> str:
-        """The first model class whose conditions the checkpoint meets."""
+        """The first model class, in the order written, whose conditions the checkpoint meets."""
         for name, cls in self.model_classes.items():
             m = cls.match
             if m.moe is not None and m.moe != moe:
@@ -246,11 +264,15 @@ def check_target_names(names: list[str], catalog: Catalog) -> list[str]:
     known = catalog.target_names()
     for name in names:
         if name not in known:
-            raise UsageError("--targets", f"unknown target '{name}'", did_you_mean(name, known, known="known targets"))
+            raise UsageError(
+                "--targets", f"unknown target '{name}'", did_you_mean(name, known, known="known targets")
+            )
     return list(dict.fromkeys(names))
 
 
-def resolve_targets(gates: Gates, model_class: str, override: list[str] | None, catalog: Catalog) -> list[str]:
+def resolve_targets(
+    gates: Gates, model_class: str, override: list[str] | None, catalog: Catalog
+) -> list[str]:
     """Targets for one run: the class's required and optional ones, or ``--targets``."""
     if override:
         return check_target_names(override, catalog)

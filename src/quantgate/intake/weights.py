@@ -5,8 +5,8 @@ model. Without an index, the top-level ``*.safetensors`` files are. Every ``.saf
 anywhere in the tree has its header validated (it is cheap), but only the model's files are
 counted, compared with the config and scanned for NaN/Inf.
 
-The scan reads one tensor at a time (a large one in row blocks), so its memory stays at a
-block, not the model: source checkpoints are often larger than the machine checking them.
+The scan reads one tensor at a time, a large one in 16 MB blocks, so its memory stays at a block
+per file being scanned, not the model: source checkpoints are often larger than the machine.
 """
 
 from __future__ import annotations
@@ -104,6 +104,7 @@ def collect_tensors(
 
 
 def count_params(tensors: Tensors) -> int:
+    """Parameters of the model: elements of every tensor in its files."""
     return sum(info.numel for _, info in tensors.values())
 
 
@@ -129,9 +130,9 @@ def scan_finite(
     """Refuse the first tensor that holds a NaN or an Inf, naming it and its file (files in
     ``skip`` passed this scan before, unchanged since).
 
-    Reads with plain ``readinto`` into one reused buffer rather than through ``safe_open``'s
-    memory map: mapped pages a scan has touched count as this process's resident memory until
-    the file is closed, which made a 200 MB shard cost 200 MB of RSS on top of the scan.
+    Reads with plain ``readinto`` into one buffer per file, reused for every block, rather than
+    through ``safe_open``'s memory map: mapped pages a scan has touched count as this process's
+    resident memory until the file is closed (BENCHMARKS.md).
     """
     by_file: dict[str, list[str]] = {}
     for name, (rel, _) in tensors.items():

@@ -23,17 +23,19 @@ def weight_group_size(modifier_args: dict[str, Any], recipe_file: str = "recipe"
     from compressed_tensors.quantization import preset_name_to_scheme
     from compressed_tensors.quantization.quant_scheme import PRESET_SCHEMES
 
-    sizes = []
+    sizes: list[int | None] = []
     if "scheme" in modifier_args and isinstance(modifier_args["scheme"], str):
         scheme = modifier_args["scheme"]
         if scheme not in PRESET_SCHEMES:
-            raise ConfigFileError(recipe_file, f"unknown preset scheme '{scheme}'", did_you_mean(scheme, PRESET_SCHEMES))
+            raise ConfigFileError(
+                recipe_file, f"unknown preset scheme '{scheme}'", did_you_mean(scheme, PRESET_SCHEMES)
+            )
         weights = preset_name_to_scheme(scheme, ["Linear"]).weights
         sizes.append(weights.group_size if weights else None)
     for group in (modifier_args.get("config_groups") or {}).values():
         sizes.append((group.get("weights") or {}).get("group_size"))
-    sizes = [s for s in sizes if s]
-    return max(sizes) if sizes else None
+    given = [s for s in sizes if s]
+    return max(given) if given else None
 
 
 def quantized_weight_shapes(source: SourceRecord, ignore: list[str]) -> dict[str, tuple[int, ...]]:
@@ -54,6 +56,7 @@ def quantized_weight_shapes(source: SourceRecord, ignore: list[str]) -> dict[str
 
 
 def check_group_sizes(source: SourceRecord, recipe: Recipe, ignore: list[str]) -> None:
+    """Refuse a recipe whose weight group size does not divide a layer it quantizes, naming the layer."""
     _, args = recipe.modifier()
     group = weight_group_size(args, f"recipes/{recipe.name}.yaml")
     if not group:

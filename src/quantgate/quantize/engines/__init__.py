@@ -37,6 +37,8 @@ class BuildJob:
 
 
 class Engine(Protocol):
+    """What a registered engine class provides; one instance serves one build call."""
+
     def preflight(self, source: SourceRecord, recipe: Recipe) -> None:
         """Refuse, before any work, a recipe that cannot apply to this model as written."""
 

@@ -18,6 +18,7 @@ import sys
 
 @functools.cache
 def quiet() -> None:
+    """Import llm-compressor with its logging off, then log its warnings to stderr (once per process)."""
     previous = os.environ.get("LLM_COMPRESSOR_LOG_DISABLED")
     os.environ["LLM_COMPRESSOR_LOG_DISABLED"] = "true"
     try:

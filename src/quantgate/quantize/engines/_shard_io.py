@@ -38,12 +38,15 @@ _ITEMSIZE = {name: torch.empty((), dtype=dt).element_size() for name, dt in DTYP
 
 @dataclass(frozen=True)
 class OutTensor:
+    """One tensor of an output shard: its name, safetensors dtype and shape."""
+
     name: str
     dtype: str  # safetensors dtype name
     shape: tuple[int, ...]
 
     @property
     def nbytes(self) -> int:
+        """Bytes the tensor takes in the data section."""
         return math.prod(self.shape) * _ITEMSIZE[self.dtype]
 
 
@@ -73,7 +76,7 @@ class ShardWriter:
         self.fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
         try:
             # the final size up front (sparse), so writers at any offset never extend the file;
-            # not posix_fallocate: writing into its reserved extents measured 3-10x slower here
+            # not posix_fallocate: writing into its reserved extents was slower (BENCHMARKS.md)
             os.ftruncate(self.fd, self.data_offset + position)
             write_all(self.fd, struct.pack("<Q", len(raw)) + raw, 0)
         except BaseException:
@@ -81,24 +84,27 @@ class ShardWriter:
             raise
 
     def write(self, name: str, tensor: torch.Tensor) -> None:
+        """Write ``tensor``'s bytes at ``name``'s offset."""
         write_all(self.fd, as_bytes(tensor), self.data_offset + self.offsets[name])
 
     def copy_from(self, name: str, src_fd: int, src_offset: int, nbytes: int) -> None:
+        """Copy ``name``'s bytes from another file at ``src_offset``, inside the kernel where possible."""
         copy_range(src_fd, src_offset, self.fd, self.data_offset + self.offsets[name], nbytes)
 
     def close(self) -> None:
+        """Close the shard's file descriptor."""
         os.close(self.fd)
 
 
 def as_bytes(tensor: torch.Tensor) -> memoryview:
     """The tensor's bytes, without a copy (numpy has no bf16/fp8, so view them as uint8)."""
     flat = tensor.contiguous().reshape(-1).view(torch.uint8)
-    return memoryview(flat.numpy()).cast("B")
+    return flat.numpy().data.cast("B")
 
 
 def read_into(fd: int, buffer: torch.Tensor, offset: int) -> None:
     """Fill a uint8 tensor from ``fd`` at ``offset`` (``preadv`` releases the GIL)."""
-    view = memoryview(buffer.numpy()).cast("B")
+    view = buffer.numpy().data.cast("B")
     done = 0
     while done < len(view):
         n = os.preadv(fd, [view[done:]], offset + done)
@@ -108,6 +114,7 @@ def read_into(fd: int, buffer: torch.Tensor, offset: int) -> None:
 
 
 def write_all(fd: int, data: bytes | memoryview, offset: int) -> None:
+    """Write all of ``data`` at ``offset`` (``pwrite`` may write less than asked)."""
     view = memoryview(data).cast("B")
     done = 0
     while done < len(view):

@@ -1,12 +1,10 @@
 """The ``quantization_config`` an FP8_DYNAMIC artifact carries, as llm-compressor writes it.
 
 It is built by compressed-tensors' own classes, exactly as llm-compressor's ``model_free_ptq``
-builds it, and it depends on nothing but the compressed-tensors version, the scheme, the
-ignore list and whether anything was quantized. Importing compressed-tensors imports
-transformers: about 3 s of one core here, as much CPU as quantizing a 3 GB checkpoint takes on
-the other, and both compete for the same two cores. So the result is kept in quantgate's cache
-under a key of exactly those inputs, and a build computes it (in a side thread) only the first
-time an environment needs it.
+builds it, and depends only on the compressed-tensors version, the scheme, the ignore list and
+whether anything was quantized. Importing compressed-tensors imports transformers, which costs
+as much CPU as the quantization itself (BENCHMARKS.md), so the result is cached under a key of
+exactly those inputs and computed (in a side thread) only the first time an environment needs it.
 """
 
 from __future__ import annotations

@@ -29,11 +29,15 @@ def _scheme_and_ignore(recipe: Recipe) -> tuple[str, list[str]]:
 
 @register("llmcompressor.model_free")
 class ModelFreeEngine:
+    """llm-compressor's ``model_free_ptq``: data-free schemes, one shard at a time."""
+
     def preflight(self, source: SourceRecord, recipe: Recipe) -> None:
-        scheme, ignore = _scheme_and_ignore(recipe)
+        """Refuse a recipe that is not one preset-scheme QuantizationModifier, or whose groups do not fit."""
+        _, ignore = _scheme_and_ignore(recipe)
         check_group_sizes(source, recipe, ignore=ignore)
 
     def build(self, job: BuildJob) -> None:
+        """Quantize the source shard by shard into ``job.out_dir``."""
         quiet()
         from llmcompressor import model_free_ptq
 

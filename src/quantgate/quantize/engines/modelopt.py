@@ -16,7 +16,10 @@ from quantgate.quantize.engines import BuildJob, register
 
 @register("modelopt")
 class ModeloptEngine:
+    """NVIDIA modelopt's NVFP4, calibrated on a CUDA GPU, exported in Hugging Face layout."""
+
     def preflight(self, source: SourceRecord, recipe: Recipe) -> None:
+        """Refuse where no CUDA GPU is visible or modelopt is not installed."""
         import torch
 
         if not torch.cuda.is_available():
@@ -33,6 +36,7 @@ class ModeloptEngine:
             ) from None
 
     def build(self, job: BuildJob) -> None:
+        """Calibrate and quantize the source on the GPU and export it into ``job.out_dir``."""
         import modelopt.torch.quantization as mtq
         import torch
         from modelopt.torch.export import export_hf_checkpoint
@@ -68,4 +72,3 @@ def copy_config(config: dict) -> dict:
     out = dict(config)
     out["quant_cfg"] = dict(config["quant_cfg"])
     return out
-

@@ -1,16 +1,10 @@
 """Calibrated targets (NVFP4, GPTQ/AWQ INT4) through llm-compressor's ``oneshot``.
 
-The recipe's ``recipe:`` block is handed to ``oneshot`` verbatim. One engine instance serves
-every calibrated target of a build: the source model is loaded and the calibration set
-tokenized once, and each target quantizes its own copy, so N calibrated targets cost one load.
-
-Mixture-of-experts models are loaded through ``load_quantizable_moe`` so that fused expert
-tensors become one Linear per expert, and ``moe_calibrate_all_experts`` sends every
-calibration token through every expert: an expert that a small calibration set never routes
-to would otherwise get no activation statistics. Routers are in every recipe's ignore list.
-
-``oneshot`` must get a model loaded from a directory (it reads the tokenizer from the model's
-``name_or_path``), so copies are made from a model loaded from the source directory.
+The recipe's ``recipe:`` block is handed to ``oneshot`` verbatim. One engine instance serves every
+calibrated target of a build: the source is loaded and the calibration set tokenized once, and
+each target quantizes its own copy, so N calibrated targets cost one load. MoE models load with
+one Linear per expert (``load_quantizable_moe``) and calibrate every expert on every token: an
+expert a small calibration set never routes to would otherwise get no activation statistics.
 """
 
 from __future__ import annotations
@@ -28,10 +22,13 @@ from quantgate.quantize.preflight import check_group_sizes
 
 @register("llmcompressor.oneshot")
 class OneshotEngine:
+    """llm-compressor's ``oneshot`` for calibrated recipes, one source load per build call."""
+
     def __init__(self) -> None:
         self._loaded: dict[str, tuple[Any, Any]] = {}  # content hash -> (model, tokenizer)
 
     def preflight(self, source: SourceRecord, recipe: Recipe) -> None:
+        """Refuse a recipe whose weight group size does not divide a layer it quantizes."""
         _, args = recipe.modifier()
         check_group_sizes(source, recipe, ignore=list(args.get("ignore", [])))
 
@@ -40,7 +37,7 @@ class OneshotEngine:
             import torch
             from transformers import AutoModelForCausalLM, AutoTokenizer
 
-            kwargs = dict(dtype=torch.bfloat16)
+            kwargs = {"dtype": torch.bfloat16}
             if source.moe:
                 from llmcompressor.modeling.moe.linearize import load_quantizable_moe
 
@@ -71,6 +68,7 @@ class OneshotEngine:
         )
 
     def build(self, job: BuildJob) -> None:
+        """Calibrate a copy of the loaded source with the recipe and save it compressed."""
         import yaml
 
         quiet()
@@ -78,7 +76,12 @@ class OneshotEngine:
 
         base, tokenizer = self._load(job.source)
         dataset = self._dataset(job, tokenizer)
+        # oneshot re-reads the config from the model's name_or_path (the source directory); a copy keeps it
         model = copy.deepcopy(base)
+        # only a recipe that names a pipeline passes one: oneshot's own default stays the default
+        extra: dict[str, Any] = {}
+        if job.recipe.calibration.pipeline:
+            extra["pipeline"] = job.recipe.calibration.pipeline
         with job.progress.task(f"{job.recipe.name}: calibrating on {len(dataset)} samples", total=None):
             oneshot(
                 model=model,
@@ -89,7 +92,7 @@ class OneshotEngine:
                 max_seq_length=job.recipe.calibration.max_seq_length,
                 shuffle_calibration_samples=False,
                 moe_calibrate_all_experts=True,
-                **({"pipeline": job.recipe.calibration.pipeline} if job.recipe.calibration.pipeline else {}),
+                **extra,
             )
         with job.progress.task(f"{job.recipe.name}: writing compressed checkpoint", total=None):
             model.save_pretrained(job.out_dir, save_compressed=True)

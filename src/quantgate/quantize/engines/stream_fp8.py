@@ -1,23 +1,12 @@
 """FP8_DYNAMIC, streamed tensor by tensor: quantgate's own data-free FP8 engine.
 
-Why not ``model_free_ptq`` (engine ``llmcompressor.model_free``, which this replaces for the
-fp8-dynamic recipe only): it loads a whole shard, builds a ``Linear`` module and an observer per
-weight, then serializes the whole shard again, all one step after another; measured on a 3 GB,
-4-shard checkpoint it took longer than loading the full model with ``oneshot`` (BENCHMARKS.md).
-Here every output shard's layout is known from the source headers alone, so the header is
-written first and each tensor is then read (``preadv``), quantized into per-thread buffers and
-written at its offset (``pwrite``) by a small thread pool; reading, computing and writing of
-different tensors overlap (torch and the I/O calls release the GIL), tensors kept as they are
-are copied inside the kernel, and memory is a few tensors whatever the shard size.
-
-The artifact is llm-compressor's: the same tensor names, shapes and dtypes, the same shard
-names, weights quantized op for op as compressed-tensors does (``fp8_channel.py``), and the
-``quantization_config`` built by compressed-tensors' own classes exactly as llm-compressor
-builds it (``fp8_config.py``; in a side thread, and cached per compressed-tensors version:
-importing compressed-tensors imports transformers, seconds of CPU on a 2-core machine). Which tensors are quantized follows compressed-tensors'
-``match_quantizable_tensors`` with the recipe's ignore list, as ``model_free_ptq`` does.
-Checkpoints with fused 3-D expert tensors (which ``model_free_ptq`` splits per expert first)
-are handed to the ``llmcompressor.model_free`` engine unchanged.
+Why not ``model_free_ptq``: it holds, rebuilds and re-serializes whole shards one step after
+another, and was slower than loading the full model with ``oneshot`` (BENCHMARKS.md). Here each
+output shard's header is written first, from the source headers, and a small thread pool reads,
+quantizes and writes each tensor at its offset, so I/O and compute overlap and memory is a few
+tensors whatever the shard size. The artifact is llm-compressor's: same names, shapes, dtypes
+and shards, weights as ``fp8_channel`` computes them, the config as ``fp8_config`` builds it.
+Fused 3-D expert tensors go to the ``llmcompressor.model_free`` engine unchanged.
 """
 
 from __future__ import annotations
@@ -87,9 +76,9 @@ def targeted(name: str, ignore: list[str]) -> bool:
     The same rule as compressed-tensors 0.19 (``utils/match.py``): parameter ``weight`` of any
     module not ending in ``norm`` (``Linear`` in targets means every module, by name), unless a
     module name matches an ignore entry (``re:`` entries with ``re.match``, others exactly).
-    Restated here because importing compressed-tensors imports transformers, which took longer
-    than quantizing a 3 GB checkpoint on 2 cores; ``test_stream_fp8.py`` checks it against the
-    library on every tensor name of the test models.
+    Restated here because importing compressed-tensors imports transformers, which costs more
+    than the quantization (BENCHMARKS.md); ``test_stream_fp8.py`` checks it against the library
+    on every tensor name of the test models.
     """
     module, _, param = name.rpartition(".")
     if module.endswith("norm") or param != "weight":
@@ -299,13 +288,17 @@ def build_fp8(
 
 @register("quantgate.stream_fp8")
 class StreamFp8Engine:
+    """The fp8-dynamic recipe, streamed by ``workers`` threads (default: one per core, at most 4)."""
+
     def __init__(self, workers: int | None = None) -> None:
         self.workers = workers
 
     def preflight(self, source: SourceRecord, recipe: Recipe) -> None:
+        """Refuse any recipe but FP8_DYNAMIC on Linear weights, and targeted tensors that are not 2-D."""
         plan(Path(source.path), _ignore(recipe))
 
     def build(self, job: BuildJob) -> None:
+        """Stream the artifact into ``job.out_dir``; fused-expert checkpoints go to ``model_free``."""
         source, ignore = Path(job.source.path), _ignore(job.recipe)
         _, items, fused = plan(source, ignore)
         if fused:

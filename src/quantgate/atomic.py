@@ -1,11 +1,10 @@
 """Atomic writes and directory installs: a reader sees the old file or tree or the new one, never half.
 
-Every file or directory quantgate writes for others to read (results, reports, calibration
-sets, artifacts, pulled and converted checkpoints) is first written under a temporary name
-beside its destination, on the same file system, so that one ``rename`` makes it appear whole;
-a failure removes the temporary copy. Files: ``staged_file`` (and ``write_bytes``,
-``write_text``, ``write_json`` on top of it). Directories: ``staged_dir`` for the temporary
-tree, then ``install_dir`` to rename it into place.
+Why: what quantgate writes for others to read (results, reports, calibration sets, artifacts,
+pulled and converted checkpoints) must never be seen half-written. The helpers here write under
+a temporary name beside the destination, on the same file system, so that one ``rename`` makes
+it appear whole; a failure removes the temporary copy. Files: ``staged_file`` (and
+``write_bytes``, ``write_text``, ``write_json``). Directories: ``staged_dir``, then ``install_dir``.
 """
 
 from __future__ import annotations

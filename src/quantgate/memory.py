@@ -3,7 +3,8 @@
 ``getrusage().ru_maxrss`` survives ``fork`` and ``execve`` on Linux: a build started by a
 large parent (a test runner, a Prefect worker) would report the parent's peak as its own.
 ``VmHWM`` in ``/proc/<pid>/status`` is the high-water mark of the current address space only,
-so it is what manifests and memory tests use; ``ru_maxrss`` is the fallback off Linux.
+so it is what manifests and memory tests use. Without ``/proc`` (off Linux) there is no answer
+(None); ``ru_maxrss`` serves only this process when its status has no ``VmHWM`` line.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from pathlib import Path
 
 
 def peak_rss_bytes(pid: int | str = "self") -> int | None:
-    """VmHWM of a process in bytes (None when the process is gone)."""
+    """VmHWM of a process in bytes (None when the process is gone or ``/proc`` has no status)."""
     try:
         for line in Path(f"/proc/{pid}/status").read_text().splitlines():
             if line.startswith("VmHWM:"):

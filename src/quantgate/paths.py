@@ -1,9 +1,10 @@
 """Where quantgate finds its project files and keeps its caches.
 
-The project root (targets/, recipes/, gates.yaml, ...) is the working directory's checkout
-by default, or ``QUANTGATE_ROOT``; the cache (converted default model, calibration sets) is
-``QUANTGATE_CACHE`` or ``~/.cache/quantgate``. Both are explicit arguments everywhere in the
-library; only the CLI reads the environment.
+The project root (targets/, recipes/, gates.yaml, ...) and the cache (converted default model,
+calibration sets, pulls) are read from the environment here and nowhere else. Entry points
+(the CLI, the flows) resolve them and pass them down; library functions take them as
+arguments, and the few that default one (``pull``'s cache, the FP8 engine's config cache) call
+these.
 """
 
 from __future__ import annotations
@@ -15,6 +16,8 @@ PACKAGE_ROOT = Path(__file__).resolve().parents[2]
 
 
 def project_root() -> Path:
+    """``$QUANTGATE_ROOT``, else the nearest directory up from the working one with gates.yaml and
+    targets/, else the checkout this package was installed from."""
     env = os.environ.get("QUANTGATE_ROOT")
     if env:
         return Path(env).resolve()
@@ -26,5 +29,6 @@ def project_root() -> Path:
 
 
 def cache_dir() -> Path:
+    """``$QUANTGATE_CACHE``, else ``~/.cache/quantgate``."""
     env = os.environ.get("QUANTGATE_CACHE")
     return Path(env).expanduser().resolve() if env else Path.home() / ".cache" / "quantgate"

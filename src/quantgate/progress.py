@@ -10,17 +10,27 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator
-from typing import Protocol
+from typing import Protocol, Self
 
 
 class TaskHandle(Protocol):
-    def advance(self, amount: float = 1) -> None: ...
+    """One running task's handle: what a library function reports progress through."""
+
+    def advance(self, amount: float = 1) -> None:
+        """Count ``amount`` more units of the task as done."""
+        ...
 
 
 class Progress(Protocol):
-    def task(self, description: str, total: float | None) -> contextlib.AbstractContextManager[TaskHandle]: ...
+    """What a library function is given to report long steps on (``SILENT`` or ``RichProgress``)."""
 
-    def log(self, message: str) -> None: ...
+    def task(self, description: str, total: float | None) -> contextlib.AbstractContextManager[TaskHandle]:
+        """A task of ``total`` units (None: unknown) for the duration of the block."""
+        ...
+
+    def log(self, message: str) -> None:
+        """One line of news beside the bars."""
+        ...
 
 
 class _NullHandle:
@@ -65,7 +75,7 @@ class RichProgress:
             transient=False,
         )
 
-    def __enter__(self) -> RichProgress:
+    def __enter__(self) -> Self:
         self._progress.start()
         return self
 
@@ -74,6 +84,7 @@ class RichProgress:
 
     @contextlib.contextmanager
     def task(self, description: str, total: float | None) -> Iterator[TaskHandle]:
+        """A bar for the block; it shows complete when the block ends, whatever was advanced."""
         task_id = self._progress.add_task(description, total=total)
         progress = self._progress
 
@@ -89,4 +100,5 @@ class RichProgress:
             progress.stop_task(task_id)
 
     def log(self, message: str) -> None:
+        """Print ``message`` above the bars."""
         self._progress.console.log(message)

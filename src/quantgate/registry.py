@@ -13,13 +13,15 @@ import importlib
 from collections.abc import Callable
 from typing import Generic, TypeVar
 
-from quantgate.config.loader import nearest
 from quantgate.errors import ConfigFileError
+from quantgate.suggest import did_you_mean
 
 T = TypeVar("T")
 
 
 class Registry(Generic[T]):
+    """Named entries of one extension point (``what``), eager or lazy, collisions refused."""
+
     def __init__(self, what: str, lazy: dict[str, str] | None = None, how_to_add: str = "") -> None:
         self.what = what
         self.how_to_add = how_to_add
@@ -27,6 +29,7 @@ class Registry(Generic[T]):
         self._lazy = dict(lazy or {})
 
     def add(self, name: str, entry: T) -> None:
+        """Register ``entry`` as ``name``; a different entry under a taken name is a ValueError."""
         if name in self._entries and self._entries[name] is not entry:
             raise ValueError(f"{self.what} {name!r} is already registered")
         self._entries[name] = entry
@@ -41,18 +44,18 @@ class Registry(Generic[T]):
         return decorate
 
     def names(self) -> list[str]:
+        """Every registered name, lazy ones included, sorted."""
         return sorted({*self._entries, *self._lazy})
 
     def get(self, name: str, where: object = None) -> T:
+        """The entry ``name`` (importing its module if lazy); unknown: ConfigFileError at ``where``."""
         if name not in self._entries and name in self._lazy:
             importlib.import_module(self._lazy[name])
         if name not in self._entries:
-            hint = nearest(name, self.names())
             raise ConfigFileError(
-                where,
+                None if where is None else str(where),
                 f"unknown {self.what} '{name}'",
-                (f"did you mean '{hint}'? " if hint else "")
-                + f"known: {', '.join(self.names())}"
+                did_you_mean(name, self.names())
                 + (f"; or register a new one with {self.how_to_add}" if self.how_to_add else ""),
             )
         return self._entries[name]

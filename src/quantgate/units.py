@@ -17,7 +17,7 @@ _STEPS = (("B", 1), ("kB", KB), ("MB", MB), ("GB", GB), ("TB", TB))
 
 
 def format_bytes(n: float) -> str:
-    """``n`` bytes in the largest SI unit below it: '512 B', '166.8 MB', '3.1 GB'."""
+    """``n`` bytes in the largest SI unit not above it: '512 B', '166.8 MB', '3.1 GB'."""
     sign = "-" if n < 0 else ""
     n = abs(n)
     unit, size = next(((u, s) for u, s in reversed(_STEPS) if n >= s), _STEPS[0])

@@ -36,10 +36,13 @@ class DataSource(Frozen):
 
 @dataclass(frozen=True)
 class DataDir:
+    """The directories searched, in order, for evaluation data files."""
+
     candidates: tuple[Path, ...]
 
     @classmethod
     def resolve(cls, explicit: Path | None, project_root: Path) -> DataDir:
+        """``--data-dir``, then ``$QUANTGATE_DATA``, then ``../shared/datasets`` beside the project."""
         found: list[Path] = []
         if explicit:
             found.append(Path(explicit))
@@ -63,6 +66,7 @@ class DataDir:
         return None
 
     def require(self, source: DataSource) -> Path:
+        """The verified local file; MissingDataError naming every directory searched."""
         path = self.file(source)
         if path is None:
             raise MissingDataError(
@@ -74,6 +78,7 @@ class DataDir:
 
 
 def hub_online() -> bool:
+    """Whether the hub may be asked (``HF_HUB_OFFLINE`` unset, empty, 0 or false)."""
     return os.environ.get("HF_HUB_OFFLINE", "0") in ("0", "", "false", "False")
 
 

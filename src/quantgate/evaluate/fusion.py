@@ -3,19 +3,9 @@
 Why: on CPU the decoder's projections and the lm_head already run near the machine's bf16 peak;
 what is left between them is elementwise work (RMSNorm's float32 round trip, SiLU times the up
 projection, the log-sum-exp over the vocabulary), each a separate pass over memory in eager
-mode. Inductor fuses each into one loop: 16% off a pass over the default model, measured in
-``bench/eval_throughput.py`` (BENCHMARKS.md).
-
-What is compiled: each decoder layer's MLP and RMSNorms (by class name: these carry no
-per-layer state, so one graph serves every layer) and the per-chunk log-sum-exp. Not attention:
-``quantgate_tiled``'s loop would be unrolled into the graph, and the attention module holds its
-layer index, which would compile a graph per layer.
-
-When: compiling costs seconds once per process (about 15 s cold on 2 cores, 3-4 s from inductor's
-on-disk cache), so a pass compiles only when it scores at least ``MIN_TOKENS`` tokens (every
-``full`` profile text suite; no ``smoke`` one) and a C++ compiler is there for inductor.
-``QUANTGATE_COMPILE=1`` forces it, ``0`` turns it off. Compiled and eager passes agree to float
-rounding (tests/unit/evaluate/test_scoring.py).
+mode, which inductor fuses into one loop. Compiling costs seconds once per process, so only long
+passes compile (``wanted``); compiled and eager passes agree to float rounding
+(tests/unit/evaluate/test_scoring.py). Measured gains and compile times: BENCHMARKS.md.
 """
 
 from __future__ import annotations
@@ -34,6 +24,9 @@ ENV = "QUANTGATE_COMPILE"
 _MARK = "_quantgate_fused"
 _FUSED_SUFFIXES = ("MLP", "RMSNorm")
 
+# a [n, vocab] chunk of head outputs -> (float32 logits, log-sum-exp per row, largest logit per row)
+ChunkStats = Callable[[torch.Tensor], tuple[torch.Tensor, torch.Tensor, torch.Tensor]]
+
 
 def chunk_stats(logits: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """(float32 logits, log-sum-exp per row, largest logit per row) of a [n, vocab] chunk."""
@@ -43,7 +36,7 @@ def chunk_stats(logits: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch
     return logits, lse, top[:, 0]
 
 
-_compiled_stats: Callable | None = None
+_compiled_stats: ChunkStats | None = None
 
 
 def setting() -> str:
@@ -66,6 +59,9 @@ def _have_compiler() -> bool:
 
 
 def wanted(tokens: int) -> bool:
+    """Whether a pass of ``tokens`` scored tokens compiles: ``$QUANTGATE_COMPILE`` 1 always, 0
+    never, auto (the default) from ``MIN_TOKENS`` up (every ``full`` text suite, no ``smoke``
+    one) where inductor finds a C++ compiler; 1 without a compiler is a UsageError."""
     mode = setting()
     if mode == "1" and not _have_compiler():
         raise UsageError(
@@ -76,7 +72,7 @@ def wanted(tokens: int) -> bool:
     return mode == "1" or (mode == "auto" and tokens >= MIN_TOKENS and _have_compiler())
 
 
-def prepare(decoder: nn.Module, tokens: int) -> Callable:
+def prepare(decoder: nn.Module, tokens: int) -> ChunkStats:
     """Switch ``decoder``'s fusable modules to their compiled form for a long pass, or back to eager
     for a short one; returns the chunk statistics function to use with it.
 
@@ -84,9 +80,14 @@ def prepare(decoder: nn.Module, tokens: int) -> Callable:
     the short one eagerly, as the same suite's reference (or an artifact evaluated in another
     process) did, so that the decision is a function of the setting and the pass alone. Each
     module is compiled once (``Module.compile``); switching keeps the compiled callable aside.
+
+    Compiled: each decoder layer's MLP and RMSNorms (by class name: they carry no per-layer
+    state, so one graph serves every layer) and the per-chunk log-sum-exp. Not attention:
+    ``quantgate_tiled``'s loop would be unrolled into the graph, and the attention module holds
+    its layer index, which would compile a graph per layer.
     """
     global _compiled_stats
-    fused: list[tuple[nn.Module, Callable]] | None = getattr(decoder, _MARK, None)
+    fused: list[tuple[nn.Module, Callable | None]] | None = getattr(decoder, _MARK, None)
     if not wanted(tokens):
         for module, _ in fused or ():
             module._compiled_call_impl = None  # what Module.compile sets; None is eager

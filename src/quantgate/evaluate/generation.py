@@ -47,6 +47,11 @@ def chat_prompt(tokenizer, text: str) -> list[int]:
     """A user turn in the model's chat template, or the raw text when it has none."""
     if getattr(tokenizer, "chat_template", None):
         return list(
-            tokenizer.apply_chat_template([{"role": "user", "content": text}], add_generation_prompt=True, tokenize=True, return_dict=True)["input_ids"]
+            tokenizer.apply_chat_template(
+                [{"role": "user", "content": text}],
+                add_generation_prompt=True,
+                tokenize=True,
+                return_dict=True,
+            )["input_ids"]
         )
     return tokenizer(text)["input_ids"]

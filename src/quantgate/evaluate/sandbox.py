@@ -1,32 +1,12 @@
 """Run untrusted Python (model-written HumanEval completions) inside an OS-enforced sandbox.
 
-``run_untrusted(program)`` never trusts the program: every limit is set by the kernel.
-
-- ``unshare`` (util-linux) gives the run private network, mount, PID, IPC and UTS
-  namespaces. The network namespace has only a loopback that is down: no socket reaches the
-  host or the internet, loopback and abstract Unix sockets included.
-- Inside, a supervisor (this file, run as a script by root) becomes PID 1 of the new PID
-  namespace. It remounts every inherited mount read-only (in its own namespace only), puts
-  fresh size-limited tmpfs over ``/tmp``, ``/var/tmp``, ``/dev/shm`` and ``/run``, and
-  bind-mounts the interpreter's prefix read-only at ``/run/python`` (the pyenv interpreter
-  lives under ``/root``, which other users cannot traverse).
-- The program runs as an unprivileged uid/gid (``SANDBOX_UID``), with no supplementary
-  groups and ``no_new_privs`` (set-uid binaries cannot raise it back), in a throwaway
-  working directory on the private ``/tmp``, under ``python -I -S -B``, with a minimal
-  environment and resource limits: CPU time, address space, processes, file size, open files,
-  no core dumps.
-- The supervisor kills the program at the wall-clock timeout. When the program ends, it
-  kills everything left in the namespace; when the supervisor itself dies, the kernel kills
-  every process in the namespace, so nothing survives the call (daemons that ``setsid`` away
-  from their process group included).
-
-If the sandbox cannot be set up (not root, no ``unshare``, a namespace or mount refused),
-the result is ``sandbox_error`` and the program is not run. There is no fallback that runs
-it unsandboxed.
-
-What stays possible inside: reading world-readable host files (the repository, datasets,
-``/etc``) and using CPU and memory up to the limits. ``RLIMIT_NPROC`` counts every process of
-``SANDBOX_UID`` on the host, so concurrent sandboxes share that budget.
+Why the kernel and not Python: a completion is arbitrary code, so every limit (namespaces,
+read-only mounts, an unprivileged uid, resource limits, a wall-clock kill) is set by the kernel,
+and a sandbox that cannot be set up runs nothing: there is no unsandboxed fallback. What stays
+possible inside: reading world-readable host files (the repository, datasets, ``/etc``) and
+using CPU and memory up to the limits.
+Each layer is described where it is built: ``run_untrusted``, ``_supervise``,
+``_isolate_filesystem``, ``_spawn``.
 """
 
 from __future__ import annotations
@@ -74,6 +54,7 @@ class SandboxResult:
 
     @property
     def passed(self) -> bool:
+        """Exit code 0 within the time limit."""
         return self.status == "passed"
 
 
@@ -89,13 +70,24 @@ def run_untrusted(
 
     ``memory_bytes`` caps the address space of each process, ``max_processes`` the processes
     of the sandbox uid, ``cpu_seconds`` the CPU time of each process (default: the timeout
-    rounded up, plus one). Returns ``sandbox_error`` without running anything when the
-    sandbox cannot be built; the program is never run outside it.
+    rounded up, plus one). ``RLIMIT_NPROC`` counts every process of ``SANDBOX_UID`` on the
+    host, so concurrent sandboxes share that budget. Returns ``sandbox_error`` without running
+    anything when the sandbox cannot be built (not root, no ``unshare``, a namespace or mount
+    refused); the program is never run outside it.
+
+    ``unshare`` (util-linux) gives the run private network, mount, PID, IPC and UTS namespaces;
+    the network namespace has only a loopback that is down, so no socket reaches the host or the
+    internet, loopback and abstract Unix sockets included.
     """
     started = time.monotonic()
     problem = _precheck()
     if problem:
         return _result("sandbox_error", None, started, "", f"{_SETUP_FAILED}: {problem}")
+    unshare = shutil.which("unshare", path="/usr/bin:/bin")
+    if unshare is None:
+        return _result(
+            "sandbox_error", None, started, "", f"{_SETUP_FAILED}: `unshare` (util-linux) is not installed"
+        )
     runtime = _runtime()
     if isinstance(runtime, str):
         return _result("sandbox_error", None, started, "", f"{_SETUP_FAILED}: {runtime}")
@@ -111,7 +103,7 @@ def run_untrusted(
     status_r, status_w = os.pipe()
     config["status_fd"] = status_w
     command = [
-        shutil.which("unshare", path="/usr/bin:/bin"),
+        unshare,
         "--net", "--mount", "--propagation", "private", "--ipc", "--uts",
         "--pid", "--fork", "--kill-child", "--mount-proc",
         "--", sys.executable, "-I", "-S", "-B", os.path.abspath(__file__), json.dumps(config),
@@ -149,8 +141,6 @@ def _precheck() -> str | None:
         return "the sandbox needs Linux namespaces"
     if os.geteuid() != 0:
         return "the sandbox needs root (namespaces, mounts, dropping to an unprivileged uid)"
-    if shutil.which("unshare", path="/usr/bin:/bin") is None:
-        return "`unshare` (util-linux) is not installed"
     return None
 
 
@@ -270,6 +260,12 @@ _TMPFS = (
 
 
 def _supervise(config: dict) -> int:
+    """PID 1 of the new PID namespace: build the sandbox, run the program, report how it ended.
+
+    This file, run as a script by root under ``unshare``. It kills the program at the wall-clock timeout and, when the program ends, everything left
+    in the namespace; if the supervisor itself dies, the kernel kills every process in the
+    namespace. Nothing survives the call, daemons that ``setsid`` away included.
+    """
     status_fd = config["status_fd"]
     os.set_inheritable(status_fd, False)
 
@@ -343,7 +339,13 @@ def _mount(source: str | None, target: str, fstype: str | None, flags: int, data
 
 
 def _isolate_filesystem(prefix: str) -> None:
-    """Make every inherited mount read-only here, then hide the shared writable places."""
+    """Make every inherited mount read-only here, then hide the shared writable places.
+
+    In this mount namespace only: fresh size-limited tmpfs over ``/tmp``, ``/var/tmp``,
+    ``/dev/shm`` and ``/run``, and the interpreter's prefix bind-mounted read-only at
+    ``/run/python`` (the pyenv interpreter lives under ``/root``, which other users cannot
+    traverse).
+    """
     with open("/proc/self/mountinfo") as handle:
         mounts = [line.split() for line in handle]
     for fields in mounts:
@@ -365,7 +367,13 @@ def _isolate_filesystem(prefix: str) -> None:
 
 
 def _spawn(config: dict) -> int:
-    """Fork the program as the unprivileged uid; an exec failure is raised here, not run."""
+    """Fork the program as the unprivileged uid; an exec failure is raised here, not run.
+
+    The child: ``SANDBOX_UID``/``SANDBOX_GID`` with no supplementary groups and ``no_new_privs``
+    (set-uid binaries cannot raise it back), a throwaway working directory on the private
+    ``/tmp``, ``python -I -S -B``, a minimal environment, and limits on CPU time, address
+    space, processes, file size and open files, with no core dumps.
+    """
     interpreter = os.path.join(_RUNTIME_DIR, config["interpreter"])
     env = {"PATH": "/usr/bin:/bin", "HOME": _WORK_DIR, "LANG": "C.UTF-8", "TMPDIR": "/tmp"}
     if any(name.startswith("libpython") for name in os.listdir(os.path.join(_RUNTIME_DIR, "lib"))):

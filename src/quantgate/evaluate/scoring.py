@@ -1,23 +1,16 @@
 """Teacher-forced scoring: perplexity, KL divergence to the source, top-1 agreement, one pass.
 
 Why top-k and not full logits: the source's next-token distributions are computed once and
-kept, and full logits (49,152 floats a token for the default model) would make that cache
+cached, and full logits (49,152 floats a token for the default model) would make that cache
 hundreds of megabytes for a smoke run. The reference keeps, per position, the source's top-k
-token ids and log-probabilities and the log-probability of the actual next token. KL is then
-taken between the two distributions coarsened to (those k tokens, everything else):
-
-    KL_k = sum_i p_i (log p_i - log q_i) + P_tail (log P_tail - log Q_tail)
-
-which is a lower bound on the full KL (coarsening never increases divergence) and equals it
-when the tail carries no mass; with k = 32 the gap is far below the differences a gate acts on.
-The source scored against its own reference gives exactly 0 and agreement 1.
-
-Logits are formed chunk by chunk from the final hidden states, so a batch never holds a
-(batch x length x vocab) float32 tensor.
+token ids and log-probabilities and the actual next token's log-probability (``kl_topk`` says
+what KL that gives). Logits are formed chunk by chunk from the final hidden states, so a batch
+never holds a (batch x length x vocab) float32 tensor.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 import torch
@@ -36,10 +29,12 @@ class Reference:
     target_logp: list[torch.Tensor]  # per sequence: [positions] float32
 
     def to_state(self) -> dict:
+        """The reference as plain tensors and lists (what the reference cache stores)."""
         return {"topk_ids": self.topk_ids, "topk_logp": self.topk_logp, "target_logp": self.target_logp}
 
     @classmethod
     def from_state(cls, state: dict) -> Reference:
+        """The inverse of ``to_state``."""
         return cls(state["topk_ids"], state["topk_logp"], state["target_logp"])
 
 
@@ -74,7 +69,7 @@ def _batches(sequences: list[list[int]], batch_size: int):
 
 
 @torch.inference_mode()
-def _chunks(model, batch: list[list[int]], pad_id: int, stats):
+def _chunks(model, batch: list[list[int]], pad_id: int, stats: fusion.ChunkStats) -> Iterator[_Chunk]:
     """One decoder pass over ``batch``, then its scored positions (all sequences' positions
     0..len-2, concatenated) through the head a chunk at a time.
 
@@ -94,7 +89,8 @@ def _chunks(model, batch: list[list[int]], pad_id: int, stats):
     targets = torch.tensor([t for seq in batch for t in seq[1:]], dtype=torch.long)
     for start in range(0, len(scored), _CHUNK):
         rows = slice(start, min(len(scored), start + _CHUNK))
-        yield _Chunk(*stats(head(scored[rows])), targets[rows], rows)
+        logits, lse, top = stats(head(scored[rows]))
+        yield _Chunk(logits, lse, top, targets[rows], rows)
 
 
 def _scored_tokens(sequences: list[list[int]]) -> int:
@@ -108,6 +104,8 @@ def _split(values: torch.Tensor, batch: list[list[int]]) -> list[torch.Tensor]:
 def build_reference(
     model, sequences: list[list[int]], *, k: int, batch_size: int, pad_id: int, on_batch=None
 ) -> Reference:
+    """Run the source over ``sequences`` once and keep what scoring needs: its top-``k`` next
+    tokens with their log-probabilities, and the actual next token's, at every position."""
     ref = Reference([], [], [])
     stats = fusion.prepare(_decoder_and_head(model)[0], _scored_tokens(sequences))
     for _, batch in _batches(sequences, batch_size):
@@ -126,8 +124,16 @@ def build_reference(
 
 
 def kl_topk(ref_logp: torch.Tensor, q_logp: torch.Tensor) -> torch.Tensor:
-    """KL(source || model) per position, over the source's top-k and one tail bucket;
-    ``q_logp`` is the model's log-probability of each of the source's top-k tokens."""
+    """KL(source || model) per position, over the source's top-k and one tail bucket.
+
+    ``q_logp`` is the model's log-probability of each of the source's top-k tokens. The two
+    distributions are coarsened to (those k tokens, everything else):
+
+        KL_k = sum_i p_i (log p_i - log q_i) + P_tail (log P_tail - log Q_tail)
+
+    a lower bound on the full KL (coarsening never increases divergence), equal to it when the
+    tail carries no mass; the source scored against its own reference gives exactly 0.
+    """
     p = ref_logp.exp()
     head = (p * (ref_logp - q_logp)).sum(-1)
     p_tail = (1 - p.sum(-1)).clamp_min(0)
@@ -139,6 +145,8 @@ def kl_topk(ref_logp: torch.Tensor, q_logp: torch.Tensor) -> torch.Tensor:
 def score(
     model, sequences: list[list[int]], ref: Reference, *, batch_size: int, pad_id: int, on_batch=None
 ) -> list[Scores]:
+    """Score ``model`` on ``sequences`` against the source's reference: per position NLL, KL
+    to the source and top-1 agreement (the source against itself: KL 0, agreement 1)."""
     out: list[Scores] = []
     stats = fusion.prepare(_decoder_and_head(model)[0], _scored_tokens(sequences))
     for start, batch in _batches(sequences, batch_size):

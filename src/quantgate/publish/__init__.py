@@ -13,4 +13,11 @@ from quantgate.publish.config import RegistryConfig
 from quantgate.publish.publish import PublishedArtifact, PublishOutcome, publish_report, withdraw_failed
 from quantgate.publish.pull import pull
 
-__all__ = ["PublishOutcome", "PublishedArtifact", "RegistryConfig", "publish_report", "pull", "withdraw_failed"]
+__all__ = [
+    "PublishOutcome",
+    "PublishedArtifact",
+    "RegistryConfig",
+    "publish_report",
+    "pull",
+    "withdraw_failed",
+]

@@ -17,6 +17,8 @@ from quantgate.publish.config import RegistryConfig
 
 @dataclass
 class AliasChanges:
+    """The aliases one ``apply`` set (or found already set) and removed."""
+
     set: list[str] = field(default_factory=list)
     removed: list[str] = field(default_factory=list)
 
@@ -24,6 +26,8 @@ class AliasChanges:
 def apply(
     mlflow_client, cfg: RegistryConfig, name: str, version, approved: list[str], failed: list[str]
 ) -> AliasChanges:
+    """Point ``approved-<tenant>`` at ``version`` for each approved tenant; take it off for each
+    failed tenant whose alias points here. Every move is announced."""
     changes = AliasChanges()
     current = {alias: str(v) for alias, v in (mlflow_client.get_registered_model(name).aliases or {}).items()}
     target = str(version.version)

@@ -32,14 +32,18 @@ def _tree_bytes(path: Path) -> int:
 
 
 class PullCache:
+    """The cache under one root, evicting least recently used entries past ``max_bytes``."""
+
     def __init__(self, root: Path, max_bytes: int) -> None:
         self.root = Path(root)
         self.max_bytes = max_bytes
 
     def entry(self, content_hash: str) -> Path:
+        """Where the installed entry of ``content_hash`` is (or would be)."""
         return self.root / content_hash
 
     def staging(self, content_hash: str) -> Path:
+        """The pull-in-progress directory of ``content_hash``, created if needed."""
         path = self.root / ".partial" / content_hash
         path.mkdir(parents=True, exist_ok=True)
         return path
@@ -72,6 +76,7 @@ class PullCache:
 
     @staticmethod
     def touch(path: Path) -> None:
+        """Mark an entry used now (its directory mtime orders eviction)."""
         now = time.time()
         os.utime(path, (now, now))
 
@@ -118,11 +123,13 @@ class PullCache:
 
     # the resolution index, for --offline
     def remember(self, key: str, record: dict[str, str]) -> None:
+        """Record what ``key`` (tracking URI, registered model, alias) resolved to, for ``--offline``."""
         index = self.index()
         index[key] = record
         write_json(self.root / "index.json", index, sort_keys=True)
 
     def index(self) -> dict[str, dict[str, str]]:
+        """Every remembered resolution; empty when there is none or the file is unreadable."""
         try:
             return json.loads((self.root / "index.json").read_text())
         except (OSError, ValueError):

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Literal
+from typing import Literal, TypedDict, Unpack
 
 from pydantic import BaseModel, ConfigDict, Field, PositiveInt
 
@@ -49,6 +49,15 @@ class RegistrySettings(_Frozen):
     pull_cache_max_gb: float = Field(default=100.0, gt=0)  # SI: 100 GB = 100 * 10**9 bytes
 
 
+class _Overrides(TypedDict, total=False):
+    """The fields besides the tracking and artifact URIs that ``from_env`` reads and ``local`` passes on."""
+
+    registry_uri: str | None
+    s3_endpoint_url: str | None
+    transfer: TransferSettings
+    cache_max_bytes: int
+
+
 class RegistryConfig(_Frozen):
     """Everything publish and pull need to find the registry and its bytes.
 
@@ -65,10 +74,11 @@ class RegistryConfig(_Frozen):
 
     @property
     def model_registry_uri(self) -> str:
+        """The model registry's URI: ``registry_uri``, else the tracking server's."""
         return self.registry_uri or self.tracking_uri
 
     @classmethod
-    def local(cls, directory: Path, **overrides) -> RegistryConfig:
+    def local(cls, directory: Path, **overrides: Unpack[_Overrides]) -> RegistryConfig:
         """The embedded store in ``directory``: ``mlflow.db`` and ``artifacts/`` beside it."""
         directory = Path(directory).resolve()
         return cls(
@@ -96,7 +106,7 @@ class RegistryConfig(_Frozen):
         transfer = settings.transfer
         if env.get("QUANTGATE_TRANSFER_CONCURRENCY"):
             transfer = transfer.model_copy(update={"concurrency": int(env["QUANTGATE_TRANSFER_CONCURRENCY"])})
-        common = {
+        common: _Overrides = {
             "registry_uri": env.get("MLFLOW_REGISTRY_URI") or None,
             "s3_endpoint_url": env.get("MLFLOW_S3_ENDPOINT_URL") or settings.s3_endpoint_url,
             "transfer": transfer,

@@ -24,6 +24,7 @@ log = logging.getLogger(__name__)
 def payload(
     cfg: RegistryConfig, name: str, alias: str, version: str | None, previous: str | None, content_hash: str
 ) -> dict[str, str | None]:
+    """The event's payload: which alias of which registered model moved, from where to where."""
     return {
         "tracking_uri": cfg.tracking_uri,
         "registered_model": name,
@@ -63,6 +64,6 @@ def alias_moved(
             payload=payload(cfg, name, alias, version, previous, content_hash),
         )
         return emitted is not None
-    except Exception as exc:  # best effort by design: see the module docstring
+    except Exception as exc:  # noqa: BLE001  best effort by design: a publish never fails on its event
         log.warning("could not emit %s for %s@%s: %s", EVENT, name, alias, exc)
         return False

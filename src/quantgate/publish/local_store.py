@@ -29,11 +29,14 @@ def copy_atomic(src: Path, dst: Path) -> None:
 
 
 class LocalStore:
+    """An ``ArtifactStore`` on a local directory; checksums are the files' own sha256."""
+
     def __init__(self, uri: str) -> None:
         self.uri = uri
         self.root = local_path(uri)
 
     def digest(self, path: Path) -> Digest:
+        """The file's sha256 and size (a local store keeps no checksum of its own)."""
         entry = sha256_file(path)
         return Digest(entry.sha256, entry.bytes)
 
@@ -41,12 +44,14 @@ class LocalStore:
         return file_problem(self.root / rel, FileEntry(sha256=digest.sha256, bytes=digest.bytes)) is None
 
     def upload(self, files: dict[str, tuple[Path, Digest]], on_bytes: OnBytes) -> None:
+        """Copy each file not already there intact, atomically."""
         for rel, (path, digest) in files.items():
             if not self._intact(rel, digest):
                 copy_atomic(path, self.root / rel)
             on_bytes(digest.bytes)
 
     def verify(self, expected: dict[str, Digest]) -> list[str]:
+        """Re-hash the store's copy of every file; one line per file that differs."""
         problems = []
         for rel, digest in expected.items():
             if problem := file_problem(
@@ -56,6 +61,7 @@ class LocalStore:
         return problems
 
     def download(self, files: dict[str, int], dest: Path, on_file: OnFile, on_bytes: OnBytes) -> None:
+        """Copy each file into ``dest`` atomically; FileNotFoundError(rel) for one not there."""
         for rel, size in files.items():
             source = self.root / rel
             if not source.is_file():

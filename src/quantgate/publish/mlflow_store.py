@@ -2,7 +2,8 @@
 tracking server, ``gs://``, ``wasbs://``, ...), through MLflow's artifact repository.
 
 The fallback: these stores keep no checksum we can read, so verification downloads the
-store's copy and re-hashes it, and pulls go through the tracking server's proxy. For a fleet,
+store's copy and re-hashes it, an upload sends every file again, and ``mlflow-artifacts:``
+pulls go through the tracking server's proxy. For a fleet,
 prefer ``s3://`` with ``--no-serve-artifacts`` (see artifacts_registry/README.md).
 """
 
@@ -21,6 +22,8 @@ from quantgate.publish.store import Digest, OnBytes, OnFile
 
 
 class MlflowStore:
+    """An ``ArtifactStore`` through MLflow's artifact repository for ``uri``'s scheme."""
+
     def __init__(self, uri: str, cfg: RegistryConfig) -> None:
         from mlflow.store.artifact.artifact_repository_registry import get_artifact_repository
 
@@ -31,10 +34,12 @@ class MlflowStore:
         )
 
     def digest(self, path: Path) -> Digest:
+        """The file's sha256 and size (these stores keep no checksum we can read)."""
         entry = sha256_file(path)
         return Digest(entry.sha256, entry.bytes)
 
     def upload(self, files: dict[str, tuple[Path, Digest]], on_bytes: OnBytes) -> None:
+        """Log every file: with no checksum to read, an intact copy in the store cannot be skipped."""
         for rel, (path, digest) in files.items():
             directory = posixpath.dirname(rel) or None
             if posixpath.basename(rel) != path.name:  # log_artifact keeps the local file's name
@@ -50,12 +55,13 @@ class MlflowStore:
         return target
 
     def verify(self, expected: dict[str, Digest]) -> list[str]:
+        """Download the store's copy of every file and re-hash it; one line per file that differs."""
         problems = []
         with tempfile.TemporaryDirectory(prefix="quantgate-verify-") as tmp:
             for rel, digest in expected.items():
                 try:
                     entry = sha256_file(self._fetch(rel, Path(tmp)))
-                except Exception as exc:  # the repository raises its own types per scheme
+                except Exception as exc:  # noqa: BLE001  the repository raises its own types per scheme
                     problems.append(f"{rel}: cannot be read back from {self.uri} ({exc})")
                     continue
                 if (entry.sha256, entry.bytes) != (digest.sha256, digest.bytes):
@@ -63,6 +69,7 @@ class MlflowStore:
         return problems
 
     def download(self, files: dict[str, int], dest: Path, on_file: OnFile, on_bytes: OnBytes) -> None:
+        """Fetch the files in parallel (``transfer.concurrency``), each whole or not at all."""
         with ThreadPoolExecutor(self.concurrency) as pool:
             futures = {rel: pool.submit(self._fetch, rel, dest) for rel in files}
             for rel, future in futures.items():

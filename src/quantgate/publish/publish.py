@@ -4,8 +4,9 @@ The order is the guarantee. For each artifact: verify the local files against th
 find a version with the same content hash (publishing twice creates no second version); else
 find the run an interrupted publish left behind, or create one; upload (skipping objects
 already there intact); verify the store's copy; mark the run complete; only then register
-the version, with every tag in the same call. Aliases come last and only for tenants the
-gate approved, so no alias can ever point at a version whose bytes were not verified.
+the version, with its lineage tags in the same call. Aliases and the gate's tags come last,
+aliases only for tenants the gate approved, so no alias can ever point at a version whose
+bytes were not verified.
 """
 
 from __future__ import annotations
@@ -31,6 +32,8 @@ REPORT_FILES = ("report.json", "report.md", "report.html")
 
 
 class PublishedArtifact(BaseModel):
+    """What publishing one artifact did: its version, whether new, aliases set and removed."""
+
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     artifact: str  # the target name, as in the report
@@ -46,6 +49,8 @@ class PublishedArtifact(BaseModel):
 
 
 class PublishOutcome(BaseModel):
+    """Every artifact one ``publish_report`` published, and where."""
+
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     tracking_uri: str

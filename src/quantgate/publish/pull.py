@@ -62,17 +62,17 @@ def pull(
                 "approved": str(resolved.approved).lower(),
             },
         )
-        path = cache.lookup(resolved.content_hash)
-        if path is None:
+        hit = cache.lookup(resolved.content_hash)
+        if hit is None:
             progress.log(f"{name} version {resolved.version}: not cached, downloading from {resolved.source}")
-            path = _fetch(resolved, cache, cfg, progress)
+        path = hit if hit is not None else _fetch(resolved, cache, cfg, progress)
     return materialize(path, dest) if dest is not None else path
 
 
 def _offline(cache: PullCache, key: str, allow_unapproved: bool) -> Path:
     record = cache.index().get(key)
     path = cache.lookup(record["content_hash"]) if record else None
-    if path is None:
+    if record is None or path is None:
         raise UsageError(
             "--offline",
             f"this node has no cached pull for {key.split(' ', 1)[1]}",

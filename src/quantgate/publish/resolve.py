@@ -9,13 +9,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from quantgate.config.loader import nearest
 from quantgate.errors import UnapprovedVersionError, UnknownModelError
 from quantgate.publish import naming, tracking
+from quantgate.suggest import did_you_mean
 
 
 @dataclass(frozen=True)
 class Resolved:
+    """The version to load, where its bytes are, and what it must hash to."""
+
     registered_model: str
     version: str
     source: str
@@ -26,13 +28,11 @@ class Resolved:
 
 def _unknown_model(mlflow_client, name: str) -> UnknownModelError:
     names = [m.name for m in mlflow_client.search_registered_models(max_results=1000)]
-    hint = nearest(name, names)
     return UnknownModelError(
         None,
         f"no registered model '{name}' in the registry",
-        (f"did you mean '{hint}'? " if hint else "")
-        + "check MODEL and --target (the name is <model>.<target>), "
-        "and MLFLOW_TRACKING_URI",
+        did_you_mean(name, names, known="registered models")
+        + "; check MODEL and --target (the name is <model>.<target>), and MLFLOW_TRACKING_URI",
     )
 
 
@@ -46,6 +46,9 @@ def _latest_complete(mlflow_client, name: str):
 
 
 def resolve(mlflow_client, name: str, tenant: str, version: str | None, allow_unapproved: bool) -> Resolved:
+    """The version of ``name`` that ``tenant`` may load: the one its alias points at, or
+    ``version`` if that is the one (or ``allow_unapproved``, which without a version takes the
+    latest completely uploaded); UnknownModelError or UnapprovedVersionError otherwise."""
     from mlflow.exceptions import MlflowException
 
     alias = naming.alias_for(tenant)

@@ -92,6 +92,8 @@ class _Subscriber:
 
 
 class S3Store:
+    """An ``ArtifactStore`` on ``s3://bucket/prefix``, transfers through s3transfer."""
+
     def __init__(self, uri: str, cfg: RegistryConfig) -> None:
         from boto3.s3.transfer import TransferConfig
 
@@ -108,6 +110,7 @@ class S3Store:
         )
 
     def key(self, rel: str) -> str:
+        """The object key of ``rel`` under the prefix."""
         return f"{self.prefix}/{rel}" if self.prefix else rel
 
     def _part_size(self, size: int) -> int | None:
@@ -119,6 +122,8 @@ class S3Store:
         return ChunksizeAdjuster().adjust_chunksize(self.config.multipart_chunksize, size)
 
     def digest(self, path: Path) -> Digest:
+        """In one read: the file's sha256 and the SHA-256 checksum S3 will keep for it (whole, or
+        composite over the parts s3transfer will upload)."""
         size = path.stat().st_size
         part = self._part_size(size)
         whole = hashlib.sha256()
@@ -153,6 +158,7 @@ class S3Store:
         return head["ContentLength"], check.split("-")[0] if check else None
 
     def upload(self, files: dict[str, tuple[Path, Digest]], on_bytes: OnBytes) -> None:
+        """Upload, with SHA-256 checksums, every file whose object is not already there intact."""
         from boto3.s3.transfer import create_transfer_manager
 
         todo = {}
@@ -176,6 +182,7 @@ class S3Store:
                 future.result()
 
     def verify(self, expected: dict[str, Digest]) -> list[str]:
+        """One HEAD per file: size and stored checksum against the local digest."""
         problems = []
         for rel, digest in expected.items():
             stored = self._stored_check(rel)
@@ -188,6 +195,7 @@ class S3Store:
         return problems
 
     def download(self, files: dict[str, int], dest: Path, on_file: OnFile, on_bytes: OnBytes) -> None:
+        """Download the files in parallel; FileNotFoundError(rel) for a missing object."""
         from boto3.s3.transfer import create_transfer_manager
 
         with s3_errors(self.uri), create_transfer_manager(self.client, self.config) as manager:

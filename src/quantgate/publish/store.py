@@ -2,7 +2,8 @@
 
 Publish and pull see a store as a base URI plus relative paths (``artifact/<file>``,
 ``reports/report.json``) and four verbs: digest a local file, upload (skipping what is
-already there intact, which makes a re-run resume), verify the store's copy, download.
+already there intact where the store can tell, which makes a re-run resume), verify the
+store's copy, download.
 The scheme picks the implementation: ``s3://`` talks to S3 through boto3 directly (parallel,
 multipart, with SHA-256 checksums the store keeps); a local path or ``file://`` copies; any
 other scheme MLflow understands (``mlflow-artifacts:``, ``gs://``, ...) goes through MLflow's
@@ -33,14 +34,16 @@ class Digest:
 
 
 class ArtifactStore(Protocol):
+    """One store under a base URI: local directory, S3, or MLflow's artifact repository."""
+
     uri: str
 
     def digest(self, path: Path) -> Digest:
         """Hash a local file in one read: its sha256 and the store's own checksum of it."""
 
     def upload(self, files: dict[str, tuple[Path, Digest]], on_bytes: OnBytes) -> None:
-        """Put ``files`` (relative path -> local file and digest) under the base URI; a file
-        already there with the same size and checksum is skipped."""
+        """Put ``files`` (relative path -> local file and digest) under the base URI; where the
+        store can tell, a file already there with the same size and checksum is skipped."""
 
     def verify(self, expected: dict[str, Digest]) -> list[str]:
         """Problems with the store's copy of ``expected``; empty when every file is intact."""
@@ -51,6 +54,7 @@ class ArtifactStore(Protocol):
 
 
 def open_store(uri: str, cfg: RegistryConfig) -> ArtifactStore:
+    """The store for ``uri``'s scheme: ``s3://``, a local path or ``file://``, else MLflow's."""
     scheme = urlparse(uri).scheme
     if scheme == "s3":
         from quantgate.publish.s3_store import S3Store
@@ -66,4 +70,5 @@ def open_store(uri: str, cfg: RegistryConfig) -> ArtifactStore:
 
 
 def join(uri: str, rel: str) -> str:
+    """``rel`` under ``uri``, with one slash between."""
     return f"{uri.rstrip('/')}/{rel}"

@@ -17,6 +17,7 @@ from quantgate.publish.store import join
 
 
 def client(cfg: RegistryConfig):
+    """An ``MlflowClient`` for the config's tracking and registry URIs (an SQLite file's directory created)."""
     from mlflow import MlflowClient
 
     for uri in {cfg.tracking_uri, cfg.model_registry_uri}:
@@ -57,6 +58,7 @@ def registry_errors(cfg: RegistryConfig) -> Iterator[None]:
 
 
 def not_found(exc: Exception) -> bool:
+    """Whether an ``MlflowException`` means "no such resource"."""
     return _code(exc) == "RESOURCE_DOES_NOT_EXIST"
 
 
@@ -77,6 +79,7 @@ def experiment_id(mlflow_client, cfg: RegistryConfig, name: str, subdir: str) ->
 
 
 def ensure_registered_model(mlflow_client, name: str, tags: dict[str, str]) -> None:
+    """Create the registered model ``name`` unless it exists (tags only on creation)."""
     from mlflow.exceptions import MlflowException
 
     try:

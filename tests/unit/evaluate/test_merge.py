@@ -17,19 +17,36 @@ def _part(root, name, models, profile="smoke", passes=0):
     for model in models:
         (part / model).mkdir(parents=True)
         (part / model / "wikitext.json").write_text(json.dumps({"model": model}))
-    (part / "summary.json").write_text(json.dumps({m: {"wikitext.kld_mean": 0.1 * i} for i, m in enumerate(models)}))
-    (part / "run.json").write_text(json.dumps({
-        "model": "m", "model_class": "draft", "profile": profile, "source_hash": "ab", "suites": {"wikitext": {}},
-        "bytes": {m: 10 for m in models}, "numerics": {m: {"mode": "emulated"} for m in models},
-        "reference_cache": {"hits": ["wikitext"] if not passes else [], "computed": ["wikitext"] if passes else []},
-        "source_forward_passes": passes,
-    }))
+    (part / "summary.json").write_text(
+        json.dumps({m: {"wikitext.kld_mean": 0.1 * i} for i, m in enumerate(models)})
+    )
+    (part / "run.json").write_text(
+        json.dumps(
+            {
+                "model": "m",
+                "model_class": "draft",
+                "profile": profile,
+                "source_hash": "ab",
+                "suites": {"wikitext": {}},
+                "bytes": {m: 10 for m in models},
+                "numerics": {m: {"mode": "emulated"} for m in models},
+                "reference_cache": {
+                    "hits": ["wikitext"] if not passes else [],
+                    "computed": ["wikitext"] if passes else [],
+                },
+                "source_forward_passes": passes,
+            }
+        )
+    )
     return part
 
 
 def test_parts_merge_into_one_evaluation(tmp_path):
-    parts = [_part(tmp_path, "source", ["source"], passes=8), _part(tmp_path, "fp8", ["source", "hopper-fp8"]),
-             _part(tmp_path, "int4", ["source", "draft-int4"])]
+    parts = [
+        _part(tmp_path, "source", ["source"], passes=8),
+        _part(tmp_path, "fp8", ["source", "hopper-fp8"]),
+        _part(tmp_path, "int4", ["source", "draft-int4"]),
+    ]
     out = merge_evaluations(parts, tmp_path / "eval")
     assert set(json.loads((out / "summary.json").read_text())) == {"source", "hopper-fp8", "draft-int4"}
     assert {p.name for p in out.iterdir() if p.is_dir()} == {"source", "hopper-fp8", "draft-int4"}
@@ -45,7 +62,10 @@ def test_a_stale_artifact_is_not_kept_by_a_later_merge(tmp_path):
 
 
 def test_parts_from_another_profile_are_refused_naming_the_part(tmp_path):
-    parts = [_part(tmp_path, "source", ["source"]), _part(tmp_path, "fp8", ["source", "hopper-fp8"], profile="full")]
+    parts = [
+        _part(tmp_path, "source", ["source"]),
+        _part(tmp_path, "fp8", ["source", "hopper-fp8"], profile="full"),
+    ]
     with pytest.raises(InputError, match="profile") as caught:
         merge_evaluations(parts, tmp_path / "eval")
     assert str(tmp_path / "fp8" / "run.json") in str(caught.value)

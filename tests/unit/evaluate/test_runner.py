@@ -6,7 +6,6 @@ import json
 from pathlib import Path
 
 import pytest
-from support.models import write_tiny_model
 
 from quantgate.config.gates import load_gates
 from quantgate.config.targets import Catalog
@@ -16,6 +15,7 @@ from quantgate.evaluate.runner import evaluate
 from quantgate.evaluate.suites import EvalContext, load_suite
 from quantgate.intake import intake
 from quantgate.quantize.pipeline import build_targets
+from support.models import write_tiny_model
 
 pytestmark = pytest.mark.unit
 
@@ -25,7 +25,9 @@ def setup(tiny_llama, tmp_path, catalog, repo_root):
     record = intake(tiny_llama, load_gates(repo_root / "gates.yaml", catalog))
     build_targets(record, ["hopper-fp8", "rocm-cdna3-fp8"], tmp_path / "artifacts", catalog, None)
     (tmp_path / "data").mkdir()
-    (tmp_path / "data" / "corpus.txt").write_text(" ".join(f"Item {i} comes after item {i - 1}." for i in range(300)))
+    (tmp_path / "data" / "corpus.txt").write_text(
+        " ".join(f"Item {i} comes after item {i - 1}." for i in range(300))
+    )
     spec = tmp_path / "suites" / "tiny-text.yaml"
     spec.parent.mkdir()
     spec.write_text(
@@ -59,7 +61,7 @@ def test_the_source_reference_is_computed_once_and_reused(setup, tmp_path):
 
 
 def test_artifacts_of_another_source_are_refused(setup, tmp_path):
-    record, suites, ctx = setup
+    _, suites, ctx = setup
     policy = load_gates(ctx.project_root / "gates.yaml", Catalog(ctx.project_root))
     other = intake(write_tiny_model(tmp_path / "other", "llama", seed=7), policy)
     with pytest.raises(InputError, match="different source checkpoint"):

@@ -106,7 +106,9 @@ def test_source_scored_against_itself_gives_zero_kld_and_full_agreement(tiny_lla
     with torch.no_grad():
         model.model.model.layers[0].mlp.down_proj.weight.mul_(1.5)
     moved = suite.runner.score(ctx, model, reference)
-    assert moved.metrics["kld_mean"] > 0 and moved.metrics["perplexity"] != source_result.metrics["perplexity"]
+    assert (
+        moved.metrics["kld_mean"] > 0 and moved.metrics["perplexity"] != source_result.metrics["perplexity"]
+    )
 
 
 def test_humaneval_never_imports_lm_evals_unsandboxed_execution(repo_root):

@@ -33,18 +33,35 @@ def text_result(kld, agree=None, nll=None, tokens=None, items=None) -> dict:
     nll = tokens * 3.4 if nll is None else np.asarray(nll, dtype=float)
     items = range(n) if items is None else items
     samples = [
-        {"item": int(i), "tokens": float(t), "nll_sum": float(l), "kld_mean": float(k), "kld_p99": float(k) * 8,
-         "top1_agreement": float(a)}
+        {
+            "item": int(i),
+            "tokens": float(t),
+            "nll_sum": float(l),
+            "kld_mean": float(k),
+            "kld_p99": float(k) * 8,
+            "top1_agreement": float(a),
+        }
         for i, t, l, k, a in zip(items, tokens, nll, kld, agree, strict=True)
     ]
-    metrics = {"perplexity": float(np.exp(nll.sum() / tokens.sum())), "kld_mean": float((kld * tokens).sum() / tokens.sum()),
-               "kld_p99": float(np.percentile(kld * 8, 99)), "top1_agreement": float((agree * tokens).sum() / tokens.sum())}
+    metrics = {
+        "perplexity": float(np.exp(nll.sum() / tokens.sum())),
+        "kld_mean": float((kld * tokens).sum() / tokens.sum()),
+        "kld_p99": float(np.percentile(kld * 8, 99)),
+        "top1_agreement": float((agree * tokens).sum() / tokens.sum()),
+    }
     return {"suite": "wikitext", "kind": "text", "metrics": metrics, "samples": samples}
 
 
 def gsm8k_result(correct, source_correct, items=None) -> dict:
     items = range(len(correct)) if items is None else items
-    samples = [{"item": int(i), "correct_flexible-extract": bool(c), "correct_strict-match": bool(c), "source_correct": bool(s)}
-               for i, c, s in zip(items, correct, source_correct, strict=True)]
+    samples = [
+        {
+            "item": int(i),
+            "correct_flexible-extract": bool(c),
+            "correct_strict-match": bool(c),
+            "source_correct": bool(s),
+        }
+        for i, c, s in zip(items, correct, source_correct, strict=True)
+    ]
     acc = float(np.mean(correct))
     return {"suite": "gsm8k", "kind": "gsm8k", "metrics": {"accuracy": acc}, "samples": samples}

@@ -110,8 +110,13 @@ def _plugin(directory: Path) -> Path:
 def _result(scores: np.ndarray) -> dict:
     """One model's result file, as quantgate eval writes it (E/<model>/<suite>.json)."""
     samples = [{"item": i, "score": float(x)} for i, x in enumerate(scores)]
-    return {"suite": "rubric", "kind": "rubric", "metrics": {"rubric_score": float(np.mean(scores))},
-            "samples": samples, "notes": []}
+    return {
+        "suite": "rubric",
+        "kind": "rubric",
+        "metrics": {"rubric_score": float(np.mean(scores))},
+        "samples": samples,
+        "notes": [],
+    }
 
 
 @pytest.fixture
@@ -128,8 +133,11 @@ def world(tmp_path, repo_root, monkeypatch):
     rng = np.random.default_rng(3)
     source = rng.uniform(0.5, 1.0, 40)
     results = tmp_path / "E"
-    models = {"source": source, "hopper-fp8": source - rng.uniform(0, 0.01, 40),  # within the floors
-              "rocm-cdna3-fp8": source * 0.6}  # loses 40% of every item's score
+    models = {
+        "source": source,
+        "hopper-fp8": source - rng.uniform(0, 0.01, 40),  # within the floors
+        "rocm-cdna3-fp8": source * 0.6,
+    }  # loses 40% of every item's score
     for model, scores in models.items():
         (results / model).mkdir(parents=True)
         (results / model / "rubric.json").write_text(json.dumps(_result(scores)))
@@ -140,7 +148,9 @@ def world(tmp_path, repo_root, monkeypatch):
 def test_a_kind_from_an_entry_point_is_gated_by_its_own_metrics(world):
     project = world["project"]
     report = gate_results(world["results"], project / "gates.yaml", project, model_class="any")
-    good, bad = (next(v for v in report.verdicts if v.artifact == a) for a in ("hopper-fp8", "rocm-cdna3-fp8"))
+    good, bad = (
+        next(v for v in report.verdicts if v.artifact == a) for a in ("hopper-fp8", "rocm-cdna3-fp8")
+    )
     assert good.verdict == "pass" and [f.status for f in good.floors] == ["pass", "pass"]
     assert all(f.interval == "paired-bootstrap" and f.items == 40 for f in good.floors)
     recovery, lost = bad.floors
@@ -157,17 +167,39 @@ def test_the_kinds_declarations_validate_gates_yaml(world):
     with pytest.raises(ConfigFileError, match="score_lost is lower-is-better"):
         load_gates(path, Catalog(project))
     path.write_text(GATES.replace("metric: rubric_score,", "metric: rubric_scor,"))
-    with pytest.raises(ConfigFileError, match=r"unknown metric for suite 'rubric' \(kind rubric\) 'rubric_scor' "
-                                              r"\(did you mean 'rubric_score'\?\)"):
+    with pytest.raises(
+        ConfigFileError,
+        match=r"unknown metric for suite 'rubric' \(kind rubric\) 'rubric_scor' "
+        r"\(did you mean 'rubric_score'\?\)",
+    ):
         load_gates(path, Catalog(project))
 
 
 def test_quantgate_gate_finds_the_kind_in_a_fresh_process(world, tmp_path):
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(world["plugins"]), os.environ.get("PYTHONPATH")]))}
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join(filter(None, [str(world["plugins"]), os.environ.get("PYTHONPATH")])),
+    }
     run = subprocess.run(
-        [sys.executable, "-m", "quantgate.cli", "gate", "--results", str(world["results"]), "--out", str(tmp_path / "R"),
-         "--root", str(world["project"]), "--model-class", "any"],
-        check=False, capture_output=True, text=True, env=env, timeout=300,
+        [
+            sys.executable,
+            "-m",
+            "quantgate.cli",
+            "gate",
+            "--results",
+            str(world["results"]),
+            "--out",
+            str(tmp_path / "R"),
+            "--root",
+            str(world["project"]),
+            "--model-class",
+            "any",
+        ],
+        check=False,
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
     )
     assert run.returncode == 0, run.stderr[-3000:]
     report = json.loads((tmp_path / "R" / "report.json").read_text())

@@ -43,20 +43,42 @@ def test_repository_gates_load(repo_root, catalog):
 @pytest.mark.parametrize(
     ("floor", "needle", "expected"),
     [
-        ("{suite: wikitext, metric: kld_mean, maxx: 0.05}", "maxx", "unknown key 'maxx' (did you mean 'max'?)"),
-        ("{suite: wikitxt, metric: kld_mean, max: 0.05}", "wikitxt", "unknown suite 'wikitxt' (did you mean 'wikitext'?)"),
+        (
+            "{suite: wikitext, metric: kld_mean, maxx: 0.05}",
+            "maxx",
+            "unknown key 'maxx' (did you mean 'max'?)",
+        ),
+        (
+            "{suite: wikitxt, metric: kld_mean, max: 0.05}",
+            "wikitxt",
+            "unknown suite 'wikitxt' (did you mean 'wikitext'?)",
+        ),
         ("{suite: wikitext, metric: kld_maen, max: 0.05}", "kld_maen", "(did you mean 'kld_mean'?)"),
         ("{suite: gsm8k, metric: perplexity, max: 1}", "perplexity", "unknown metric for suite 'gsm8k'"),
-        ("{suite: long-chain, metric: acceptance_k4, min: 3, applies_to: [draft-int5]}", "draft-int5",
-         "unknown target 'draft-int5' (did you mean 'draft-int4'?)"),
-        ("{suite: wikitext, metric: top1_agreement, max: 0.9}", "top1_agreement", "higher-is-better: use min or min_recovery"),
+        (
+            "{suite: long-chain, metric: acceptance_k4, min: 3, applies_to: [draft-int5]}",
+            "draft-int5",
+            "unknown target 'draft-int5' (did you mean 'draft-int4'?)",
+        ),
+        (
+            "{suite: wikitext, metric: top1_agreement, max: 0.9}",
+            "top1_agreement",
+            "higher-is-better: use min or min_recovery",
+        ),
         ("{suite: wikitext, metric: kld_mean, min_recovery: 0.9}", "min_recovery: 0.9", "lower-is-better"),
         ("{suite: wikitext, metric: kld_mean, max: 0.05, min: 0.01}", "min: 0.01", "exactly one of"),
-        ("{suite: gsm8k, metric: flip_rate, max_delta_pct: 5}", "flip_rate", "already compares with the source: use max"),
+        (
+            "{suite: gsm8k, metric: flip_rate, max_delta_pct: 5}",
+            "flip_rate",
+            "already compares with the source: use max",
+        ),
     ],
 )
 def test_floor_mistakes_name_the_line_and_nearest_name(tmp_path, floor, needle, expected):
-    path = write(tmp_path, f"  chat:\n    description: chat\n    floors:\n      - {{suite: traffic, metric: kld_mean, max: 0.05}}\n      - {floor}\n")
+    path = write(
+        tmp_path,
+        f"  chat:\n    description: chat\n    floors:\n      - {{suite: traffic, metric: kld_mean, max: 0.05}}\n      - {floor}\n",
+    )
     with pytest.raises(ConfigFileError) as err:
         load_gates(path, Catalog(Path(__file__).parents[3]))
     message = str(err.value)
@@ -65,13 +87,23 @@ def test_floor_mistakes_name_the_line_and_nearest_name(tmp_path, floor, needle, 
 
 
 def test_unknown_tenant_key_and_tenant_level_target(tmp_path, catalog):
-    path = write(tmp_path, "  chat:\n    descripton: chat\n    floors:\n      - {suite: traffic, metric: kld_mean, max: 0.05}\n")
-    with pytest.raises(ConfigFileError, match=r"unknown key 'descripton' \(did you mean 'description'\?\)") as err:
+    path = write(
+        tmp_path,
+        "  chat:\n    descripton: chat\n    floors:\n      - {suite: traffic, metric: kld_mean, max: 0.05}\n",
+    )
+    with pytest.raises(
+        ConfigFileError, match=r"unknown key 'descripton' \(did you mean 'description'\?\)"
+    ) as err:
         load_gates(path, catalog)
     assert f":{line_of(path, 'descripton')}:" in str(err.value)
-    path = write(tmp_path, "  spec:\n    description: d\n    applies_to: [hoper-fp8]\n    floors:\n"
-                 "      - {suite: traffic, metric: kld_mean, max: 0.05}\n")
-    with pytest.raises(ConfigFileError, match=r"unknown target 'hoper-fp8' \(did you mean 'hopper-fp8'\?\)") as err:
+    path = write(
+        tmp_path,
+        "  spec:\n    description: d\n    applies_to: [hoper-fp8]\n    floors:\n"
+        "      - {suite: traffic, metric: kld_mean, max: 0.05}\n",
+    )
+    with pytest.raises(
+        ConfigFileError, match=r"unknown target 'hoper-fp8' \(did you mean 'hopper-fp8'\?\)"
+    ) as err:
         load_gates(path, catalog)
     assert f":{line_of(path, 'hoper-fp8')}:" in str(err.value)
 
@@ -82,8 +114,13 @@ def test_domain_suite_names_an_unknown_tenant(tmp_path, catalog):
     with pytest.raises(ConfigFileError) as err:
         load_gates(path, catalog)
     assert "belongs to tenant 'support'" in str(err.value) and str(path) in str(err.value)
-    path = write(tmp_path, "  suport:\n    description: d\n    floors:\n      - {suite: traffic, metric: kld_mean, max: 0.05}\n",
-                 support="  other:\n    description: d\n    floors:\n      - {suite: traffic, metric: kld_mean, max: 0.05}\n")
-    with pytest.raises(ConfigFileError, match=r"unknown tenant \(named by eval_suites/support-domain.yaml\) 'support' \(did you mean 'suport'\?\)"):
+    path = write(
+        tmp_path,
+        "  suport:\n    description: d\n    floors:\n      - {suite: traffic, metric: kld_mean, max: 0.05}\n",
+        support="  other:\n    description: d\n    floors:\n      - {suite: traffic, metric: kld_mean, max: 0.05}\n",
+    )
+    with pytest.raises(
+        ConfigFileError,
+        match=r"unknown tenant \(named by eval_suites/support-domain.yaml\) 'support' \(did you mean 'suport'\?\)",
+    ):
         load_gates(path, catalog)
-

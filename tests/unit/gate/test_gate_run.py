@@ -31,12 +31,18 @@ def test_real_results(e1, repo_root):
     for artifact in ("blackwell-nvfp4", "draft-int4"):
         v = verdict(d, artifact, "reasoning")
         assert v.verdict == "fail"
-        assert any(r.startswith("long-chain kld_mean: estimate ") and "> max 0.05: FAIL" in r for r in v.reasons)
+        assert any(
+            r.startswith("long-chain kld_mean: estimate ") and "> max 0.05: FAIL" in r for r in v.reasons
+        )
     # optional nvfp4 passes nothing, required FP8 targets pass: the run passes
     assert d.approvals["blackwell-nvfp4"] == [] and d.exit_code == 0
     assert d.required == ["hopper-fp8", "rocm-cdna3-fp8"] and d.optional == ["blackwell-nvfp4"]
     # the 135M source solves no GSM8K item: the recovery floor is reported uninformative, not passed
-    gsm = next(f for f in verdict(d, "hopper-fp8", "batch").floors if f.suite == "gsm8k" and f.kind_of_floor == "min_recovery")
+    gsm = next(
+        f
+        for f in verdict(d, "hopper-fp8", "batch").floors
+        if f.suite == "gsm8k" and f.kind_of_floor == "min_recovery"
+    )
     assert gsm.passed is None and gsm.informative is False
     # a tenant limited to draft targets gives no verdict for others
     assert not [v for v in d.verdicts if v.tenant == "speculative" and v.artifact != "draft-int4"]
@@ -45,16 +51,25 @@ def test_real_results(e1, repo_root):
 def test_damaged_artifact_fails_every_tenant(e1, repo_root):
     art = e1 / "hopper-fp8"
     for suite in ("wikitext", "traffic"):
+
         def damage(r):
             for s in r["samples"]:
                 s.update(kld_mean=2.0, top1_agreement=0.3, nll_sum=s["nll_sum"] * 2)
             r["metrics"].update(kld_mean=2.0, kld_p99=9.0, top1_agreement=0.3)
+
         edit(art / f"{suite}.json", damage)
 
     def flip(r):  # every item flips against the source
         for s in r["samples"]:
-            key = "correct_flexible-extract" if "correct_flexible-extract" in s else "passed" if "passed" in s else "correct"
+            key = (
+                "correct_flexible-extract"
+                if "correct_flexible-extract" in s
+                else "passed"
+                if "passed" in s
+                else "correct"
+            )
             s[key] = not s[key]
+
     for suite in ("gsm8k", "humaneval", "support-domain"):
         edit(art / f"{suite}.json", flip)
     d = decide(e1, repo_root, model_class="dense-reasoner")
@@ -63,7 +78,10 @@ def test_damaged_artifact_fails_every_tenant(e1, repo_root):
     assert all(v.verdict == "fail" for v in tenants)
     for v in tenants:
         assert any("kld_mean: estimate 2, 95% upper bound 2 > max" in r for r in v.reasons), v.reasons
-    assert any("flip_rate: estimate 1, 95% upper bound 1 > max 0.25: FAIL" in r for r in verdict(d, "hopper-fp8", "chat").reasons)
+    assert any(
+        "flip_rate: estimate 1, 95% upper bound 1 > max 0.25: FAIL" in r
+        for r in verdict(d, "hopper-fp8", "chat").reasons
+    )
     assert d.exit_code == 1 and "hopper-fp8" in d.notes[-1]
 
 
@@ -71,7 +89,9 @@ def test_missing_suite_fails(e1, repo_root):
     (e1 / "hopper-fp8" / "wikitext.json").unlink()
     d = decide(e1, repo_root, model_class="dense-reasoner")
     v = verdict(d, "hopper-fp8", "batch")
-    assert v.verdict == "fail" and any("missing: suite not evaluated for the artifact" in r for r in v.reasons)
+    assert v.verdict == "fail" and any(
+        "missing: suite not evaluated for the artifact" in r for r in v.reasons
+    )
 
 
 def test_required_target_not_evaluated_fails_the_run(e1, repo_root):
@@ -92,21 +112,31 @@ def test_report_json(e1, repo_root, tmp_path):
     path = write_report_json(d, tmp_path / "R")
     report = json.loads(path.read_text())
     assert report["schema_version"] == 1 and report["model"] == "SmolLM2-135M-Instruct"
-    assert report["source_hash"].startswith("44b62e61") and report["approvals"]["draft-int4"] == ["speculative"]
+    assert report["source_hash"].startswith("44b62e61") and report["approvals"]["draft-int4"] == [
+        "speculative"
+    ]
     assert report["numerics"]["hopper-fp8"]["mode"] == "emulated"
     first = report["verdicts"][0]
     assert {"artifact", "tenant", "verdict", "reasons", "floors", "required"} <= set(first)
-    assert {"estimate", "bound", "floor", "margin", "passed", "informative", "reason"} <= set(first["floors"][0])
+    assert {"estimate", "bound", "floor", "margin", "passed", "informative", "reason"} <= set(
+        first["floors"][0]
+    )
     # deterministic: the same inputs give the same report, byte for byte
-    again = write_report_json(decide(e1, repo_root, model_class="draft", model="SmolLM2-135M-Instruct"), tmp_path / "R2")
+    again = write_report_json(
+        decide(e1, repo_root, model_class="draft", model="SmolLM2-135M-Instruct"), tmp_path / "R2"
+    )
     assert again.read_bytes() == path.read_bytes()
 
 
 def test_gating_never_imports_torch(e1, repo_root):
     """The gate reads suite kinds from the registry; their modules import torch only to run models."""
-    code = ("import sys; from pathlib import Path; from quantgate.gate.run import gate_results; "
-            f"gate_results(Path({str(e1)!r}), Path({str(repo_root / 'gates.yaml')!r}), Path({str(repo_root)!r}), "
-            "model_class='dense-reasoner'); print(sorted(m for m in ('torch', 'transformers', 'lm_eval') if m in sys.modules))")
-    run = subprocess.run([sys.executable, "-c", code], check=False, capture_output=True, text=True, timeout=300)
+    code = (
+        "import sys; from pathlib import Path; from quantgate.gate.run import gate_results; "
+        f"gate_results(Path({str(e1)!r}), Path({str(repo_root / 'gates.yaml')!r}), Path({str(repo_root)!r}), "
+        "model_class='dense-reasoner'); print(sorted(m for m in ('torch', 'transformers', 'lm_eval') if m in sys.modules))"
+    )
+    run = subprocess.run(
+        [sys.executable, "-c", code], check=False, capture_output=True, text=True, timeout=300
+    )
     assert run.returncode == 0, run.stderr[-2000:]
     assert run.stdout.strip() == "[]"

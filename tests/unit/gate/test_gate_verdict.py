@@ -57,9 +57,15 @@ def test_recovery_just_under_the_floor_fails():
     ("change", "expected"),
     [
         (lambda src, art: art.update(samples=[]), "missing: no per-item records (artifact)"),
-        (lambda src, art: art["metrics"].update(kld_mean=None), "missing: the artifact's reported kld_mean is None"),
+        (
+            lambda src, art: art["metrics"].update(kld_mean=None),
+            "missing: the artifact's reported kld_mean is None",
+        ),
         (lambda src, art: art["samples"].pop(), "missing: items do not pair"),
-        (lambda src, art: [s.pop("kld_mean") for s in art["samples"]], "missing: per-item records lack field"),
+        (
+            lambda src, art: [s.pop("kld_mean") for s in art["samples"]],
+            "missing: per-item records lack field",
+        ),
     ],
 )
 def test_missing_data_fails(change, expected):
@@ -80,14 +86,18 @@ def test_zero_source_base_is_uninformative_not_pass():
     src = gsm8k_result([False] * 8, [False] * 8)
     art = gsm8k_result([False] * 8, [False] * 8)
     rec = evaluate_floor(floor(suite="gsm8k", metric="accuracy", min_recovery=0.95), GSM8K, src, art)
-    assert rec.passed is None and not rec.informative and rec.status == "uninformative" and "0/0" in rec.reason
+    assert (
+        rec.passed is None and not rec.informative and rec.status == "uninformative" and "0/0" in rec.reason
+    )
     # a suite whose only floors are uninformative cannot vouch for the artifact
     only_ratio = Tenant(description="t", floors=[floor(suite="gsm8k", metric="accuracy", min_recovery=0.95)])
     results = {"source": {"gsm8k": src}, "a": {"gsm8k": art}}
     v = judge("a", "t", only_ratio, results, {"gsm8k": GSM8K}, required=True)
     assert v.verdict == "fail" and any("no informative floor" in r for r in v.reasons)
     # with a paired floor next to it (informative at any accuracy) the verdict rests on that one
-    with_flips = Tenant(description="t", floors=[*only_ratio.floors, floor(suite="gsm8k", metric="flip_rate", max=0.25)])
+    with_flips = Tenant(
+        description="t", floors=[*only_ratio.floors, floor(suite="gsm8k", metric="flip_rate", max=0.25)]
+    )
     v = judge("a", "t", with_flips, results, {"gsm8k": GSM8K}, required=True)
     assert v.verdict == "pass" and [f.status for f in v.floors] == ["uninformative", "pass"]
 
@@ -100,14 +110,23 @@ def test_tiny_source_base_gives_no_bound_rather_than_a_guess():
 
 
 def _verdict(kld: np.ndarray, correct: np.ndarray, src_correct: np.ndarray, items: np.ndarray) -> str:
-    tenant = Tenant(description="t", floors=[floor(suite="wikitext", metric="kld_mean", max=0.05),
-                                             floor(suite="gsm8k", metric="flip_rate", max=0.1),
-                                             floor(suite="gsm8k", metric="accuracy", min_recovery=0.9)])
+    tenant = Tenant(
+        description="t",
+        floors=[
+            floor(suite="wikitext", metric="kld_mean", max=0.05),
+            floor(suite="gsm8k", metric="flip_rate", max=0.1),
+            floor(suite="gsm8k", metric="accuracy", min_recovery=0.9),
+        ],
+    )
     results = {
-        "source": {"wikitext": text_result(np.zeros(len(items)), items=items),
-                   "gsm8k": gsm8k_result(src_correct[items], src_correct[items], items=items)},
-        "a": {"wikitext": text_result(kld[items], items=items),
-              "gsm8k": gsm8k_result(correct[items], src_correct[items], items=items)},
+        "source": {
+            "wikitext": text_result(np.zeros(len(items)), items=items),
+            "gsm8k": gsm8k_result(src_correct[items], src_correct[items], items=items),
+        },
+        "a": {
+            "wikitext": text_result(kld[items], items=items),
+            "gsm8k": gsm8k_result(correct[items], src_correct[items], items=items),
+        },
     }
     return judge("a", "t", tenant, results, {"wikitext": TEXT, "gsm8k": GSM8K}, required=True).verdict
 
@@ -121,7 +140,9 @@ def test_verdict_does_not_flip_on_noise(kld_scale, flip_p, expected):
     correct = np.where(rng.random(n) < flip_p, ~src_correct, src_correct)
     order = rng.permutation(n)
     first, second = np.sort(order[:200]), np.sort(order[200:400])  # disjoint, same size
-    assert _verdict(kld, correct, src_correct, first) == _verdict(kld, correct, src_correct, second) == expected
+    assert (
+        _verdict(kld, correct, src_correct, first) == _verdict(kld, correct, src_correct, second) == expected
+    )
 
 
 def test_damaged_artifact_reasons_name_metric_estimate_bound_and_floor():

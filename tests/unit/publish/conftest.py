@@ -7,10 +7,10 @@ import os
 from pathlib import Path
 
 import pytest
-from support.artifacts import write_artifact, write_report
-from support.servers import TEST_CREDENTIALS, moto_s3
 
 from quantgate.publish import RegistryConfig
+from support.artifacts import write_artifact, write_report
+from support.servers import TEST_CREDENTIALS, moto_s3
 
 
 @pytest.fixture

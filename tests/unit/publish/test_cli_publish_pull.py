@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
+
 from support.artifacts import MODEL
 
 pytestmark = pytest.mark.unit
@@ -17,6 +18,7 @@ pytestmark = pytest.mark.unit
 def _cli(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess:
     return subprocess.run(
         [sys.executable, "-m", "quantgate.cli", *args],
+        check=False,
         capture_output=True,
         text=True,
         env={**os.environ, **env},

@@ -6,12 +6,12 @@ import json
 
 import pytest
 from mlflow import MlflowClient
-from support.artifacts import MODEL, write_artifact, write_report
 
 from quantgate.artifact import read_manifest
 from quantgate.errors import ArtifactAlteredError, ReportError
 from quantgate.publish import naming, publish_report
 from quantgate.publish.local_store import local_path
+from support.artifacts import MODEL, write_artifact, write_report
 
 pytestmark = pytest.mark.unit
 

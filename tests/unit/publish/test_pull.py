@@ -6,7 +6,6 @@ import json
 import shutil
 
 import pytest
-from support.artifacts import MODEL, write_artifact, write_report
 
 from quantgate.artifact import MANIFEST, hash_files, read_manifest
 from quantgate.errors import (
@@ -18,6 +17,7 @@ from quantgate.errors import (
 )
 from quantgate.publish import publish_report, pull
 from quantgate.publish.local_store import local_path
+from support.artifacts import MODEL, write_artifact, write_report
 
 pytestmark = pytest.mark.unit
 

@@ -6,8 +6,6 @@ import os
 
 import pytest
 from mlflow import MlflowClient
-from support.artifacts import MODEL, write_artifact, write_report
-from support.servers import free_port
 
 from quantgate.artifact import hash_files
 from quantgate.errors import (
@@ -19,6 +17,8 @@ from quantgate.errors import (
 from quantgate.publish import RegistryConfig, naming, publish_report, pull, s3_store
 from quantgate.publish.config import TransferSettings
 from quantgate.units import MB
+from support.artifacts import MODEL, write_artifact, write_report
+from support.servers import free_port
 
 pytestmark = pytest.mark.unit
 

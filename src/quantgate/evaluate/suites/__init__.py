@@ -1,20 +1,11 @@
 """Evaluation suites: one YAML each under ``eval_suites/``, one module per suite kind.
 
-A suite YAML names its ``kind``; the kind's module registers a spec model (what the YAML may
-say, validated strictly) and a runner with two verbs:
-
-- ``reference(ctx, source)`` runs the source once and returns what scoring an artifact needs
-  (top-k next-token distributions, greedy traces, per-item correctness) together with the
-  source's own result. The runner caches it by (suite spec, source content hash, profile), so
-  artifacts are scored without running the source again.
-- ``score(ctx, model, reference)`` scores one model against that reference, paired item by item.
-
-Each kind also declares what the gate may measure on it (``metrics``: direction, level or
-comparison, per-item statistic; ``columns``: a per-item record as numbers; see ``metrics.py``),
-so the gate has no code per kind. A new kind is one file with ``@register("kind")``, or, from
-outside this package, a ``quantgate.suite_kinds`` entry point (``name = module:Class``) of an
-installed distribution; a new suite of an existing kind (a tenant's domain suite) is a YAML and
-its data, no code.
+A suite YAML names its ``kind``; the kind (a ``SuiteKind``) validates the YAML strictly, runs
+the source once and scores models against it, and declares what the gate may measure on it, so
+that neither the evaluation runner nor the gate has code per kind. A new kind is one file with
+``@register("kind")``, or, from outside this package, a ``quantgate.suite_kinds`` entry point
+(``name = module:Class``) of an installed distribution; a new suite of an existing kind (a
+tenant's domain suite) is a YAML and its data, no code.
 """
 
 from __future__ import annotations
@@ -53,9 +44,12 @@ class SuiteSpec(Frozen):
     metrics: list[str] = Field(description="the metric names this suite reports")
 
     def sizes(self, profile: str) -> Any:
+        """This suite's sizes for ``profile``; an unknown profile is a UsageError."""
         profiles = getattr(self, "profiles")  # noqa: B009 (each kind declares its own sizes model)
         if profile not in profiles:
-            raise UsageError("--profile", f"suite '{self.name}' has no profile '{profile}'", f"use one of {list(profiles)}")
+            raise UsageError(
+                "--profile", f"suite '{self.name}' has no profile '{profile}'", f"use one of {list(profiles)}"
+            )
         return profiles[profile]
 
 
@@ -101,7 +95,12 @@ class SuiteKind(ABC):
 
     @abstractmethod
     def reference(self, ctx: EvalContext, source: Any) -> tuple[Any, SuiteResult]:
-        """Run the source once; return what scoring needs and the source's own result."""
+        """Run the source once; return what scoring needs and the source's own result.
+
+        What scoring needs: top-k next-token distributions, greedy traces, per-item correctness.
+        The evaluation runner caches it (``quantgate.evaluate.runner.reference_path``), so
+        artifacts are scored without running the source again.
+        """
 
     @abstractmethod
     def score(self, ctx: EvalContext, model: Any, reference: Any) -> SuiteResult:
@@ -130,9 +129,11 @@ class KindRegistry(Registry[type[SuiteKind]]):
         return {ep.name: ep for ep in entry_points(group=ENTRY_POINTS)}
 
     def names(self) -> list[str]:
+        """Built-in kinds and installed entry points, sorted."""
         return sorted({*super().names(), *self._plugins()})
 
     def get(self, name: str, where: object = None) -> type[SuiteKind]:
+        """The kind ``name``: built in, else loaded from its entry point; else a ConfigFileError."""
         if name not in super().names():
             plugin = self._plugins().get(name)
             if plugin is not None:
@@ -173,7 +174,9 @@ def load_suite(path: Path) -> LoadedSuite:
     cls = KINDS.get(kind, path)
     spec = load_model(path, cls.spec_model)
     if spec.name != path.stem:
-        raise ConfigFileError(path, f"name '{spec.name}' differs from the file name", f"set name: {path.stem}")
+        raise ConfigFileError(
+            path, f"name '{spec.name}' differs from the file name", f"set name: {path.stem}"
+        )
     canonical = yaml.safe_dump(spec.model_dump(mode="json"), sort_keys=True)
     return LoadedSuite(spec, path, cls(spec, path), hashlib.sha256(canonical.encode()).hexdigest())
 

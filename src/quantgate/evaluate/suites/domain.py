@@ -26,12 +26,16 @@ PERPLEXITY = Metric(False, True, "exp of the token-weighted mean NLL over items"
 
 
 class DomainSizes(Frozen):
+    """One profile's sizes: items used, answer length, batch size."""
+
     items: PositiveInt
     max_new_tokens: PositiveInt = 64
     batch_size: PositiveInt = 8
 
 
 class DomainSpec(SuiteSpec):
+    """A domain suite's YAML: its tenant, its JSONL, the metric, and how prompts are framed."""
+
     kind: Literal["domain"]
     tenant: str
     data: str = Field(description="JSONL with prompt and reference, relative to the suite file")
@@ -45,23 +49,29 @@ def _normalize(text: str) -> str:
 
 
 def matches(metric: str, answer: str, reference: str) -> bool:
+    """``exact``: normalized answer equals the reference; ``contains``: it contains it."""
     a, r = _normalize(answer), _normalize(reference)
     return a == r if metric == "exact" else r in a
 
 
 @register("domain")
 class DomainSuite(SuiteKind):
+    """A tenant's own (prompt, reference) set, scored by exact, contains or perplexity."""
+
     spec_model = DomainSpec
     spec: DomainSpec
 
     @property
     def tenant(self) -> str | None:
+        """The tenant this suite belongs to."""
         return self.spec.tenant
 
     def metrics(self) -> dict[str, Metric]:
+        """Perplexity for a perplexity suite, else accuracy and the paired flip measures."""
         return {"perplexity": PERPLEXITY} if self.spec.metric == "perplexity" else correctness("accuracy")
 
     def columns(self, sample: Mapping[str, Any]) -> dict[str, float]:
+        """An item's NLL and tokens (perplexity), or its correctness."""
         if self.spec.metric == "perplexity":
             return {"nll": float(sample["nll"]), "tokens": float(sample["tokens"])}
         return {"correct": float(bool(sample["correct"]))}
@@ -69,7 +79,9 @@ class DomainSuite(SuiteKind):
     def _records(self, ctx: EvalContext) -> list[dict]:
         path = (self.path.parent / self.spec.data).resolve()
         if not path.exists():
-            raise ConfigFileError(self.path, f"data file {path} does not exist", "fix 'data:' or add the file")
+            raise ConfigFileError(
+                self.path, f"data file {path} does not exist", "fix 'data:' or add the file"
+            )
         records = []
         for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
             if not line.strip():
@@ -78,13 +90,19 @@ class DomainSuite(SuiteKind):
                 record = json.loads(line)
                 records.append({"prompt": str(record["prompt"]), "reference": str(record["reference"])})
             except (ValueError, KeyError, TypeError):
-                raise ConfigFileError(f"{path}:{n}", "not a JSON object with prompt and reference", "fix the line") from None
+                raise ConfigFileError(
+                    f"{path}:{n}", "not a JSON object with prompt and reference", "fix the line"
+                ) from None
         return records[: self.spec.sizes(ctx.profile).items]
 
     def _prompt(self, tokenizer, text: str) -> list[int]:
         from quantgate.evaluate.generation import chat_prompt
 
-        return chat_prompt(tokenizer, text) if self.spec.prompt_format == "chat" else tokenizer(text)["input_ids"]
+        return (
+            chat_prompt(tokenizer, text)
+            if self.spec.prompt_format == "chat"
+            else tokenizer(text)["input_ids"]
+        )
 
     def _run(self, ctx: EvalContext, model) -> list[dict]:
         from quantgate.evaluate.generation import greedy
@@ -98,12 +116,24 @@ class DomainSuite(SuiteKind):
                 for i, (nll, n) in enumerate(self._nll(model, prompts, records))
             ]
         with ctx.progress.task(f"{self.spec.name}: {len(records)} answers", total=len(records)) as task:
-            outputs = greedy(model.model, model.tokenizer, prompts, max_new_tokens=sizes.max_new_tokens,
-                             batch_size=sizes.batch_size, on_batch=task.advance)
+            outputs = greedy(
+                model.model,
+                model.tokenizer,
+                prompts,
+                max_new_tokens=sizes.max_new_tokens,
+                batch_size=sizes.batch_size,
+                on_batch=task.advance,
+            )
         samples = []
         for i, (record, out) in enumerate(zip(records, outputs, strict=True)):
             answer = model.tokenizer.decode(out, skip_special_tokens=True)
-            samples.append({"item": i, "answer": answer, "correct": matches(self.spec.metric, answer, record["reference"])})
+            samples.append(
+                {
+                    "item": i,
+                    "answer": answer,
+                    "correct": matches(self.spec.metric, answer, record["reference"]),
+                }
+            )
         return samples
 
     def _nll(self, model, prompts, records) -> list[tuple[float, int]]:
@@ -114,14 +144,19 @@ class DomainSuite(SuiteKind):
             for prompt, record in zip(prompts, records, strict=True):
                 target = model.tokenizer(record["reference"], add_special_tokens=False)["input_ids"]
                 ids = torch.tensor([prompt + target])
-                logp = torch.log_softmax(model.model(input_ids=ids).logits[0, len(prompt) - 1 : -1].float(), -1)
+                logp = torch.log_softmax(
+                    model.model(input_ids=ids).logits[0, len(prompt) - 1 : -1].float(), -1
+                )
                 found.append((float(-logp.gather(1, torch.tensor(target)[:, None]).sum()), len(target)))
         return found
 
     def _result(self, samples: list[dict], reference: list[dict]) -> SuiteResult:
         if self.spec.metric == "perplexity":
             tokens = sum(s["tokens"] for s in samples)
-            metrics = {"perplexity": math.exp(sum(s["nll"] for s in samples) / tokens), "items": float(len(samples))}
+            metrics: dict[str, float | None] = {
+                "perplexity": math.exp(sum(s["nll"] for s in samples) / tokens),
+                "items": float(len(samples)),
+            }
         else:
             correct = [s["correct"] for s in samples]
             metrics = {
@@ -129,11 +164,19 @@ class DomainSuite(SuiteKind):
                 "items": float(len(samples)),
                 **flip_metrics([r["correct"] for r in reference], correct),
             }
-        return SuiteResult(self.spec.name, "domain", metrics, samples, [f"tenant {self.spec.tenant}, metric {self.spec.metric}"])
+        return SuiteResult(
+            self.spec.name,
+            "domain",
+            metrics,
+            samples,
+            [f"tenant {self.spec.tenant}, metric {self.spec.metric}"],
+        )
 
     def reference(self, ctx: EvalContext, source) -> tuple[list[dict], SuiteResult]:
+        """The source's per-item records (what artifacts are paired with) and its result."""
         samples = self._run(ctx, source)
         return samples, self._result(samples, samples)
 
     def score(self, ctx: EvalContext, model, reference: list[dict]) -> SuiteResult:
+        """Run ``model`` on the same items; flips against the source's records."""
         return self._result(self._run(ctx, model), reference)

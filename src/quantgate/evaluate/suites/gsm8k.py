@@ -26,6 +26,8 @@ from quantgate.evaluate.suites.metrics import Metric, correctness
 
 
 class Gsm8kSizes(Frozen):
+    """One profile's sizes: items sampled, generation length, batch and context length."""
+
     items: PositiveInt
     max_gen_toks: PositiveInt = 256
     batch_size: PositiveInt = 8
@@ -33,11 +35,15 @@ class Gsm8kSizes(Frozen):
 
 
 class Gsm8kData(Frozen):
+    """The test split (items) and the train split (lm-eval's few-shot exemplars)."""
+
     test: DataSource
     train: DataSource
 
 
 class Gsm8kSpec(SuiteSpec):
+    """A GSM8K suite's YAML: data, few-shot count, and the filter whose correctness is paired."""
+
     kind: Literal["gsm8k"]
     data: Gsm8kData
     num_fewshot: NonNegativeInt = 5
@@ -47,13 +53,17 @@ class Gsm8kSpec(SuiteSpec):
 
 @register("gsm8k")
 class Gsm8kSuite(SuiteKind):
+    """GSM8K through lm-eval's task, accuracy and flips paired with the source."""
+
     spec_model = Gsm8kSpec
     spec: Gsm8kSpec
 
     def metrics(self) -> dict[str, Metric]:
+        """Accuracy (a level) and the paired flip measures."""
         return correctness("accuracy")
 
     def columns(self, sample: Mapping[str, Any]) -> dict[str, float]:
+        """An item's correctness under the primary filter."""
         return {"correct": float(bool(sample[f"correct_{self.spec.primary_filter}"]))}
 
     def _items(self, ctx: EvalContext) -> list[int]:
@@ -70,17 +80,27 @@ class Gsm8kSuite(SuiteKind):
         }
         with ctx.progress.task(f"{self.spec.name}: {len(items)} items", total=None):
             logs = run_task(
-                model.model, model.tokenizer, task_config("gsm8k/gsm8k.yaml"),
-                data_files=files, cache_dir=ctx.cache_dir, items=items,
-                batch_size=sizes.batch_size, max_length=sizes.max_length,
-                max_gen_toks=sizes.max_gen_toks, num_fewshot=self.spec.num_fewshot,
+                model.model,
+                model.tokenizer,
+                task_config("gsm8k/gsm8k.yaml"),
+                data_files=files,
+                cache_dir=ctx.cache_dir,
+                items=items,
+                batch_size=sizes.batch_size,
+                max_length=sizes.max_length,
+                max_gen_toks=sizes.max_gen_toks,
+                num_fewshot=self.spec.num_fewshot,
             )
         per_item: dict[int, dict] = {}
         for log in logs:
             doc = int(log["doc_id"])
-            record = per_item.setdefault(doc, {"item": items[doc] if doc < len(items) else doc, "doc_id": doc})
+            record = per_item.setdefault(
+                doc, {"item": items[doc] if doc < len(items) else doc, "doc_id": doc}
+            )
             record[f"correct_{log['filter']}"] = bool(float(log["exact_match"]))
-            record[f"extracted_{log['filter']}"] = str(log["filtered_resps"][0]) if log["filtered_resps"] else ""
+            record[f"extracted_{log['filter']}"] = (
+                str(log["filtered_resps"][0]) if log["filtered_resps"] else ""
+            )
             record["response"] = str(log["resps"][0][0]) if log["resps"] else ""
         return [per_item[k] for k in sorted(per_item)]
 
@@ -96,11 +116,15 @@ class Gsm8kSuite(SuiteKind):
         }
         for s, r in zip(samples, reference, strict=True):
             s["source_correct"] = r[key]
-        return SuiteResult(self.spec.name, "gsm8k", metrics, samples, [f"primary filter: {self.spec.primary_filter}"])
+        return SuiteResult(
+            self.spec.name, "gsm8k", metrics, samples, [f"primary filter: {self.spec.primary_filter}"]
+        )
 
     def reference(self, ctx: EvalContext, source) -> tuple[list[dict], SuiteResult]:
+        """The source's per-item records (what artifacts are paired with) and its result."""
         samples = self._run(ctx, source)
         return samples, self._result([dict(s) for s in samples], samples)
 
     def score(self, ctx: EvalContext, model, reference: list[dict]) -> SuiteResult:
+        """Run ``model`` on the same items; flips against the source's records."""
         return self._result(self._run(ctx, model), reference)

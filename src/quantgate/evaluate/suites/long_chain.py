@@ -2,17 +2,10 @@
 
 Short benchmarks miss what long reasoning exposes: a small per-token divergence, repeated over
 thousands of decode steps, sends a chain somewhere else. The source writes greedy traces once
-(cached with the reference). Each artifact is then
-
-- teacher-forced on those traces: KL divergence and top-1 agreement with the source at every
-  position, binned by depth, so a rising KL or falling agreement in later bins shows
-  compounding error;
-- free-running from the same prompts: the first position where its greedy output leaves the
-  source's trace;
-- for speculative decoding: the expected tokens per verification step with ``k`` draft
-  tokens. Under greedy verification a draft's proposal is accepted while it equals the
-  target's choice, and along the accepted prefix the draft is conditioned on exactly the
-  source's tokens, so teacher-forced agreement on the source trace gives acceptance exactly.
+(cached with the reference). Each artifact is teacher-forced on them (KL divergence and top-1
+agreement at every position, binned by depth: a rising KL or falling agreement in later bins is
+compounding error), run free from the same prompts (``first_divergence``), and scored as a
+speculative-decoding draft (``accepted_per_step``).
 """
 
 from __future__ import annotations
@@ -44,13 +37,16 @@ METRICS = {
 def acceptance(k: int) -> Metric:
     """Draft acceptance with ``k`` draft tokens: a level (ratio floors apply), higher is better."""
     return Metric(
-        True, True,
+        True,
+        True,
         f"draft tokens accepted per verification step with k={k}, per-trace mean weighted by trace tokens",
         weighted_mean(f"accepted_k{k}", "trace_tokens"),
     )
 
 
 class ChainSizes(Frozen):
+    """One profile's sizes: traces, tokens per trace, depth bins, batch size."""
+
     traces: PositiveInt
     trace_tokens: PositiveInt
     bins: PositiveInt = 4
@@ -58,6 +54,8 @@ class ChainSizes(Frozen):
 
 
 class LongChainSpec(SuiteSpec):
+    """A long-chain suite's YAML: question data, prompt template, draft sizes, top-k kept."""
+
     kind: Literal["long_chain"]
     data: DataSource
     prompt: str = Field(description="template with {question}")
@@ -68,7 +66,12 @@ class LongChainSpec(SuiteSpec):
 
 
 def accepted_per_step(agree: list[bool], k: int) -> float:
-    """Expected tokens per verification step of greedy speculative decoding with k drafts."""
+    """Expected tokens per verification step of greedy speculative decoding with k drafts.
+
+    Under greedy verification a draft's proposal is accepted while it equals the target's
+    choice, and along the accepted prefix the draft is conditioned on exactly the source's
+    tokens, so teacher-forced agreement (``agree``) on the source's trace gives acceptance exactly.
+    """
     t = steps = tokens = 0
     while t < len(agree):
         n = 0
@@ -91,14 +94,20 @@ def first_divergence(trace: list[int], generated: list[int]) -> int:
 
 @register("long_chain")
 class LongChainSuite(SuiteKind):
+    """KL and agreement by depth on the source's greedy traces, divergence, draft acceptance."""
+
     spec_model = LongChainSpec
     spec: LongChainSpec
 
     def metrics(self) -> dict[str, Metric]:
+        """KL, agreement, first divergence (comparisons) and acceptance per draft size (levels)."""
         return {**METRICS, **{f"acceptance_k{k}": acceptance(k) for k in self.spec.draft_k}}
 
     def columns(self, sample: Mapping[str, Any]) -> dict[str, float]:
-        cols = {k: float(sample[k]) for k in ("trace_tokens", "kld_mean", "top1_agreement", "first_divergence")}
+        """A trace's tokens, mean KL, agreement, first divergence and acceptance per draft size."""
+        cols = {
+            k: float(sample[k]) for k in ("trace_tokens", "kld_mean", "top1_agreement", "first_divergence")
+        }
         for k in self.spec.draft_k:
             cols[f"accepted_k{k}"] = float(sample[f"accepted_per_step_k{k}"])
         return cols
@@ -107,10 +116,13 @@ class LongChainSuite(SuiteKind):
         from quantgate.evaluate.generation import chat_prompt
 
         sizes = self.spec.sizes(ctx.profile)
-        records = load_jsonl_records(ctx.data, self.spec.data)[self.spec.offset : self.spec.offset + sizes.traces]
+        records = load_jsonl_records(ctx.data, self.spec.data)[
+            self.spec.offset : self.spec.offset + sizes.traces
+        ]
         return [chat_prompt(tokenizer, self.spec.prompt.format(question=r["question"])) for r in records]
 
     def reference(self, ctx: EvalContext, source) -> tuple[dict, SuiteResult]:
+        """The source's greedy traces and its top-k distributions along them, and its result."""
         from quantgate.evaluate.generation import greedy
         from quantgate.evaluate.scoring import build_reference
 
@@ -118,24 +130,37 @@ class LongChainSuite(SuiteKind):
         prompts = self._prompts(ctx, source.tokenizer)
         with ctx.progress.task(f"{self.spec.name}: source traces", total=len(prompts)) as task:
             traces = greedy(
-                source.model, source.tokenizer, prompts,
-                max_new_tokens=sizes.trace_tokens, batch_size=sizes.batch_size, on_batch=task.advance,
+                source.model,
+                source.tokenizer,
+                prompts,
+                max_new_tokens=sizes.trace_tokens,
+                batch_size=sizes.batch_size,
+                on_batch=task.advance,
             )
         seqs = [p + t for p, t in zip(prompts, traces, strict=True)]
         ref = build_reference(
-            source.model, seqs, k=self.spec.top_k, batch_size=sizes.batch_size, pad_id=source.tokenizer.pad_token_id or 0
+            source.model,
+            seqs,
+            k=self.spec.top_k,
+            batch_size=sizes.batch_size,
+            pad_id=source.tokenizer.pad_token_id or 0,
         )
         state = {"prompts": prompts, "traces": traces, "reference": ref.to_state()}
         return state, self._result(ctx, source, state, free_running=traces)
 
     def score(self, ctx: EvalContext, model, reference: dict) -> SuiteResult:
+        """Run ``model`` free from the same prompts, then teacher-force it on the source's traces."""
         from quantgate.evaluate.generation import greedy
 
         sizes = self.spec.sizes(ctx.profile)
         with ctx.progress.task(f"{self.spec.name}: free-running", total=len(reference["prompts"])) as task:
             generated = greedy(
-                model.model, model.tokenizer, reference["prompts"],
-                max_new_tokens=sizes.trace_tokens, batch_size=sizes.batch_size, on_batch=task.advance,
+                model.model,
+                model.tokenizer,
+                reference["prompts"],
+                max_new_tokens=sizes.trace_tokens,
+                batch_size=sizes.batch_size,
+                on_batch=task.advance,
             )
         return self._result(ctx, model, reference, free_running=generated)
 
@@ -148,7 +173,9 @@ class LongChainSuite(SuiteKind):
         prompts, traces = reference["prompts"], reference["traces"]
         seqs = [p + t for p, t in zip(prompts, traces, strict=True)]
         ref = Reference.from_state(reference["reference"])
-        scores = score(model.model, seqs, ref, batch_size=sizes.batch_size, pad_id=model.tokenizer.pad_token_id or 0)
+        scores = score(
+            model.model, seqs, ref, batch_size=sizes.batch_size, pad_id=model.tokenizer.pad_token_id or 0
+        )
         width = sizes.trace_tokens / sizes.bins
         kld_bins: list[list[float]] = [[] for _ in range(sizes.bins)]
         agree_bins: list[list[float]] = [[] for _ in range(sizes.bins)]
@@ -170,7 +197,10 @@ class LongChainSuite(SuiteKind):
                     "kld_mean": float(kld.mean()) if len(trace) else 0.0,
                     "top1_agreement": float(agree.float().mean()) if len(trace) else 1.0,
                     "first_divergence": first_divergence(trace, free_running[i]),
-                    **{f"accepted_per_step_k{k}": accepted_per_step(agree.tolist(), k) for k in self.spec.draft_k},
+                    **{
+                        f"accepted_per_step_k{k}": accepted_per_step(agree.tolist(), k)
+                        for k in self.spec.draft_k
+                    },
                 }
             )
         kld_all, agree_all = torch.cat(all_kld), torch.cat(all_agree).float()
@@ -178,13 +208,24 @@ class LongChainSuite(SuiteKind):
             "kld_mean": float(kld_all.mean()),
             "top1_agreement": float(agree_all.mean()),
             "first_divergence_mean": sum(s["first_divergence"] for s in samples) / len(samples),
-            "first_divergence_fraction": sum(s["first_divergence"] / max(1, s["trace_tokens"]) for s in samples)
+            "first_divergence_fraction": sum(
+                s["first_divergence"] / max(1, s["trace_tokens"]) for s in samples
+            )
             / len(samples),
         }
         for b in range(sizes.bins):
             metrics[f"kld_bin{b + 1}"] = sum(kld_bins[b]) / len(kld_bins[b]) if kld_bins[b] else None
-            metrics[f"agreement_bin{b + 1}"] = sum(agree_bins[b]) / len(agree_bins[b]) if agree_bins[b] else None
-        metrics["agreement_at_depth"] = next((metrics[f"agreement_bin{b}"] for b in range(sizes.bins, 0, -1) if metrics[f"agreement_bin{b}"] is not None), None)
+            metrics[f"agreement_bin{b + 1}"] = (
+                sum(agree_bins[b]) / len(agree_bins[b]) if agree_bins[b] else None
+            )
+        metrics["agreement_at_depth"] = next(
+            (
+                metrics[f"agreement_bin{b}"]
+                for b in range(sizes.bins, 0, -1)
+                if metrics[f"agreement_bin{b}"] is not None
+            ),
+            None,
+        )
         for k in self.spec.draft_k:
             metrics[f"acceptance_k{k}"] = accepted_per_step(agree_all.bool().tolist(), k)
         notes = [f"bins of {width:.0f} trace tokens; bin {sizes.bins} is the deepest"]

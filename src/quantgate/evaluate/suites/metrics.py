@@ -39,10 +39,12 @@ class Metric:
 
     @property
     def point_only(self) -> bool:
+        """No per-item statistic: the gate can only compare the suite's reported value."""
         return self.statistic is None
 
     @property
     def direction(self) -> str:
+        """'higher is better' or 'lower is better', for reports."""
         return "higher is better" if self.higher_is_better else "lower is better"
 
 
@@ -66,15 +68,21 @@ def correctness(accuracy: str) -> dict[str, Metric]:
     return {
         accuracy: Metric(True, True, "fraction of items correct", mean("correct")),
         "flip_rate": Metric(
-            False, False, "fraction of items whose correctness changed against the source",
+            False,
+            False,
+            "fraction of items whose correctness changed against the source",
             lambda a, s, axis: np.mean(a["correct"] != s["correct"], axis=axis),
         ),
         "flips_lost": Metric(
-            False, False, "items the source got right and the artifact got wrong",
+            False,
+            False,
+            "items the source got right and the artifact got wrong",
             lambda a, s, axis: np.sum((s["correct"] > 0) & (a["correct"] == 0), axis=axis).astype(float),
         ),
         f"{accuracy}_delta": Metric(
-            True, False, "paired accuracy difference, artifact minus source",
+            True,
+            False,
+            "paired accuracy difference, artifact minus source",
             lambda a, s, axis: np.mean(a["correct"], axis=axis) - np.mean(s["correct"], axis=axis),
         ),
     }

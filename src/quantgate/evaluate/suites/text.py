@@ -19,6 +19,7 @@ from typing import Any, Literal
 from pydantic import Field, PositiveInt
 
 from quantgate.config.targets import Frozen
+from quantgate.errors import ConfigFileError
 from quantgate.evaluate.data import DataSource, load_text
 from quantgate.evaluate.suites import EvalContext, SuiteKind, SuiteResult, SuiteSpec, register
 from quantgate.evaluate.suites.metrics import Metric, perplexity, weighted_mean
@@ -32,22 +33,31 @@ METRICS = {
     ),
     "kld_p99": Metric(False, False, "99th percentile of per-token KL divergence"),
     "top1_agreement": Metric(
-        True, False, "token-weighted top-1 agreement with the source", weighted_mean("top1_agreement", "tokens")
+        True,
+        False,
+        "token-weighted top-1 agreement with the source",
+        weighted_mean("top1_agreement", "tokens"),
     ),
 }
 
 
 class TextSizes(Frozen):
+    """One profile's sizes: tokens scored, window length, batch size."""
+
     tokens: PositiveInt = Field(description="tokens scored (rounded down to whole windows)")
     seq_len: PositiveInt
     batch_size: PositiveInt = 4
 
 
 class TrafficCorpus(Frozen):
+    """The calibration domain as a corpus: the traffic log's prompts the calibration set did not use."""
+
     calibration_spec: str = Field(description="calibration spec whose traffic log is the domain")
 
 
 class TextSpec(SuiteSpec):
+    """A text suite's YAML: a public file (``data``) or the calibration domain (``traffic``)."""
+
     kind: Literal["text"]
     data: DataSource | None = None
     traffic: TrafficCorpus | None = None
@@ -56,8 +66,11 @@ class TextSpec(SuiteSpec):
 
 
 def corpus(spec: TextSpec, ctx: EvalContext, path: Path) -> str:
+    """The suite's text: the data file, or the held-out traffic prompts in a seeded order."""
     if spec.data is not None:
         return load_text(ctx.data, spec.data)
+    if spec.traffic is None:
+        raise ConfigFileError(path, "no corpus: neither 'data' nor 'traffic' is given", "add one of them")
     from quantgate.calibration import build_set, load_spec, read_traffic_log
 
     calib_spec = load_spec((path.parent / spec.traffic.calibration_spec).resolve())
@@ -68,6 +81,7 @@ def corpus(spec: TextSpec, ctx: EvalContext, path: Path) -> str:
 
 
 def windows(tokenizer, text: str, sizes: TextSizes) -> list[list[int]]:
+    """Non-overlapping windows of ``seq_len`` tokens, as many as ``tokens`` allows and the text holds."""
     n = sizes.tokens // sizes.seq_len
     # tokenize only as much text as the windows need (about 8 characters a token is generous)
     ids = tokenizer(text[: sizes.tokens * 8], add_special_tokens=False)["input_ids"]
@@ -76,14 +90,14 @@ def windows(tokenizer, text: str, sizes: TextSizes) -> list[list[int]]:
     return [ids[i * sizes.seq_len : (i + 1) * sizes.seq_len] for i in range(n)]
 
 
-def summarize(name: str, scores, samples_extra=None) -> tuple[dict[str, float], list[dict]]:
+def summarize(name: str, scores, samples_extra=None) -> tuple[dict[str, float | None], list[dict]]:
     """The suite's metrics over all windows, and one per-item record per window."""
     import torch
 
     nll = torch.cat([s.nll for s in scores])
     kld = torch.cat([s.kld for s in scores])
     agree = torch.cat([s.agree for s in scores]).float()
-    metrics = {
+    metrics: dict[str, float | None] = {
         "perplexity": math.exp(float(nll.mean())),
         "kld_mean": float(kld.mean()),
         "kld_p99": float(torch.quantile(kld.double(), 0.99)),
@@ -106,6 +120,8 @@ def summarize(name: str, scores, samples_extra=None) -> tuple[dict[str, float], 
 
 @register("text")
 class TextSuite(SuiteKind):
+    """Perplexity, KL divergence and top-1 agreement against the source, window by window."""
+
     spec_model = TextSpec
     spec: TextSpec
 
@@ -113,12 +129,15 @@ class TextSuite(SuiteKind):
         return windows(tokenizer, corpus(self.spec, ctx, self.path), self.spec.sizes(ctx.profile))
 
     def metrics(self) -> dict[str, Metric]:
+        """Perplexity (a level), KL divergence and top-1 agreement (comparisons), KL p99 (point only)."""
         return dict(METRICS)
 
     def columns(self, sample: Mapping[str, Any]) -> dict[str, float]:
+        """A window's tokens, NLL sum, mean KL and top-1 agreement."""
         return {k: float(sample[k]) for k in ("tokens", "nll_sum", "kld_mean", "top1_agreement")}
 
     def reference(self, ctx: EvalContext, source) -> tuple[dict, SuiteResult]:
+        """The windows and the source's top-k distributions over them, and its own scores."""
         from quantgate.evaluate.scoring import build_reference
 
         sizes = self.spec.sizes(ctx.profile)
@@ -126,18 +145,26 @@ class TextSuite(SuiteKind):
         pad = source.tokenizer.pad_token_id or 0
         with ctx.progress.task(f"{self.spec.name}: source reference", total=len(seqs)) as task:
             ref = build_reference(
-                source.model, seqs, k=self.spec.top_k, batch_size=sizes.batch_size, pad_id=pad, on_batch=task.advance
+                source.model,
+                seqs,
+                k=self.spec.top_k,
+                batch_size=sizes.batch_size,
+                pad_id=pad,
+                on_batch=task.advance,
             )
         state = {"sequences": seqs, "reference": ref.to_state()}
         return state, self.score(ctx, source, state)
 
     def score(self, ctx: EvalContext, model, reference: dict) -> SuiteResult:
+        """Teacher-force ``model`` on the reference's windows and score it against the source."""
         from quantgate.evaluate.scoring import Reference, score
 
         sizes = self.spec.sizes(ctx.profile)
         seqs, ref = reference["sequences"], Reference.from_state(reference["reference"])
         pad = model.tokenizer.pad_token_id or 0
         with ctx.progress.task(f"{self.spec.name}: scoring", total=len(seqs)) as task:
-            scores = score(model.model, seqs, ref, batch_size=sizes.batch_size, pad_id=pad, on_batch=task.advance)
+            scores = score(
+                model.model, seqs, ref, batch_size=sizes.batch_size, pad_id=pad, on_batch=task.advance
+            )
         metrics, samples = summarize(self.spec.name, scores)
         return SuiteResult(self.spec.name, "text", metrics, samples)

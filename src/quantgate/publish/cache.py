@@ -4,7 +4,7 @@ Layout under ``<cache>/pull/``: ``<content-hash>/`` is an installed artifact (it
 ``manifest.json``), present only once every file was verified, because it is renamed into
 place whole; ``.partial/<content-hash>/`` is a pull in progress, whose verified files survive
 an interruption (that is what makes pulls resumable); ``index.json`` remembers the last
-version each (tracking URI, registered model, alias) resolved to, for ``--offline``.
+version each (registry URI, registered model, alias or version) resolved to, for ``--offline``.
 Least recently used entries go first when the total passes the limit; an entry's directory
 mtime is its last use.
 """
@@ -123,7 +123,7 @@ class PullCache:
 
     # the resolution index, for --offline
     def remember(self, key: str, record: dict[str, str]) -> None:
-        """Record what ``key`` (tracking URI, registered model, alias) resolved to, for ``--offline``."""
+        """Record what ``key`` (registry URI, registered model, alias or version) resolved to."""
         index = self.index()
         index[key] = record
         write_json(self.root / "index.json", index, sort_keys=True)

@@ -1,7 +1,7 @@
 """What a published artifact records about itself: run params, metrics, and version tags.
 
-Pure functions of (manifest, report), so the record is the same whichever store or server
-receives it, and testable without MLflow.
+Functions of the manifest, the report and their hashes (and the installed quantgate's version),
+so the record is the same whichever store or server receives it, and testable without MLflow.
 """
 
 from __future__ import annotations

@@ -15,7 +15,8 @@ ARTIFACT_PATH = "artifact"  # the artifact directory inside the run's artifacts
 REPORTS_PATH = "reports"  # report.json / .md / .html inside the run's artifacts
 EXPERIMENT_PREFIX = "quantgate/"
 
-# Tags. Model versions carry all of them; the run carries the upload state and content hash
+# Tags. Model versions carry all but REGISTERED_MODEL and the gate's (APPROVED_TENANTS, GATE) are
+# set on versions only; the run carries the lineage tags, the upload state and REGISTERED_MODEL
 # (so an interrupted publish is found and completed from the run, before any version exists).
 CONTENT_HASH = "quantgate.content_hash"  # hashing.content_hash over the manifest's file table
 MANIFEST_SHA256 = "quantgate.manifest_sha256"  # sha256 of manifest.json's bytes as uploaded

@@ -72,7 +72,7 @@ def publish_report(
 ) -> PublishOutcome:
     """Publish every artifact the report gated; alias each for the tenants it passed.
 
-    A report whose run failed (exit code 1) is refused: nothing is published on failure. An
+    A report whose run failed (a non-zero exit code) is refused: nothing is published on failure. An
     artifact that passed no tenant is still recorded for audit (``record_failed``) but gets
     no alias.
     """

@@ -1,13 +1,12 @@
 """``quantgate pull``: the approved artifact for a (model, target, tenant), verified, local.
 
-Resolving the alias is one call to the tracking server; the bytes come from the local
-content-addressed cache when this content was pulled before (a cache hit moves no artifact
-bytes), else from the store: the manifest first, checked against the sha256 the version
-recorded at publish (so a manifest swapped in the store is caught), then every file in
-parallel, each re-hashed against that manifest. Only a wholly verified set is renamed into
-the cache; a failed pull installs nothing and keeps the files it already verified, so the
-next attempt resumes. ``offline`` skips the tracking server and uses the version this node
-last resolved for the same alias.
+Resolving the alias takes two tracking-server calls (the model's aliases, the version's tags);
+the bytes come from the local content-addressed cache when this content was pulled before,
+else from the store: the manifest first, checked against the sha256 the version recorded at
+publish (a manifest swapped in the store is caught), then every file in parallel, each
+re-hashed against it. Only a wholly verified set is installed; a failed pull installs nothing
+and keeps the files it verified, so the next attempt resumes. ``offline`` skips the tracking
+server and uses the version this node last resolved for the same alias.
 """
 
 from __future__ import annotations

@@ -24,11 +24,15 @@ def local_checkpoint(uri: str, cache: Path) -> Path:
     if parsed.scheme in ("", "file"):
         path = Path(parsed.path if parsed.scheme == "file" else uri).expanduser()
         if not path.is_dir():
-            raise InputError(path, "checkpoint directory does not exist", "pass a directory or an s3://bucket/prefix URI")
+            raise InputError(
+                path, "checkpoint directory does not exist", "pass a directory or an s3://bucket/prefix URI"
+            )
         return path
     if parsed.scheme == "s3":
         return _from_s3(parsed.netloc, parsed.path.lstrip("/"), cache / "checkpoints")
-    raise InputError(uri, f"unsupported checkpoint URI scheme '{parsed.scheme}'", "use a local path or s3://bucket/prefix")
+    raise InputError(
+        uri, f"unsupported checkpoint URI scheme '{parsed.scheme}'", "use a local path or s3://bucket/prefix"
+    )
 
 
 def s3_client():
@@ -51,11 +55,16 @@ def _from_s3(bucket: str, prefix: str, cache: Path) -> Path:
     except EndpointConnectionError as exc:
         raise TransientError(f"s3://{bucket}/{prefix}: cannot reach the endpoint ({exc})") from exc
     except ClientError as exc:
-        raise InputError(f"s3://{bucket}/{prefix}", f"cannot list the checkpoint ({exc})",
-                         "check the bucket, the prefix and the credentials in the environment") from exc
+        raise InputError(
+            f"s3://{bucket}/{prefix}",
+            f"cannot list the checkpoint ({exc})",
+            "check the bucket, the prefix and the credentials in the environment",
+        ) from exc
     if not objects:
-        raise InputError(f"s3://{bucket}/{prefix}", "no objects under this prefix", "push the checkpoint there first")
-    identity = sorted((o["Key"][len(prefix):], o["Size"], o.get("ETag", "")) for o in objects)
+        raise InputError(
+            f"s3://{bucket}/{prefix}", "no objects under this prefix", "push the checkpoint there first"
+        )
+    identity = sorted((o["Key"][len(prefix) :], o["Size"], o.get("ETag", "")) for o in objects)
     key = hashlib.sha256(repr((bucket, prefix, identity)).encode()).hexdigest()[:24]
     final = cache / key
     if final.is_dir():

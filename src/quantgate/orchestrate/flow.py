@@ -1,21 +1,11 @@
-"""The Prefect flow ``build_and_gate``: intake -> builds -> reference -> evaluations -> gate -> publish.
+"""The Prefect flow ``build_and_gate``: plan -> builds -> reference -> evaluations -> gate -> publish.
 
-One code path for CI, deployments on GPU workers and a laptop: every heavy step is the
-``quantgate`` command a person would run (``steps.run_step``, in its own process with a time
-limit), and the light ones (plan, gate, publish) call the same library functions the
-commands call. The plan is made once (``plan.py``: intake, configs, targets) and written to
-``<out>/plan.json``; each heavy step is handed ``--plan`` rather than re-deriving it. What
-Prefect adds is what it is good at, used as DESIGN.md's "Orchestration" asks:
-
-- **Caching by content.** Build, reference, evaluation and gate results are cached under keys
-  made of content hashes (``plan.py``); a re-run with unchanged inputs is served from cache.
-- **Retries for transient failures only.** A step exiting 75 (network, store I/O) is retried;
-  a failed build or gate never is: retrying returns the same answer at the cost of GPU hours.
-- **A concurrency limit** (global, named ``quantgate-heavy``) on heavy steps, because the
-  default task runner would start every build and evaluation at once.
-- **The real outcome as the final state.** A failed mapped task does not fail a flow by
-  itself; this flow returns ``Failed`` when a required artifact passes no tenant (or its
-  build failed), and ``Completed`` only when the gate says the run passed.
+One code path for CI, GPU workers and a laptop: each heavy step is the ``quantgate`` command a
+person would run, in its own process with a time limit, reading the plan made once
+(``plan.py``); the light steps call the library functions the commands call. Prefect adds
+caching under content keys, retries for transient failures only (exit 75: a failed build or
+gate gives the same answer again), a global limit on heavy steps (the default task runner would
+start them all at once), and a final state that is the gate's outcome, not the tasks'.
 """
 
 from __future__ import annotations
@@ -30,10 +20,10 @@ from typing import Any
 
 from prefect import flow, get_run_logger, task
 from prefect.artifacts import create_link_artifact, create_markdown_artifact, create_table_artifact
-from prefect.context import get_run_context as flow_run_context
+from prefect.context import FlowRunContext
 from prefect.futures import as_completed
 from prefect.runtime import flow_run
-from prefect.states import Completed, Failed
+from prefect.states import Completed, Failed, State
 
 from quantgate.atomic import write_json
 from quantgate.errors import TransientError
@@ -51,7 +41,7 @@ def _only_transient(_task, _task_run, state) -> bool:
         state.result()
     except TransientError:
         return True
-    except Exception:
+    except Exception:  # noqa: BLE001  every other failure is final: retrying gives the same answer
         return False
     return False
 
@@ -75,9 +65,9 @@ def _heavy(plan: RunPlan) -> Iterator[None]:
     """Hold a heavy-step slot: a process-local one, then the global ``quantgate-heavy`` one.
 
     The global limit bounds heavy steps across flow runs and Dask workers, but Prefect polls
-    for a free slot with back-off, which left ~20 s idle between consecutive steps of one run
-    (measured on the README's main job). The local semaphore hands a slot over as soon as a
-    step ends, so within a process the global slot is normally free when asked for.
+    for a free slot with back-off, which left the steps of one run idle between them
+    (BENCHMARKS.md). The local semaphore hands a slot over as soon as a step ends, so within a
+    process the global slot is normally free when asked for.
     """
     if plan.max_heavy <= 0:
         yield
@@ -111,54 +101,90 @@ def plan_run(options: dict[str, Any]) -> RunPlan:
     from quantgate.orchestrate.checkpoint_uri import local_checkpoint
 
     uri = options["checkpoint"]
-    progress = LogProgress(Path(options["out"]).resolve() / "logs" / "plan.log", on_line=get_run_logger().info)
+    progress = LogProgress(
+        Path(options["out"]).resolve() / "logs" / "plan.log", on_line=get_run_logger().info
+    )
     local = local_checkpoint(uri, options["cache"]) if uri else None
     return make_plan(**{**options, "checkpoint": local, "progress": progress})
 
 
 @task(
-    name="build", task_run_name="build-{target}", cache_key_fn=_keyed("build", lambda p: [
-        p["plan"].source_hash, p["plan"].target_hashes[p["target"]]]),
-    persist_result=True, retries=_RETRIES, retry_condition_fn=_only_transient,
+    name="build",
+    task_run_name="build-{target}",
+    cache_key_fn=_keyed("build", lambda p: [p["plan"].source_hash, p["plan"].target_hashes[p["target"]]]),
+    persist_result=True,
+    retries=_RETRIES,
+    retry_condition_fn=_only_transient,
 )
 def build_artifact(plan: RunPlan, target: str) -> dict[str, Any]:
+    """Build one target (``quantgate build --plan``); its manifest's build key, file digest and size."""
     from quantgate.artifact import require_manifest
 
-    _step(plan, f"build-{target}", ["build", "--plan", str(plan.file), "--targets", target,
-                                    "--out", str(plan.artifacts_dir)])
+    _step(
+        plan,
+        f"build-{target}",
+        ["build", "--plan", str(plan.file), "--targets", target, "--out", str(plan.artifacts_dir)],
+    )
     manifest = require_manifest(plan.artifacts_dir / target)
     files = {rel: entry.sha256 for rel, entry in manifest.files.items()}
-    return {"target": target, "build_key": manifest.build_key, "files": digest(files), "bytes": manifest.total_bytes,
-            "ran_in": _where()}
+    return {
+        "target": target,
+        "build_key": manifest.build_key,
+        "files": digest(files),
+        "bytes": manifest.total_bytes,
+        "ran_in": _where(),
+    }
 
 
 @task(
-    name="reference", cache_key_fn=_keyed("reference", lambda p: [
-        p["plan"].source_hash, p["plan"].suites_hash, p["plan"].profile]),
-    persist_result=True, retries=_RETRIES, retry_condition_fn=_only_transient,
+    name="reference",
+    cache_key_fn=_keyed(
+        "reference", lambda p: [p["plan"].source_hash, p["plan"].suites_hash, p["plan"].profile]
+    ),
+    persist_result=True,
+    retries=_RETRIES,
+    retry_condition_fn=_only_transient,
 )
 def evaluate_reference(plan: RunPlan) -> dict[str, Any]:
     """The source, once: fills the reference cache every artifact evaluation then reads."""
     out = plan.eval_part("source")
     _step(plan, "eval-source", [*_eval_args(plan, out), "--reference-only"])
-    return {"name": "source", "dir": str(out), "summary": json.loads((out / "summary.json").read_text()), "ran_in": _where()}
+    return {
+        "name": "source",
+        "dir": str(out),
+        "summary": json.loads((out / "summary.json").read_text()),
+        "ran_in": _where(),
+    }
 
 
 @task(
-    name="evaluate", task_run_name="evaluate-{built[target]}", cache_key_fn=_keyed("evaluate", lambda p: [
-        p["built"], p["plan"].source_hash, p["plan"].suites_hash, p["plan"].profile]),
-    persist_result=True, retries=_RETRIES, retry_condition_fn=_only_transient,
+    name="evaluate",
+    task_run_name="evaluate-{built[target]}",
+    cache_key_fn=_keyed(
+        "evaluate", lambda p: [p["built"], p["plan"].source_hash, p["plan"].suites_hash, p["plan"].profile]
+    ),
+    persist_result=True,
+    retries=_RETRIES,
+    retry_condition_fn=_only_transient,
 )
 def evaluate_artifact(plan: RunPlan, built: dict[str, Any]) -> dict[str, Any]:
+    """Evaluate one built artifact against the cached reference (``quantgate eval --plan``)."""
     target = built["target"]
     out = plan.eval_part(target)
     _step(plan, f"eval-{target}", [*_eval_args(plan, out), "--targets", target])
-    return {"name": target, "dir": str(out), "summary": json.loads((out / "summary.json").read_text()), "ran_in": _where()}
+    return {
+        "name": target,
+        "dir": str(out),
+        "summary": json.loads((out / "summary.json").read_text()),
+        "ran_in": _where(),
+    }
 
 
 @task(
-    name="gate", cache_key_fn=_keyed("gate", lambda p: [
-        p["plan"].gates_hash, p["plan"].tenants, p["plan"].model_class, p["evaluations"]]),
+    name="gate",
+    cache_key_fn=_keyed(
+        "gate", lambda p: [p["plan"].gates_hash, p["plan"].tenants, p["plan"].model_class, p["evaluations"]]
+    ),
     persist_result=True,
 )
 def gate_run(plan: RunPlan, evaluations: list[dict[str, Any]]) -> dict[str, Any]:
@@ -167,8 +193,14 @@ def gate_run(plan: RunPlan, evaluations: list[dict[str, Any]]) -> dict[str, Any]
 
     merged = merge_evaluations([Path(e["dir"]) for e in evaluations], plan.eval_dir)
     return _gate_and_report(
-        merged, Path(plan.gates), Path(plan.root), plan.report_dir, model_class=plan.model_class,
-        artifacts_dir=plan.artifacts_dir, model=plan.model, tenants=plan.tenants,
+        merged,
+        Path(plan.gates),
+        Path(plan.root),
+        plan.report_dir,
+        model_class=plan.model_class,
+        artifacts_dir=plan.artifacts_dir,
+        model=plan.model,
+        tenants=plan.tenants,
     )
 
 
@@ -215,7 +247,7 @@ def build_and_gate(
     gates: str | None = None,
     max_heavy: int = 1,
     step_timeout_s: float = 6 * 3600,
-):
+) -> State[Any]:
     """Build, evaluate, gate and publish every target of one source checkpoint.
 
     ``checkpoint``: a local directory or an ``s3://bucket/prefix`` URI (default: the embedded
@@ -228,15 +260,31 @@ def build_and_gate(
     root, cache = project_root(), cache_dir()
     options = {
         "checkpoint": checkpoint,
-        "targets": targets, "tenants": tenants, "suites": suites, "profile": profile, "root": root,
-        "gates": Path(gates) if gates else None, "cache": cache, "data_dir": _data_dir(),
-        "calibration": None, "out": Path(out), "step_timeout_s": step_timeout_s, "max_heavy": max_heavy,
+        "targets": targets,
+        "tenants": tenants,
+        "suites": suites,
+        "profile": profile,
+        "root": root,
+        "gates": Path(gates) if gates else None,
+        "cache": cache,
+        "data_dir": _data_dir(),
+        "calibration": None,
+        "out": Path(out),
+        "step_timeout_s": step_timeout_s,
+        "max_heavy": max_heavy,
     }
     plan = plan_run(options)
     _ensure_heavy_limit(max_heavy)
     logger = get_run_logger()
-    logger.info("%s (%s): targets %s, suites %s, profile %s; plan: %s", plan.model, plan.model_class,
-                ", ".join(plan.targets), ", ".join(plan.suite_names), plan.profile, plan.file)
+    logger.info(
+        "%s (%s): targets %s, suites %s, profile %s; plan: %s",
+        plan.model,
+        plan.model_class,
+        ", ".join(plan.targets),
+        ", ".join(plan.suite_names),
+        plan.profile,
+        plan.file,
+    )
 
     builds = {t: build_artifact.submit(plan, t) for t in plan.targets}
     reference = evaluate_reference.submit(plan)
@@ -246,7 +294,9 @@ def build_and_gate(
         future.wait()  # as_completed yields on completion; the future's state is read after wait
         if future.state.is_completed():
             built_results.append(future.result())
-            evaluations.append(evaluate_artifact.submit(plan, built_results[-1], wait_for=[reference]))
+            evaluations.append(
+                evaluate_artifact.submit(plan, built_results[-1], wait_for=[reference], return_state=False)
+            )
         else:
             build_failures[target] = future.state.message or "build failed"
     parts = [reference.result()]  # a failed reference fails the flow: nothing can be gated
@@ -268,28 +318,44 @@ def build_and_gate(
         published = publish_artifacts(plan.root, gated["paths"]["json"], str(plan.artifacts_dir))
     elif publish:
         logger.warning("not publishing: the run failed its gate")
-        published = {"withdrawn": withdraw_approvals(plan.root, gated["paths"]["json"], str(plan.artifacts_dir))}
+        published = {
+            "withdrawn": withdraw_approvals(plan.root, gated["paths"]["json"], str(plan.artifacts_dir))
+        }
     outcome = {
-        "model": plan.model, "model_class": plan.model_class, "source_hash": plan.source_hash,
-        "targets": plan.targets, "approvals": report["approvals"], "required": report["required"],
+        "model": plan.model,
+        "model_class": plan.model_class,
+        "source_hash": plan.source_hash,
+        "targets": plan.targets,
+        "approvals": report["approvals"],
+        "required": report["required"],
         "exit_code": report["exit_code"] or (1 if build_failures or eval_failures else 0),
-        "build_failures": build_failures, "evaluation_failures": list(eval_failures.values()),
+        "build_failures": build_failures,
+        "evaluation_failures": list(eval_failures.values()),
         "verdicts": [{k: v[k] for k in ("artifact", "tenant", "verdict")} for v in report["verdicts"]],
-        "reports": gated["paths"], "published": published, "out": plan.out,
-        "flow_run_id": str(flow_run.id), "flow_ran_in": _where(),
-        "task_runner": type(flow_run_context().task_runner).__name__,
+        "reports": gated["paths"],
+        "published": published,
+        "out": plan.out,
+        "flow_run_id": str(flow_run.id),
+        "flow_ran_in": _where(),
+        "task_runner": _task_runner_name(),
         "tasks_ran_in": sorted({r["ran_in"] for r in [*built_results, *parts]}),
     }
     write_json(Path(plan.out) / OUTCOME, outcome)
     if failing or build_failures or eval_failures:
         reasons = [f"required artifacts passing no tenant: {', '.join(failing)}"] if failing else []
-        reasons += [f"build {t} failed" for t in build_failures] + [f"{len(eval_failures)} evaluation(s) failed"] * bool(eval_failures)
+        reasons += [f"build {t} failed" for t in build_failures] + [
+            f"{len(eval_failures)} evaluation(s) failed"
+        ] * bool(eval_failures)
         return Failed(message="; ".join(reasons) + f" (report: {gated['paths'].get('md')})", data=outcome)
-    return Completed(message=f"every required artifact passed (report: {gated['paths'].get('md')})", data=outcome)
+    return Completed(
+        message=f"every required artifact passed (report: {gated['paths'].get('md')})", data=outcome
+    )
 
 
 @flow(name="regate", validate_parameters=True)
-def regate(out: str, tenants: list[str] | None = None, gates: str | None = None, publish: bool = True):
+def regate(
+    out: str, tenants: list[str] | None = None, gates: str | None = None, publish: bool = True
+) -> State[Any]:
     """Gate existing evaluations again (e.g. after gates.yaml floors changed) and publish.
 
     Reads ``<out>/eval`` and ``<out>/artifacts`` of an earlier ``build_and_gate`` run; no model
@@ -300,15 +366,23 @@ def regate(out: str, tenants: list[str] | None = None, gates: str | None = None,
     root = project_root()
     out_dir = Path(out).resolve()
     gates_path = Path(gates) if gates else root / "gates.yaml"
-    gated = _gate_and_report(out_dir / "eval", gates_path, root, out_dir / "report",
-                             artifacts_dir=out_dir / "artifacts", tenants=tenants)
+    gated = _gate_and_report(
+        out_dir / "eval",
+        gates_path,
+        root,
+        out_dir / "report",
+        artifacts_dir=out_dir / "artifacts",
+        tenants=tenants,
+    )
     report_json, exit_code = gated["paths"]["json"], gated["report"]["exit_code"]
     if publish and exit_code == 0:
         publish_artifacts(str(root), report_json, str(out_dir / "artifacts"))
     elif publish:  # a failed gate publishes nothing, but withdraws the approvals it no longer gives
         withdraw_approvals(str(root), report_json, str(out_dir / "artifacts"))
     if exit_code:
-        return Failed(message=f"required artifacts pass no tenant under the new floors (report: {report_json})")
+        return Failed(
+            message=f"required artifacts pass no tenant under the new floors (report: {report_json})"
+        )
     return Completed(message=f"report: {report_json}")
 
 
@@ -318,6 +392,14 @@ def _where() -> str:
     import socket
 
     return f"{socket.gethostname()}:{os.getpid()}"
+
+
+def _task_runner_name() -> str:
+    """The class name of the running flow's task runner (thread pool or Dask)."""
+    context = FlowRunContext.get()
+    if context is None:
+        raise RuntimeError("build_and_gate's outcome is written inside its flow run only")
+    return type(context.task_runner).__name__
 
 
 def _data_dir() -> Path | None:
@@ -341,7 +423,10 @@ def _report_artifacts(plan: RunPlan, report: dict[str, Any], paths: dict[str, st
     key = "quantgate-" + re.sub(r"[^a-z0-9-]+", "-", plan.model.lower()).strip("-")
     md = Path(paths["md"]).read_text() if "md" in paths else ""
     create_markdown_artifact(md, key=f"{key}-report", description=f"gate report for {plan.model}")
-    rows = [{"artifact": v["artifact"], "tenant": v["tenant"], "verdict": v["verdict"]} for v in report["verdicts"]]
+    rows = [
+        {"artifact": v["artifact"], "tenant": v["tenant"], "verdict": v["verdict"]}
+        for v in report["verdicts"]
+    ]
     create_table_artifact(rows, key=f"{key}-verdicts", description="verdict per (artifact, tenant)")
     if "html" in paths:
         create_link_artifact(Path(paths["html"]).as_uri(), link_text="report.html", key=f"{key}-html")

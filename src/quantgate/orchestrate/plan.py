@@ -1,20 +1,11 @@
 """The plan of one run, made once and written to ``<out>/plan.json`` for every heavy step to read.
 
-Planning takes the source in (intake), loads gates.yaml, the targets, recipes and suites,
-resolves the model class's targets and the calibration set, and hashes what the cache keys
-need. The heavy steps stay processes (``steps.py``) but are handed ``--plan <out>/plan.json``
-instead of re-deriving all of it, so intake runs once per run. A step trusts the plan's
-validated content and checks only what it must read from disk: the checkpoint's files (a stat
-each, ``intake.confirm``), the calibration set (its sha256), and that its own tool versions are
-the planned ones. A mismatch is an ``InputError`` (plan again), never a mislabelled artifact.
-
-Every cache key is a hash of *content*: the source's content hash, the bytes of the target
-and recipe files, the calibration set's sha256, the suites' validated specs, gates.yaml, the
-tool versions. Never a path: the same checkpoint copied elsewhere is the same work, and one
-changed byte in a recipe is new work. The one location-dependent part is the output
-directory's *stamp* (a random id written when the directory is first used), because a cached
-result is only useful while the files it describes exist: delete the output directory and
-its stamp goes with it, so nothing stale is served.
+Heavy steps stay processes (``steps.py``) but read the plan instead of re-deriving it, so
+intake runs once per run; a step checks only what it reads from disk (the checkpoint by stat,
+the calibration set by sha256, its tool versions), and a mismatch is an ``InputError``, never a
+mislabelled artifact. Cache keys hash content, never paths (a copied checkpoint is the same
+work, one changed recipe byte is new work), plus the output directory's *stamp*: a random id
+that goes when the directory is deleted, so results whose files are gone are never served.
 """
 
 from __future__ import annotations
@@ -23,7 +14,7 @@ import hashlib
 import json
 import uuid
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal, cast
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import Field, ValidationError
 
@@ -54,9 +45,9 @@ class PlannedSuite(Frozen):
 
     def load(self) -> LoadedSuite:
         """The suite ready to run, from the planned spec (the YAML is not read again)."""
-        from quantgate.evaluate.suites import KINDS, LoadedSuite, SuiteKind
+        from quantgate.evaluate.suites import KINDS, LoadedSuite
 
-        cls = cast("type[SuiteKind]", KINDS.get(self.kind, self.path))
+        cls = KINDS.get(self.kind, self.path)
         spec = cls.spec_model.model_validate(self.spec)
         return LoadedSuite(spec, Path(self.path), cls(spec, Path(self.path)), self.spec_hash)
 
@@ -95,30 +86,37 @@ class RunPlan(Frozen):
 
     @property
     def file(self) -> Path:
+        """This plan's own file, ``<out>/plan.json``."""
         return Path(self.out) / PLAN_FILE
 
     @property
     def source_hash(self) -> str:
+        """The source checkpoint's content hash."""
         return self.source.content_hash
 
     @property
     def model_class(self) -> str:
+        """The model class intake put the source in."""
         return self.source.model_class
 
     @property
     def targets(self) -> list[str]:
+        """The planned targets' names, in build order."""
         return [b.target.name for b in self.builds]
 
     @property
     def suite_names(self) -> list[str]:
+        """The planned suites' names."""
         return [s.spec["name"] for s in self.suites]
 
     @property
     def artifacts_dir(self) -> Path:
+        """Where the builds install their artifacts."""
         return Path(self.out) / "artifacts"
 
     @property
     def eval_dir(self) -> Path:
+        """Where the merged evaluations go."""
         return Path(self.out) / "eval"
 
     def eval_part(self, name: str) -> Path:
@@ -127,6 +125,7 @@ class RunPlan(Frozen):
 
     @property
     def report_dir(self) -> Path:
+        """Where the gate writes report.json, .md and .html."""
         return Path(self.out) / "report"
 
     def log(self, step: str) -> Path:
@@ -137,7 +136,9 @@ class RunPlan(Frozen):
         """The planned builds named by ``--targets`` (all when None); a name not planned is a UsageError."""
         for name in targets or []:
             if name not in self.targets:
-                raise UsageError("--targets", f"target '{name}' is not in the plan", did_you_mean(name, self.targets))
+                raise UsageError(
+                    "--targets", f"target '{name}' is not in the plan", did_you_mean(name, self.targets)
+                )
         return [b for b in self.builds if not targets or b.target.name in targets]
 
     def confirmed_source(self, progress: Progress = SILENT) -> SourceRecord:
@@ -197,7 +198,9 @@ def read_plan(path: Path) -> RunPlan:
     except ValidationError as exc:
         first = exc.errors()[0]
         where = ".".join(map(str, first["loc"]))
-        raise InputError(path, f"not a plan this quantgate wrote ({where + ': ' if where else ''}{first['msg']})", fix) from None
+        raise InputError(
+            path, f"not a plan this quantgate wrote ({where + ': ' if where else ''}{first['msg']})", fix
+        ) from None
     if digest(tool_versions()) != plan.tools_hash:
         raise InputError(
             path,
@@ -271,7 +274,9 @@ def make_plan(
         model=model_name(record.path),
         builds=builds,
         suites=[
-            PlannedSuite(path=str(s.path), kind=s.spec.kind, spec=s.spec.model_dump(mode="json"), spec_hash=s.spec_hash)
+            PlannedSuite(
+                path=str(s.path), kind=s.spec.kind, spec=s.spec.model_dump(mode="json"), spec_hash=s.spec_hash
+            )
             for s in loaded
         ],
         calibration=calib,

@@ -1,10 +1,8 @@
 """``quantgate run``: the whole pipeline as one Prefect flow run, with or without a server.
 
-Without ``PREFECT_API_URL`` Prefect starts an ephemeral API for the run (about 10 s on two
-cores); with it, the run is recorded on that server like any deployment's. Task runner:
-threads by default (heavy steps are processes anyway), or Dask to fan builds and evaluations
-out over a cluster (``dask_workers`` local worker processes, or ``dask_address`` of a running
-scheduler).
+Without ``PREFECT_API_URL`` Prefect starts an ephemeral API for the run; with it, the run is
+recorded on that server like any deployment's. Tasks run in threads by default (heavy steps are
+processes anyway), or on Dask to fan builds and evaluations out over a cluster.
 """
 
 from __future__ import annotations
@@ -27,7 +25,9 @@ def task_runner(dask_workers: int = 0, dask_address: str | None = None):
     if dask_address:
         return DaskTaskRunner(address=dask_address)
     # one thread per worker process: each task holds a heavy step's slot or a light gate
-    return DaskTaskRunner(cluster_kwargs={"n_workers": dask_workers, "threads_per_worker": 1, "processes": True})
+    return DaskTaskRunner(
+        cluster_kwargs={"n_workers": dask_workers, "threads_per_worker": 1, "processes": True}
+    )
 
 
 def run_flow(*, dask_workers: int = 0, dask_address: str | None = None, **parameters: Any):

@@ -35,7 +35,9 @@ def run_step(
     on_line: Callable[[str], None] | None = None,
 ) -> None:
     """Run ``quantgate <args>`` as a child process; see ``run_process``."""
-    run_process(name, [sys.executable, "-m", "quantgate.cli", *args], log_path, timeout_s, env=env, on_line=on_line)
+    run_process(
+        name, [sys.executable, "-m", "quantgate.cli", *args], log_path, timeout_s, env=env, on_line=on_line
+    )
 
 
 def run_process(

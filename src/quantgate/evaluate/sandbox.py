@@ -30,7 +30,10 @@ SandboxStatus = Literal["passed", "failed", "timeout", "resource_limit", "sandbo
 
 SANDBOX_UID = 65534  # nobody
 SANDBOX_GID = 65534  # nogroup
-FILE_SIZE_LIMIT = 16 * 2**20
+# sizes in SI bytes, as everywhere in quantgate (quantgate.units), written out: the supervisor
+# runs this file as a script under `python -I -S`, where only the standard library imports
+MB = 10**6
+FILE_SIZE_LIMIT = 16 * MB
 OPEN_FILES_LIMIT = 64
 TAIL_BYTES = 2048
 # Extra wall time the parent allows for setup and teardown before it stops trusting the
@@ -62,7 +65,7 @@ def run_untrusted(
     program: str,
     *,
     timeout_s: float = 10.0,
-    memory_bytes: int = 512 * 2**20,
+    memory_bytes: int = 512 * MB,
     max_processes: int = 16,
     cpu_seconds: int | None = None,
 ) -> SandboxResult:

@@ -25,6 +25,7 @@ from quantgate.evaluate.sandbox import run_untrusted
 from quantgate.evaluate.suites import EvalContext, SuiteKind, SuiteResult, SuiteSpec, register
 from quantgate.evaluate.suites.metrics import Metric, correctness
 from quantgate.hashing import sha256_file
+from quantgate.units import MB
 
 
 class HumanEvalSizes(Frozen):
@@ -37,7 +38,7 @@ class HumanEvalSizes(Frozen):
 
 
 class SandboxLimits(Frozen):
-    """Limits of each sandboxed program: wall-clock seconds, address space, processes."""
+    """Limits of each sandboxed program: wall-clock seconds, address space (SI MB), processes."""
 
     timeout_s: PositiveFloat = 10.0
     memory_mb: PositiveInt = 512
@@ -116,7 +117,7 @@ class HumanEvalSuite(SuiteKind):
                 outcome = run_untrusted(
                     program,
                     timeout_s=limits.timeout_s,
-                    memory_bytes=limits.memory_mb * 2**20,
+                    memory_bytes=limits.memory_mb * MB,
                     max_processes=limits.max_processes,
                 )
                 samples.append(

@@ -20,5 +20,5 @@ def did_you_mean(name: str, choices: Iterable[str], *, known: str = "known") -> 
     """The fix for an unknown name: "did you mean 'x'? known: a, b" (the hint only when close)."""
     options = sorted(set(choices))
     hint = nearest(name, options)
-    listing = f"{known}: {', '.join(options)}" if options else f"no {known} names exist yet"
+    listing = f"{known}: {', '.join(options) if options else 'none yet'}"
     return (f"did you mean '{hint}'? " if hint else "") + listing

@@ -14,7 +14,7 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from quantgate.atomic import write_json
+from quantgate.atomic import install_dir, staged_dir, write_json
 from quantgate.errors import InputError
 
 _SAME = ("model", "model_class", "profile", "source_hash", "suites")
@@ -23,7 +23,8 @@ _SAME = ("model", "model_class", "profile", "source_hash", "suites")
 def merge_evaluations(parts: list[Path], out: Path) -> Path:
     """Merge ``parts`` (each a ``quantgate eval --out`` directory) into ``out``; returns ``out``.
 
-    ``out`` is rebuilt from scratch each time, so a re-run never keeps a stale artifact's results.
+    ``out`` is built whole beside itself and swapped in, so a re-run never keeps a stale
+    artifact's results and a reader never sees a half-merged directory.
     """
     if not parts:
         raise InputError(None, "no evaluation directories to merge", "evaluate at least the source first")
@@ -45,29 +46,28 @@ def merge_evaluations(parts: list[Path], out: Path) -> Path:
                     "evaluate every artifact with the same source, profile and suites",
                 )
     out = Path(out)
-    if out.exists():
-        shutil.rmtree(out)
-    out.mkdir(parents=True)
-    summary: dict[str, Any] = {}
-    for part in parts:
-        part_summary = json.loads((Path(part) / "summary.json").read_text())
-        for model, metrics in part_summary.items():
-            if model not in summary:  # the source appears in every part, with identical results
-                shutil.copytree(Path(part) / model, out / model)
-                summary[model] = metrics
-    write_json(out / "summary.json", summary)
-    merged = {key: first.get(key) for key in _SAME}
-    merged |= {
-        "bytes": _union(r.get("bytes") for r in runs),
-        "numerics": _union(r.get("numerics") for r in runs),
-        "reference_cache": {
-            "hits": [h for r in runs for h in r.get("reference_cache", {}).get("hits", [])],
-            "computed": [c for r in runs for c in r.get("reference_cache", {}).get("computed", [])],
-        },
-        "source_forward_passes": sum(r.get("source_forward_passes", 0) for r in runs),
-        "merged_from": [str(p) for p in parts],
-    }
-    write_json(out / "run.json", merged)
+    with staged_dir(out) as tmp:
+        summary: dict[str, Any] = {}
+        for part in parts:
+            part_summary = json.loads((Path(part) / "summary.json").read_text())
+            for model, metrics in part_summary.items():
+                if model not in summary:  # the source appears in every part, with identical results
+                    shutil.copytree(Path(part) / model, tmp / model)
+                    summary[model] = metrics
+        write_json(tmp / "summary.json", summary)
+        merged = {key: first.get(key) for key in _SAME}
+        merged |= {
+            "bytes": _union(r.get("bytes") for r in runs),
+            "numerics": _union(r.get("numerics") for r in runs),
+            "reference_cache": {
+                "hits": [h for r in runs for h in r.get("reference_cache", {}).get("hits", [])],
+                "computed": [c for r in runs for c in r.get("reference_cache", {}).get("computed", [])],
+            },
+            "source_forward_passes": sum(r.get("source_forward_passes", 0) for r in runs),
+            "merged_from": [str(p) for p in parts],
+        }
+        write_json(tmp / "run.json", merged)
+        install_dir(tmp, out)
     return out
 
 

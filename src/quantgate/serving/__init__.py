@@ -6,7 +6,7 @@ release the fleet runs and the tensor-parallel sizes it deploys. After each buil
 the artifact, from ``config.json`` and the safetensors headers alone (``rules``: one function
 per rule, each citing the vLLM source it reproduces), and returns a ``ServingTable``;
 ``check.require_loadable`` refuses an artifact that no declared configuration can load.
-Importing this package imports nothing heavy: ``table`` and ``releases`` are plain data.
+Importing the package imports only ``table`` (plain pydantic data); the check loads on use.
 """
 
 from quantgate.serving.table import Refusal, RefusedDeployment, ServingTable

@@ -85,12 +85,12 @@ def check_artifact(directory: Path, target: Target) -> ServingTable:
 def refusal_message(target: str, table: ServingTable) -> str:
     """One line: the smallest TP size's first refusal (layer, TP, rule, the engine source), and the rest."""
     tps = table.refused_tp
-    version, r = table.first_refusal(tps[0])  # type: ignore[misc]  # every TP is refused here
+    tp, version, r = table.first_refusals()[0]  # called only when every TP size is refused
     more = f" and {r.layers - 1} more" if r.layers > 1 else ""
     others = f"; TP {', '.join(map(str, tps[1:]))} refused as well" if len(tps) > 1 else ""
     return (
         f"{target}: no serving configuration in its contract can load this artifact "
-        f"({table.engine} >= {table.min_version} at TP {', '.join(map(str, tps))}): at TP {tps[0]} "
+        f"({table.engine} >= {table.min_version} at TP {', '.join(map(str, tps))}): at TP {tp} "
         f"{table.engine} {version} refuses {r.layer}{more} by rule {r.rule}: {r.reason} "
         f"[{r.source.split('; ')[0]}]{others}"
     )

@@ -1,24 +1,12 @@
 """Which W4A16 (WNA16) kernel vLLM picks for a layer shard on the fleet's hardware, if any.
 
 vLLM tries its mixed-precision kernels in order and takes the first whose ``can_implement``
-accepts the shard (``model_executor/kernels/linear/__init__.py`` ``choose_mp_linear_kernel``
-and ``_POSSIBLE_KERNELS``); a layer fails to load only when every kernel refuses. The kernels
-modeled are those that can run on the fleet's GPUs with bf16/fp16 activations and vLLM's
-own wheel:
-
-- Machete (``mixed_precision/machete.py``, ``utils/machete_utils.py``): Hopper (sm90) only;
-  group sizes -1, 64, 128 for 16-bit activations; K per shard % 64, N per shard % 128.
-- Marlin (``mixed_precision/marlin.py``, ``utils/marlin_utils.py``): CUDA; group sizes
-  -1, 32, 64, 128. From 0.24.0 a misaligned N or K is zero-padded to a thread tile
-  (``marlin_padded_nk``) and only a group straddling a TP shard is refused; 0.23.0 refuses
-  N per shard % 64 != 0 or K per shard % 128 != 0 (``verify_marlin_supports_shape``).
-- Exllama (``mixed_precision/exllama.py``): CUDA and ROCm, float16 activations only.
-- Triton W4A16 (``mixed_precision/triton_w4a16.py``): CUDA and ROCm, 4-bit only; N per
-  shard % 8; group sizes -1, 32, 64, 128, 256 or the full K; K per shard % group.
-
-Left out, because they cannot serve here: CUTLASS W4A8 (FP8 activations), AllSpark (Ampere
-only; gone by 0.33.0), the RDNA kernels (gfx11/12, not CDNA3), and Conch and Humming (both
-need a package vLLM does not install: a fleet image that adds them can load more, never less).
+accepts the shard (``model_executor/kernels/linear/__init__.py``: ``choose_mp_linear_kernel``,
+``_POSSIBLE_KERNELS``); a layer fails to load only when every kernel refuses. Modeled: the
+kernels of vLLM's own wheel that run on the fleet's GPUs with 16-bit activations (Machete,
+Marlin, Exllama, Triton W4A16), each function citing its file. Left out: CUTLASS W4A8 (FP8
+activations), AllSpark (Ampere only; gone by 0.33.0), the RDNA kernels (gfx11/12, not CDNA3),
+Conch and Humming (packages vLLM does not install: an image that adds them loads more, never less).
 """
 
 from __future__ import annotations
@@ -67,7 +55,7 @@ Check = Callable[[Shard, Platform, str], "str | None"]  # None: can implement; e
 
 
 def machete(c: Shard, p: Platform, version: str) -> str | None:
-    """``MacheteLinearKernel.can_implement``."""
+    """``MacheteLinearKernel.can_implement`` (``mixed_precision/machete.py``, ``utils/machete_utils.py``)."""
     if p.vendor != "cuda" or p.capability != 90:
         return "Machete requires compute capability 90 (Hopper)"
     types = ("uint4", "uint8") if c.zero_points else ("uint4b8", "uint8b128")
@@ -84,7 +72,12 @@ def machete(c: Shard, p: Platform, version: str) -> str | None:
 
 
 def marlin(c: Shard, p: Platform, version: str) -> str | None:
-    """``MarlinLinearKernel.can_implement`` (tile padding from 0.24.0)."""
+    """``MarlinLinearKernel.can_implement`` (``mixed_precision/marlin.py``, ``utils/marlin_utils.py``).
+
+    From 0.24.0 a misaligned N or K is zero-padded to a thread tile (``marlin_padded_nk``) and
+    only a group straddling a TP shard is refused; 0.23.0 refuses N per shard % 64 or K per
+    shard % 128 (``verify_marlin_supports_shape``).
+    """
     if p.vendor != "cuda":
         return "Marlin only supported on CUDA"
     types = ("uint4",) if c.zero_points else ("uint4b8", "uint8b128")
@@ -103,7 +96,7 @@ def marlin(c: Shard, p: Platform, version: str) -> str | None:
 
 
 def exllama(c: Shard, p: Platform, version: str) -> str | None:
-    """``ExllamaLinearKernel.can_implement``."""
+    """``ExllamaLinearKernel.can_implement`` (``mixed_precision/exllama.py``): float16 activations only."""
     if c.n % (32 // c.bits):
         return "Exllama needs output features a multiple of the pack factor"
     if c.act_dtype != "float16":
@@ -118,7 +111,7 @@ def exllama(c: Shard, p: Platform, version: str) -> str | None:
 
 
 def triton_w4a16(c: Shard, p: Platform, version: str) -> str | None:
-    """``TritonW4A16LinearKernel.can_implement``."""
+    """``TritonW4A16LinearKernel.can_implement`` (``mixed_precision/triton_w4a16.py``): 4-bit only."""
     if c.quant_type not in ("uint4b8", "uint4"):
         return f"Triton W4A16 does not support {c.quant_type}"
     if c.act_dtype not in ("float16", "bfloat16"):

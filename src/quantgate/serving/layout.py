@@ -1,7 +1,7 @@
 """An artifact as the engine's loader meets it: config dims, and its tensors grouped into layers.
 
 Read from ``config.json`` and the safetensors headers only (names, shapes, dtypes); the data
-is never read, except the few 4-byte global and KV scales the fused-shard rule compares.
+is never read, except the 4-byte NVFP4 global scales the ``nvfp4-global-scales`` rule compares.
 Layer names keep the checkpoint's (Hugging Face) spelling; each linear layer also gets what
 vLLM makes of it: its role, the fused layer it becomes a shard of (``qkv_proj``,
 ``gate_up_proj``, an MoE layer's experts) and how tensor parallelism splits it.
@@ -77,7 +77,7 @@ class Tensor:
         return n
 
     def scalars(self) -> list[float]:
-        """The values of a small F32 tensor (global and KV scales: a few bytes, never a weight)."""
+        """The values of a small F32 tensor (a scale: a few bytes, never a weight)."""
         if self.dtype != "F32" or self.numel > 4096:
             raise ValueError(f"{self.name}: only small F32 tensors are read")
         with open(self.file, "rb") as f:
@@ -149,8 +149,9 @@ def dims_of(config: dict[str, Any]) -> Dims:
     hidden, heads = _int(text, "hidden_size"), _int(text, "num_attention_heads")
     moe = _int(text, "moe_intermediate_size")
     shared = _int(text, "shared_expert_intermediate_size")
-    if shared is None and moe is not None and _int(text, "n_shared_experts"):
-        shared = moe * _int(text, "n_shared_experts")  # type: ignore[operator]  # DeepSeek-style
+    n_shared = _int(text, "n_shared_experts")
+    if shared is None and moe is not None and n_shared:
+        shared = moe * n_shared  # DeepSeek-style
     experts = _int(text, "num_local_experts", "num_experts", "n_routed_experts")
     dtype = (
         text.get("dtype")

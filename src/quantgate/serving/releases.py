@@ -9,9 +9,7 @@ release nobody has read is a release whose rules quantgate would be guessing.
 
 from __future__ import annotations
 
-ENGINE = "vllm"
 RELEASES_READ = ("0.23.0", "0.24.0", "0.33.0")
-NEWEST_READ = RELEASES_READ[-1]
 
 
 def version_key(version: str) -> tuple[int, ...]:

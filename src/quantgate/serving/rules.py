@@ -1,16 +1,11 @@
 """vLLM's load-time rules for compressed-tensors checkpoints, one function per rule.
 
-Each rule is registered with the vLLM source it reproduces (file under ``vllm/`` and the
-function, as read in the releases of ``releases.RELEASES_READ``) and yields ``(layer,
-reason)`` for every layer that breaks it. Artifact rules look at the checkpoint alone;
-deployment rules also take the release and the tensor-parallel size.
-
-Two rules guard numerics rather than loading, because the gate's verdict holds only for what
-was evaluated: a missing KV scale or unequal global scales of fused shards load in vLLM, but
-with other numbers (scale 1.0; one global scale for all shards) than the evaluation used.
-Missing tensors are refused too: for a quantized model vLLM does not check that every
-parameter came from the checkpoint (``model_loader/default_loader.py`` ``load_weights``
-tracks weights only for unquantized models) and would serve uninitialized memory.
+Each rule is registered with the vLLM source it reproduces (file under ``vllm/`` and function,
+as read in ``releases.RELEASES_READ``) and yields ``(layer, reason)`` for every layer that
+breaks it; artifact rules read the checkpoint alone, deployment rules also a release and a TP
+size. Some rules guard numerics rather than loading, because the gate's verdict holds only for
+what was evaluated: a missing KV scale and fused shards' unequal global scales load in vLLM,
+but with other numbers than the evaluation used; missing tensors would be uninitialized memory.
 """
 
 from __future__ import annotations
@@ -256,7 +251,12 @@ def _args_key(scheme: Scheme) -> str:
     "layers-complete", f"{V33} model_executor/model_loader/default_loader.py:DefaultModelLoader.load_weights"
 )
 def layers_complete(art: Artifact) -> Iterator[Finding]:
-    """Every decoder layer has q/k/v/o and a whole MLP (every expert); lm_head unless tied."""
+    """Every decoder layer has q/k/v/o and a whole MLP (every expert); lm_head unless tied.
+
+    For a quantized model vLLM does not check that every parameter came from the checkpoint
+    (``load_weights`` tracks weights only for unquantized models): it would serve uninitialized
+    memory.
+    """
     dims = art.layout.dims
     by_block: dict[int, list[Layer]] = {}
     for layer in art.layout.layers.values():

@@ -1,15 +1,10 @@
 """Which compressed-tensors scheme vLLM picks for each layer, and the tensors that scheme loads.
 
-Reproduces, for the schemes quantgate's targets produce, vLLM 0.33.0's
-``compressed_tensors/compressed_tensors.py``: ``from_config`` and
-``_quantization_scheme_map_from_config`` (config groups to per-target quantization args,
-attention-only groups dropped), ``get_scheme_dict`` (ignore list first, then the first
-matching target: a name, ``re:`` regex, or a module class name contained in the layer's
-class) and ``_get_scheme_from_parts`` (the args to a scheme). Each scheme's ``create_weights``
-(``schemes/compressed_tensors_w8a8_fp8.py``, ``w4a4_nvfp4.py``, ``wNa16.py``) decides the
-parameters the checkpoint must supply, with their dtypes and shapes.
-
-The args are parsed with compressed-tensors' own ``QuantizationArgs``, as vLLM does.
+Reproduces vLLM 0.33.0's ``compressed_tensors/compressed_tensors.py`` for the schemes
+quantgate's targets produce: config groups to schemes (``groups_of``, ``classify``), layers to
+groups (``scheme_of``), and each scheme's ``create_weights`` (``expected_params``): the
+parameters the checkpoint must supply, with their dtypes and shapes. The args are parsed with
+compressed-tensors' own ``QuantizationArgs``, as vLLM does.
 """
 
 from __future__ import annotations
@@ -156,7 +151,8 @@ def classify(group: str, weights, inputs, fmt: str | None) -> Scheme | Unsupport
 
 
 def groups_of(quant: dict[str, Any]) -> list[Group]:
-    """``from_config`` and ``_quantization_scheme_map_from_config``: config groups in order."""
+    """``from_config`` and ``_quantization_scheme_map_from_config``: config groups in order,
+    attention-only groups dropped."""
     fmt = quant.get("format")
     out = []
     for name, group in (quant.get("config_groups") or {}).items():
@@ -209,7 +205,9 @@ def class_name(layer: Layer) -> str:
 def scheme_of(layer: Layer, groups: list[Group], ignore: list[str]) -> Group | None:
     """``get_scheme_dict``: None when ignored or no target matches, else the matched group.
 
-    MoE layers target ``Linear`` too (``_add_fused_moe_to_target_scheme_map``).
+    The ignore list first, then the first group whose target is the layer's name or a ``re:``
+    regex matching it, then the first whose target is contained in the layer's vLLM class
+    name. MoE layers target ``Linear`` too (``_add_fused_moe_to_target_scheme_map``).
     """
     if ignored(layer, ignore):
         return None

@@ -54,6 +54,15 @@ class ServingTable(_Frozen):
                 return deployment.version, deployment.refusals[0]
         return None
 
+    def first_refusals(self) -> list[tuple[int, str, Refusal]]:
+        """(TP size, release, first refusal) for every refused TP size, smallest first."""
+        out = []
+        for tp in self.refused_tp:
+            found = self.first_refusal(tp)
+            if found is not None:
+                out.append((tp, *found))
+        return out
+
     def summary(self, tp: int) -> str:
         """One line: why ``tp`` cannot load (its first refusal), or that it loads."""
         found = self.first_refusal(tp)

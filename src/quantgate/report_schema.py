@@ -86,7 +86,8 @@ class Report(_Frozen):
     exit_code: int
     notes: list[str] = []
     sizes: dict[str, int | None] = {}  # "source" | artifact -> bytes on disk (cold-start cost)
-    serving: dict[str, ServingTable] = {}  # artifact -> its manifest's serving check (engine, release, TP sizes)
+    # artifact -> its manifest's serving check (engine, releases, TP sizes)
+    serving: dict[str, ServingTable] = {}
     metrics: Metrics = {}
     suite_notes: dict[str, list[str]] = {}  # suite -> notes (e.g. long-chain bin width)
     previous: PreviousReport | None = None

@@ -1,10 +1,11 @@
 """Gate an evaluation directory: read results, decide every (artifact, tenant), write report.json.
 
 Which artifacts are *required* comes from the model class in gates.yaml (given, or read from
-the artifact manifests' ``source.model_class``); when neither is known every evaluated artifact
-counts as required. Exit code rule: **a required artifact that passes no tenant fails the run**
-(exit 1), and so does a required target that was not evaluated at all. Optional targets (and
-targets outside the class, built with ``--targets``) that fail are reported, never fail the run.
+the artifact manifests' ``source.model_class`` or the evaluation's run.json); when none says,
+every evaluated artifact counts as required. Exit code rule: **a required artifact that passes
+no tenant fails the run** (exit 1), and so does a required target that was not evaluated at all.
+Optional targets (and targets outside the class, built with ``--targets``) that fail are
+reported, never fail the run.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from quantgate.config.targets import Catalog
 from quantgate.errors import InputError, UsageError
 from quantgate.gate.verdict import N_RESAMPLES, SEED, Results, gate
 from quantgate.report_schema import REPORT_JSON, PreviousReport, Report, read_report
+from quantgate.serving.table import ServingTable
 from quantgate.suggest import did_you_mean
 
 
@@ -27,7 +29,9 @@ def read_results(eval_dir: Path) -> Results:
     """``E/<model>/<suite>.json`` for every model directory of an evaluation output."""
     eval_dir = Path(eval_dir)
     if not (eval_dir / "source").is_dir():
-        raise InputError(eval_dir, "no source/ results here", "point at the output directory of quantgate eval")
+        raise InputError(
+            eval_dir, "no source/ results here", "point at the output directory of quantgate eval"
+        )
     return {
         d.name: {p.stem: json.loads(p.read_text()) for p in sorted(d.glob("*.json"))}
         for d in sorted(eval_dir.iterdir())
@@ -46,7 +50,7 @@ def _manifest_facts(artifacts_dir: Path | None) -> tuple[str | None, str | None]
     return None, None
 
 
-def _serving(artifacts_dir: Path | None) -> dict[str, Any]:
+def _serving(artifacts_dir: Path | None) -> dict[str, ServingTable]:
     """Each artifact's serving check, from its manifest (artifacts built before the check have none)."""
     if artifacts_dir is None or not Path(artifacts_dir).is_dir():
         return {}
@@ -75,31 +79,42 @@ def gate_results(
         if name not in gates.tenants:
             raise UsageError("--tenants", f"unknown tenant '{name}'", did_you_mean(name, gates.tenants))
     results = read_results(Path(eval_dir))
-    run_info = json.loads((Path(eval_dir) / "run.json").read_text()) if (Path(eval_dir) / "run.json").exists() else {}
+    run_json = Path(eval_dir) / "run.json"
+    run_info = json.loads(run_json.read_text()) if run_json.exists() else {}
     manifest_class, architecture = _manifest_facts(artifacts_dir)
     model_class = model_class or manifest_class or run_info.get("model_class")
     notes: list[str] = []
     evaluated = [m for m in results if m != "source"]
     if model_class is not None:
         if model_class not in gates.model_classes:
-            raise UsageError("--model-class", f"unknown model class '{model_class}'",
-                             did_you_mean(model_class, gates.model_classes))
+            raise UsageError(
+                "--model-class",
+                f"unknown model class '{model_class}'",
+                did_you_mean(model_class, gates.model_classes),
+            )
         cls = gates.model_classes[model_class].targets
         required, optional = list(cls.required), list(cls.optional)
     else:
         required, optional = list(evaluated), []
-        notes.append("model class unknown (no --model-class, no manifests): every evaluated artifact counts as required")
+        notes.append(
+            "model class unknown (no --model-class, no manifests): every evaluated artifact counts as required"
+        )
     artifacts = evaluated + [t for t in required if t not in evaluated]
     for t in required:
         if t not in evaluated:
             notes.append(f"required target {t} was not evaluated: it fails every tenant as missing")
-    verdicts = gate(results, gates, suites, artifacts, set(required), tenants=tenants, n_resamples=n_resamples, seed=seed)
-    approvals = {a: [v.tenant for v in verdicts if v.artifact == a and v.verdict == "pass"] for a in artifacts}
+    verdicts = gate(
+        results, gates, suites, artifacts, set(required), tenants=tenants, n_resamples=n_resamples, seed=seed
+    )
+    approvals = {
+        a: [v.tenant for v in verdicts if v.artifact == a and v.verdict == "pass"] for a in artifacts
+    }
     failing = [a for a in required if not approvals.get(a)]
     if failing:
         notes.append(f"required artifacts passing no tenant: {', '.join(failing)}")
     source_hash = run_info.get("source_hash") or next(
-        (r.get("source_hash") for r in results.get("source", {}).values() if r.get("source_hash")), None)
+        (r.get("source_hash") for r in results.get("source", {}).values() if r.get("source_hash")), None
+    )
     numerics = run_info.get("numerics") or {
         m: next((r["numerics"] for r in res.values() if "numerics" in r), {}) for m, res in results.items()
     }
@@ -126,15 +141,19 @@ def gate_results(
 def _previous(report_dir: Path | None) -> PreviousReport | None:
     """What the report compares against: the previous approved version's report.json.
 
-    Given explicitly today (``--previous DIR``); the registry will supply it once approved
-    versions are published there.
+    Only given explicitly (``--previous DIR``): the registry does not look it up yet.
     """
     if report_dir is None:
         return None
     path = Path(report_dir) / REPORT_JSON
     old = read_report(path, fix="pass --previous the output directory of an earlier quantgate gate")
-    return PreviousReport(model=old.model, source_hash=old.source_hash, approvals=old.approvals,
-                          metrics=old.metrics, report=str(path))
+    return PreviousReport(
+        model=old.model,
+        source_hash=old.source_hash,
+        approvals=old.approvals,
+        metrics=old.metrics,
+        report=str(path),
+    )
 
 
 def report_payload(report: Report) -> dict[str, Any]:

@@ -1,16 +1,16 @@
 """Reports for people: report.json (written by the gate) -> report.md and report.html.
 
-- ``view.py``: what both formats show, read from the typed report
-  (``quantgate.report_schema.Report``: headline, verdict grid, failed floors, numerics, sizes in
-  SI units, long-chain bins); no formatting decisions elsewhere.
+- ``view.py``: the facts both formats show, derived from the typed report
+  (``quantgate.report_schema.Report``) in one place, so the two cannot disagree on a fact.
 - ``markdown.py``: ``render_markdown`` for CI summaries and PR comments.
 - ``html.py`` + ``plots.py``: ``render_html``, one self-contained file (inline CSS, inline
   base64 PNGs from matplotlib/Agg, no JS), byte-for-byte deterministic.
 - ``write.py``: ``write_reports`` writes both atomically.
 - ``console.py``: the verdict table ``quantgate gate`` and ``quantgate run`` print.
 
-Each takes a ``Report`` or report.json's object (validated on the way in). Optional fields used
-when present: ``sizes`` and ``metrics`` (the long-chain per-position bins, recovery per suite).
+Each takes a ``Report`` or report.json's object (validated on the way in). Optional fields are
+shown when present: ``sizes``, ``serving``, ``previous`` and ``metrics`` (the long-chain
+per-position bins, recovery per suite).
 """
 
 from quantgate.report.html import render_html

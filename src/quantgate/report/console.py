@@ -8,12 +8,17 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from quantgate.report_schema import Report, as_report
 
+if TYPE_CHECKING:  # rich is imported only when a table is built
+    from rich.table import Table
 
-def verdict_table(report: Report | Mapping[str, Any], title: str, published: dict[str, list[str]] | None = None):
+
+def verdict_table(
+    report: Report | Mapping[str, Any], title: str, published: dict[str, list[str]] | None = None
+) -> Table:
     """artifact (role) x tenant verdicts; with ``published``, a column of the aliases set."""
     from rich.table import Table
 
@@ -35,9 +40,8 @@ def verdict_table(report: Report | Mapping[str, Any], title: str, published: dic
     return table
 
 
-def print_table(table) -> None:
+def print_table(table: Table) -> None:
     """Print a rich table; wide enough that paths are never cut when stdout is not a terminal."""
     from rich.console import Console
 
-    # not a terminal (CI logs, pipes): wide enough that paths are never cut
     Console(width=None if sys.stdout.isatty() else 240).print(table)

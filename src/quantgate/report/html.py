@@ -96,9 +96,20 @@ def render_html(report: Report | Mapping[str, Any]) -> str:
             floor_plots.append((tenant, uri))
     bins, recovery = view.long_chain_bins(), view.recovery()
     return _TEMPLATE.render(
-        r=report, view=view, headline=view.headline(), tenants=view.tenants, artifacts=view.artifacts,
-        verdicts=verdicts, anchors=anchors, numerics=view.numerics(), sizes=view.sizes(), fmt=fmt,
-        fmt_bytes=format_bytes, floor_plots=floor_plots, long_chain=plots.long_chain_figure(bins) if bins else None,
-        recovery=plots.recovery_figure(recovery) if recovery else None, deltas=view.previous_deltas(),
+        r=report,
+        view=view,
+        headline=view.headline(),
+        tenants=view.tenants,
+        artifacts=view.artifacts,
+        verdicts=verdicts,
+        anchors=anchors,
+        numerics=view.numerics(),
+        sizes=view.sizes(),
+        fmt=fmt,
+        fmt_bytes=format_bytes,
+        floor_plots=floor_plots,
+        long_chain=plots.long_chain_figure(bins) if bins else None,
+        recovery=plots.recovery_figure(recovery) if recovery else None,
+        deltas=view.previous_deltas(),
         serving=view.serving(),
     )

@@ -19,13 +19,16 @@ def md(text: Any) -> str:
 
 
 def _floor_line(f: FloorResult) -> str:
-    return (f"- `{md(f.suite)} {md(f.metric)}` ({md(f.kind_of_floor)}, {md(f.status)}): "
-            f"estimate {fmt(f.estimate)}, bound {fmt(f.bound, f.floor)}, floor {fmt(f.floor, f.bound)}, "
-            f"margin {fmt(f.margin, sign=True)}")
+    return (
+        f"- `{md(f.suite)} {md(f.metric)}` ({md(f.kind_of_floor)}, {md(f.status)}): "
+        f"estimate {fmt(f.estimate)}, bound {fmt(f.bound, f.floor)}, floor {fmt(f.floor, f.bound)}, "
+        f"margin {fmt(f.margin, sign=True)}"
+    )
 
 
 def render_markdown(report: Report | Mapping[str, Any]) -> str:
-    """The report as GitHub-flavoured Markdown: headline, verdict grid, failed floors, numerics, sizes, serving."""
+    """The report as GitHub-flavoured Markdown: headline, verdicts, failed floors, numerics, sizes,
+    serving, and the deltas against the previous approved version."""
     report = as_report(report)
     view = View(report)
     tenants, out = view.tenants, []
@@ -34,8 +37,10 @@ def render_markdown(report: Report | Mapping[str, Any]) -> str:
     out.append(f"**{md(view.headline())}**")
     out.append("")
     src = report.source_hash
-    out.append(f"model class `{md(report.model_class)}` · profile `{md(report.profile)}` · "
-               f"source `{md(src[:12]) if src else 'unknown'}` · report schema {md(report.schema_version)}")
+    out.append(
+        f"model class `{md(report.model_class)}` · profile `{md(report.profile)}` · "
+        f"source `{md(src[:12]) if src else 'unknown'}` · report schema {md(report.schema_version)}"
+    )
     for note in report.notes:
         out.append(f"\n> {md(note)}")
     out += ["", "## Verdicts", ""]
@@ -55,12 +60,19 @@ def render_markdown(report: Report | Mapping[str, Any]) -> str:
             out.append("")
             out += [_floor_line(f) for f in view.failed_floors(v)]
             out += [f"- {md(r)}" for r in view.other_reasons(v)]
-    out += ["", "## Numerics", "", "| model | mode | weights | activations | KV cache | native on |",
-            "| --- | --- | --- | --- | --- | --- |"]
+    out += [
+        "",
+        "## Numerics",
+        "",
+        "| model | mode | weights | activations | KV cache | native on |",
+        "| --- | --- | --- | --- | --- | --- |",
+    ]
     for model, n in numerics.items():
         mode = n.get("mode", "unknown") + (f" on {n['device']}" if n.get("device") else "")
-        out.append(f"| {md(model)} | {md(mode)} | {md(n.get('weights', '—'))} | {md(n.get('activations', '—'))} | "
-                   f"{md(n.get('kv_cache', '—'))} | {md(', '.join(n.get('native_on') or []) or '—')} |")
+        out.append(
+            f"| {md(model)} | {md(mode)} | {md(n.get('weights', '—'))} | {md(n.get('activations', '—'))} | "
+            f"{md(n.get('kv_cache', '—'))} | {md(', '.join(n.get('native_on') or []) or '—')} |"
+        )
     sizes = view.sizes()
     if sizes:
         base = sizes.get("source")
@@ -71,13 +83,28 @@ def render_markdown(report: Report | Mapping[str, Any]) -> str:
             out.append(f"| {md(model)} | {shown} | {rel} |")
     serving = view.serving()
     if serving:
-        out += ["", "## Serving", "", "| artifact | engine | loads at TP | refused TP (first reason) |",
-                "| --- | --- | --- | --- |"]
-        out += [f"| {md(a)} | {md(engine)} | {md(loads)} | {md(refused)} |" for a, engine, loads, refused in serving]
+        out += [
+            "",
+            "## Serving",
+            "",
+            "| artifact | engine | loads at TP | refused TP (first reason) |",
+            "| --- | --- | --- | --- |",
+        ]
+        out += [
+            f"| {md(a)} | {md(engine)} | {md(loads)} | {md(refused)} |"
+            for a, engine, loads, refused in serving
+        ]
     deltas = view.previous_deltas()
     if deltas and report.previous is not None:
-        out += ["", f"## Against the previous approved version ({md((report.previous.source_hash or '')[:12])})", "",
-                "| artifact | metric | before | after | change |", "| --- | --- | ---: | ---: | ---: |"]
+        out += [
+            "",
+            f"## Against the previous approved version ({md((report.previous.source_hash or '')[:12])})",
+            "",
+            "| artifact | metric | before | after | change |",
+            "| --- | --- | ---: | ---: | ---: |",
+        ]
         for artifact, key, before, after, delta in deltas:
-            out.append(f"| {md(artifact)} | {md(key)} | {fmt(before)} | {fmt(after)} | {fmt(delta, sign=True)} |")
+            out.append(
+                f"| {md(artifact)} | {md(key)} | {fmt(before)} | {fmt(after)} | {fmt(delta, sign=True)} |"
+            )
     return "\n".join(out).rstrip() + "\n"

@@ -10,7 +10,7 @@ from __future__ import annotations
 import base64
 import io
 import math
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import matplotlib
 from matplotlib.backends.backend_agg import FigureCanvasAgg
@@ -18,8 +18,18 @@ from matplotlib.figure import Figure
 
 from quantgate.report_schema import FloorResult
 
-RC = {"text.parse_math": False, "font.size": 8, "figure.dpi": 100, "savefig.dpi": 100,
-      "axes.spines.top": False, "axes.spines.right": False, "path.simplify": False}
+if TYPE_CHECKING:
+    from matplotlib.typing import RcKeyType  # annotations only: not imported at run time
+
+RC: dict[RcKeyType, Any] = {
+    "text.parse_math": False,
+    "font.size": 8,
+    "figure.dpi": 100,
+    "savefig.dpi": 100,
+    "axes.spines.top": False,
+    "axes.spines.right": False,
+    "path.simplify": False,
+}
 PASS, FAIL, GREY = "#1a7f37", "#cf222e", "#6e7781"
 
 
@@ -46,8 +56,9 @@ def floors_figure(tenant: str, rows: list[tuple[str, FloorResult]]) -> str | Non
         nrows = math.ceil(len(panels) / cols)
         fig = Figure(figsize=(3.0 * cols, 2.1 * nrows + 0.4), layout="constrained")
         axes = fig.subplots(nrows, cols, squeeze=False).ravel()
-        for ax, ((suite, metric, kind, floor), items) in zip(axes, panels.items()):
-            for i, (artifact, f) in enumerate(items):
+        # the grid may hold more axes than panels: the spare ones are hidden below
+        for ax, ((suite, metric, kind, floor), items) in zip(axes, panels.items(), strict=False):
+            for i, (_, f) in enumerate(items):
                 color = {"pass": PASS, "fail": FAIL}.get(f.status, GREY)
                 est, bound = f.estimate, f.bound
                 if _finite(est) and _finite(bound):
@@ -55,13 +66,19 @@ def floors_figure(tenant: str, rows: list[tuple[str, FloorResult]]) -> str | Non
                 if _finite(est):
                     ax.plot([i], [est], "o", color=color)
                 else:
-                    ax.annotate("n/a" if f.status == "uninformative" else f.status, (i, floor), ha="center",
-                                va="bottom", rotation=90, color=GREY)
+                    ax.annotate(
+                        "n/a" if f.status == "uninformative" else f.status,
+                        (i, floor),
+                        ha="center",
+                        va="bottom",
+                        rotation=90,
+                        color=GREY,
+                    )
             ax.axhline(floor, color="black", linestyle="--", linewidth=1)
             ax.set_xticks(range(len(items)), [a for a, _ in items], rotation=20, ha="right")
             ax.set_xlim(-0.6, len(items) - 0.4)
             ax.set_title(f"{suite} {metric}\n{kind} {floor:g}", fontsize=8)
-        for ax in axes[len(panels):]:
+        for ax in axes[len(panels) :]:
             ax.set_visible(False)
         fig.suptitle(f"tenant {tenant}: estimate (dot), conservative bound (bar end), floor (dashed)")
         return _png(fig)
@@ -93,7 +110,11 @@ def recovery_figure(recovery: dict[str, dict[str, float]]) -> str:
         ax = fig.subplots()
         width = 0.8 / max(1, len(artifacts))
         for j, artifact in enumerate(artifacts):
-            xs = [i + (j - (len(artifacts) - 1) / 2) * width for i, v in enumerate(recovery.values()) if artifact in v]
+            xs = [
+                i + (j - (len(artifacts) - 1) / 2) * width
+                for i, v in enumerate(recovery.values())
+                if artifact in v
+            ]
             ys = [v[artifact] for v in recovery.values() if artifact in v]
             ax.bar(xs, ys, width=width, label=artifact)
         ax.axhline(1.0, color="black", linestyle="--", linewidth=1)

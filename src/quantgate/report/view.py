@@ -35,15 +35,18 @@ class View:
 
     @property
     def verdicts(self) -> list[Verdict]:
+        """Every (artifact, tenant) verdict, in the gate's order."""
         return list(self.report.verdicts)
 
     @property
     def artifacts(self) -> list[str]:
+        """Artifacts in verdict order, then any only the approvals name."""
         names = [v.artifact for v in self.verdicts] + list(self.report.approvals)
         return list(dict.fromkeys(names))
 
     @property
     def tenants(self) -> list[str]:
+        """Tenants in verdict order."""
         return list(dict.fromkeys(v.tenant for v in self.verdicts))
 
     def cell(self, artifact: str, tenant: str) -> Verdict | None:
@@ -55,7 +58,7 @@ class View:
         return self.report.role(artifact)
 
     def approved(self, artifact: str) -> list[str]:
-        """Tenants that approved ``artifact``."""
+        """Tenants ``artifact`` is approved for (the report's approvals, else its passing verdicts)."""
         approvals = self.report.approvals
         if artifact in approvals:
             return list(approvals[artifact])
@@ -67,13 +70,20 @@ class View:
         approved = [a for a in arts if self.approved(a)]
         passes = sum(v.verdict == "pass" for v in self.verdicts)
         code = self.report.exit_code
-        status = {0: "PASS (exit 0): every required artifact passed at least one tenant",
-                  1: "FAIL (exit 1): a required artifact passed no tenant"}.get(code, f"exit {code}")
+        status = {
+            0: "PASS (exit 0): every required artifact passed at least one tenant",
+            1: "FAIL (exit 1): a required artifact passed no tenant",
+        }.get(code, f"exit {code}")
         per = "; ".join(
-            f"{a} for {len(self.approved(a))} ({', '.join(self.approved(a))})" if self.approved(a) else f"{a} for none"
-            for a in arts)
-        return (f"{status}. {len(approved)} of {len(arts)} artifacts approved for at least one tenant, "
-                f"{passes} of {len(self.verdicts)} verdicts pass: {per}.")
+            f"{a} for {len(self.approved(a))} ({', '.join(self.approved(a))})"
+            if self.approved(a)
+            else f"{a} for none"
+            for a in arts
+        )
+        return (
+            f"{status}. {len(approved)} of {len(arts)} artifacts approved for at least one tenant, "
+            f"{passes} of {len(self.verdicts)} verdicts pass: {per}."
+        )
 
     def failed_floors(self, verdict: Verdict) -> list[FloorResult]:
         """Floors of a verdict that failed or had no data."""
@@ -100,8 +110,7 @@ class View:
             engine = f"{table.engine} ≥ {table.min_version} on {', '.join(table.hardware)}"
             loads = ", ".join(map(str, table.loadable_tp)) or "none"
             refused = []
-            for tp in table.refused_tp:
-                version, r = table.first_refusal(tp)  # type: ignore[misc]
+            for tp, version, r in table.first_refusals():
                 more = f" (+{r.layers - 1})" if r.layers > 1 else ""
                 refused.append(f"TP {tp}: {r.rule} at {r.layer}{more}: {r.reason} ({table.engine} {version})")
             rows.append((artifact, engine, loads, "; ".join(refused) or "—"))

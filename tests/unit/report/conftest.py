@@ -15,8 +15,9 @@ E1 = Path(__file__).resolve().parents[1] / "gate" / "fixtures" / "e1"
 
 @pytest.fixture(scope="session")
 def _e1_report(repo_root) -> dict:
-    decision = gate_results(E1, repo_root / "gates.yaml", repo_root, model_class="dense-reasoner",
-                            model="SmolLM2-135M-Instruct")
+    decision = gate_results(
+        E1, repo_root / "gates.yaml", repo_root, model_class="dense-reasoner", model="SmolLM2-135M-Instruct"
+    )
     return json.loads(json.dumps(decision.payload()))  # exactly what report.json holds
 
 

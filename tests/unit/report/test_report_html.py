@@ -51,7 +51,9 @@ def test_escapes_hostile_text(e1_report):
 
 
 def test_optional_data_plotted(e1_report):
-    bins = {f"{k}_bin{i}": v for i in range(1, 5) for k, v in (("kld", 0.01 * i), ("agreement", 1 - 0.01 * i))}
+    bins = {
+        f"{k}_bin{i}": v for i in range(1, 5) for k, v in (("kld", 0.01 * i), ("agreement", 1 - 0.01 * i))
+    }
     e1_report["metrics"] = {"source": {"long-chain": {"kld_bin1": 0.0}}, "hopper-fp8": {"long-chain": bins}}
     e1_report["sizes"] = {"source": 1000, "hopper-fp8": 500}
     html = render_html(e1_report)
@@ -65,8 +67,8 @@ def _png_pixels(path: Path) -> tuple[int, int, set[bytes]]:
     assert data[:8] == b"\x89PNG\r\n\x1a\n", "not a PNG"
     pos, idat, width = 8, b"", 0
     while pos < len(data):
-        n, kind = struct.unpack(">I4s", data[pos:pos + 8])
-        body = data[pos + 8:pos + 8 + n]
+        n, kind = struct.unpack(">I4s", data[pos : pos + 8])
+        body = data[pos + 8 : pos + 8 + n]
         if kind == b"IHDR":
             width, height, depth, color = struct.unpack(">IIBB", body[:10])
             assert depth == 8 and color in (2, 6)
@@ -76,14 +78,24 @@ def _png_pixels(path: Path) -> tuple[int, int, set[bytes]]:
         pos += 12 + n
     raw = zlib.decompress(idat)
     stride = 1 + width * bpp
-    rows = [raw[i * stride + 1:(i + 1) * stride] for i in range(0, height, 7)]  # filtered bytes: enough to see variety
-    return width, height, {row[j:j + bpp] for row in rows for j in range(0, len(row), bpp * 13)}
+    # filtered bytes: enough to see variety
+    rows = [raw[i * stride + 1 : (i + 1) * stride] for i in range(0, height, 7)]
+    return width, height, {row[j : j + bpp] for row in rows for j in range(0, len(row), bpp * 13)}
 
 
 CHROMIUM = shutil.which("chromium")
-FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-         "--disable-background-networking", "--disable-component-update", "--disable-sync",
-         "--enable-logging=stderr", "--v=0"]
+FLAGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--enable-logging=stderr",
+    "--v=0",
+]
 
 
 @pytest.mark.skipif(CHROMIUM is None, reason="chromium not installed (apt-get install -y chromium)")
@@ -92,15 +104,26 @@ def test_chromium_renders(e1_html, tmp_path):
     page.write_text(e1_html, encoding="utf-8")
     shot = tmp_path / "shot.png"
     common = [CHROMIUM, *FLAGS, f"--user-data-dir={tmp_path / 'profile'}"]
-    run = subprocess.run([*common, f"--screenshot={shot}", "--window-size=1280,900", page.as_uri()],
-                         check=False, capture_output=True, text=True, timeout=120)
+    run = subprocess.run(
+        [*common, f"--screenshot={shot}", "--window-size=1280,900", page.as_uri()],
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert run.returncode == 0, run.stderr[-2000:]
     assert shot.is_file() and shot.stat().st_size > 10_000
     width, height, pixels = _png_pixels(shot)
     assert (width, height) == (1280, 900) and len(pixels) > 10, "blank screenshot"
-    dom = subprocess.run([*common, "--dump-dom", page.as_uri()], check=False, capture_output=True, text=True, timeout=120)
+    dom = subprocess.run(
+        [*common, "--dump-dom", page.as_uri()], check=False, capture_output=True, text=True, timeout=120
+    )
     assert dom.returncode == 0, dom.stderr[-2000:]
     assert '<table id="verdicts">' in dom.stdout and "rocm-cdna3-fp8" in dom.stdout
     for err in (run.stderr, dom.stderr):
-        bad = [line for line in err.splitlines() if "Uncaught" in line or "CONSOLE" in line.upper() and "ERROR" in line]
+        bad = [
+            line
+            for line in err.splitlines()
+            if "Uncaught" in line or "CONSOLE" in line.upper() and "ERROR" in line
+        ]
         assert not bad, bad

@@ -23,7 +23,9 @@ def test_markdown_golden(e1_report):
     text = render_markdown(e1_report)
     if os.environ.get("UPDATE_GOLDEN") == "1":
         GOLDEN.write_text(text, encoding="utf-8")
-    assert text == GOLDEN.read_text(encoding="utf-8"), "report.md changed: UPDATE_GOLDEN=1 and review the diff"
+    assert text == GOLDEN.read_text(encoding="utf-8"), (
+        "report.md changed: UPDATE_GOLDEN=1 and review the diff"
+    )
 
 
 def test_markdown_content(e1_report):
@@ -56,7 +58,8 @@ def test_write_reports(e1_report, tmp_path):
     assert set(paths) == {"md", "html"}
     assert paths["md"].read_text(encoding="utf-8") == render_markdown(e1_report)
     assert paths["html"].read_text(encoding="utf-8").startswith("<!DOCTYPE html>")
-    assert sorted(p.name for p in (tmp_path / "R").iterdir()) == ["report.html", "report.md"]  # no temp files left
+    # no temp files left
+    assert sorted(p.name for p in (tmp_path / "R").iterdir()) == ["report.html", "report.md"]
 
 
 def test_deltas_against_the_previous_approved_version(e1_report):
@@ -67,14 +70,22 @@ def test_deltas_against_the_previous_approved_version(e1_report):
 
     previous = copy.deepcopy(report)
     previous["metrics"]["hopper-fp8"]["wikitext"]["kld_mean"] = 0.01
-    current = {**report, "previous": {"source_hash": "f" * 64, "approvals": previous["approvals"],
-                                      "metrics": previous["metrics"]}}
+    current = {
+        **report,
+        "previous": {
+            "source_hash": "f" * 64,
+            "approvals": previous["approvals"],
+            "metrics": previous["metrics"],
+        },
+    }
     text = render_markdown(current)
     assert "## Against the previous approved version (ffffffffffff)" in text
     now = report["metrics"]["hopper-fp8"]["wikitext"]["kld_mean"]
     line = next(l for l in text.splitlines() if l.startswith("| hopper-fp8 | wikitext.kld_mean |"))
     assert "0.01" in line and f"{now - 0.01:+.6g}" in line
     # artifacts the previous version did not approve have nothing to compare against
-    assert not any(l.startswith("| blackwell-nvfp4 |") for l in text.split("previous approved version")[1].splitlines())
+    assert not any(
+        l.startswith("| blackwell-nvfp4 |") for l in text.split("previous approved version")[1].splitlines()
+    )
     assert 'id="previous"' in render_html(current)
     assert "previous approved version" not in render_markdown(report)

@@ -22,14 +22,24 @@ def test_what_the_gate_writes_reads_back_unchanged(e1_report, tmp_path):
     report = read_report(path)
     assert report.payload() == e1_report  # every field, in the order written
     assert report.role("blackwell-nvfp4") == "optional" and report.role("draft-int4") == "outside class"
-    assert report.failed_tenants("blackwell-nvfp4") == [v.tenant for v in report.verdicts
-                                                        if v.artifact == "blackwell-nvfp4" and v.verdict == "fail"]
+    assert report.failed_tenants("blackwell-nvfp4") == [
+        v.tenant for v in report.verdicts if v.artifact == "blackwell-nvfp4" and v.verdict == "fail"
+    ]
 
 
 def test_a_report_reduced_to_the_decision_still_reads(tmp_path):
     path = tmp_path / "report.json"
-    path.write_text(json.dumps({"schema_version": 1, "model": "m", "exit_code": 0, "approvals": {"a": ["chat"]},
-                                "verdicts": [{"artifact": "a", "tenant": "chat", "verdict": "pass", "reasons": []}]}))
+    path.write_text(
+        json.dumps(
+            {
+                "schema_version": 1,
+                "model": "m",
+                "exit_code": 0,
+                "approvals": {"a": ["chat"]},
+                "verdicts": [{"artifact": "a", "tenant": "chat", "verdict": "pass", "reasons": []}],
+            }
+        )
+    )
     report = read_report(path)
     assert report.failed_tenants("a") == [] and report.verdicts[0].floors == []
 
@@ -38,7 +48,10 @@ def test_a_report_reduced_to_the_decision_still_reads(tmp_path):
     ("change", "problem"),
     [
         (lambda r: r.update(aprovals=r.pop("approvals")), "aprovals: unknown key"),
-        (lambda r: r["verdicts"][0].update(verdict="maybe"), "verdicts.0.verdict: Input should be 'pass' or 'fail'"),
+        (
+            lambda r: r["verdicts"][0].update(verdict="maybe"),
+            "verdicts.0.verdict: Input should be 'pass' or 'fail'",
+        ),
         (lambda r: r.update(schema_version=2), "schema_version: Input should be 1"),
         (lambda r: r.pop("exit_code"), "exit_code: Field required"),
     ],
@@ -64,8 +77,14 @@ def test_unreadable_or_not_json(tmp_path):
 def test_quantgate_report_refuses_a_malformed_report_with_exit_2(e1_report, tmp_path):
     e1_report["verdicts"][0]["floors"][0]["status"] = "great"
     (tmp_path / "report.json").write_text(json.dumps(e1_report))
-    run = subprocess.run([sys.executable, "-m", "quantgate.cli", "report", "--report", str(tmp_path)],
-                         check=False, capture_output=True, text=True, env=os.environ.copy(), timeout=300)
+    run = subprocess.run(
+        [sys.executable, "-m", "quantgate.cli", "report", "--report", str(tmp_path)],
+        check=False,
+        capture_output=True,
+        text=True,
+        env=os.environ.copy(),
+        timeout=300,
+    )
     assert run.returncode == 2, run.stderr[-2000:]
     assert str(tmp_path / "report.json") in run.stderr and "verdicts.0.floors.0.status" in run.stderr
     assert "Traceback" not in run.stderr and not (tmp_path / "report.md").exists()

@@ -1,14 +1,11 @@
 """The artifact contract: what an artifact directory holds and what its ``manifest.json`` says.
 
-Every stage meets artifacts here and nowhere else: the quantizer writes them, evaluation,
-the gate, publish and pull read them. Keeping the typed manifest and the on-disk layout in
-one module (rather than inside the producer) means a consumer never re-parses loose dicts,
-and a change to the layout is one edit that every stage sees.
-
-The manifest is the artifact's identity downstream: reuse (same build key, files intact), the
-registry's lineage tags, the fleet's verification at pull. The build key hashes every input
-that can change the bytes and deliberately not the target's name: hopper-fp8 and
-rocm-cdna3-fp8 share a recipe, so they share bytes and are built once.
+The quantizer writes artifacts; evaluation, the gate, publish and pull read them through this
+module, so no consumer re-parses loose dicts and a layout change is one edit every stage sees.
+The manifest is an artifact's identity downstream: reuse (same build key, files intact), the
+registry's lineage tags, the fleet's check at pull. The build key hashes every input that can
+change the bytes but not the target's name: hopper-fp8 and rocm-cdna3-fp8 share a recipe, so
+they share bytes and are built once.
 """
 
 from __future__ import annotations
@@ -75,10 +72,13 @@ class SourceRef(_Part):
 
 
 class BuildInfo(_Part):
-    """How the build went: cost, and whether the bytes were linked from a twin target."""
+    """How the build went: cost, and whether the bytes were linked from a twin target.
+
+    ``peak_rss_bytes`` is None where the platform cannot measure it (no ``/proc``: off Linux).
+    """
 
     seconds: float
-    peak_rss_bytes: NonNegativeInt
+    peak_rss_bytes: NonNegativeInt | None = None
     peak_rss_scope: str = "process high-water mark at the end of this build"
     finished_at: str
     linked_from: str | None = None
@@ -100,7 +100,8 @@ class Manifest(_Part):
     build_key: str
     build: BuildInfo
     files: dict[str, FileEntry]
-    serving: ServingTable | None = None  # the serving check against the target's contract (absent: built before it)
+    # the serving check against the target's contract (None: built before the check existed)
+    serving: ServingTable | None = None
 
     @property
     def total_bytes(self) -> int:
@@ -119,7 +120,9 @@ def tool_versions() -> dict[str, str]:
     return versions
 
 
-def build_key(*, source_hash: str, recipe_sha256: str, calibration_sha256: str | None, tools: dict[str, str]) -> str:
+def build_key(
+    *, source_hash: str, recipe_sha256: str, calibration_sha256: str | None, tools: dict[str, str]
+) -> str:
     """Content key of a build: equal keys promise equal bytes."""
     payload = json.dumps(
         {
@@ -141,7 +144,7 @@ def hash_files(directory: Path) -> dict[str, FileEntry]:
 
 
 def write_manifest(directory: Path, manifest: Manifest) -> None:
-    """Write ``directory/manifest.json`` (last, once every file it names is in place)."""
+    """Write ``directory/manifest.json``; call it last, once every file it names is in place."""
     (directory / MANIFEST).write_text(manifest.model_dump_json(indent=2) + "\n")
 
 
@@ -181,13 +184,19 @@ def verify_files(directory: Path, manifest: Manifest) -> list[str]:
 
 
 def artifact_dirs(artifacts: Path) -> list[Path]:
-    """The artifact directories under ``artifacts`` (those holding a manifest), by name.
+    """The artifact directories under ``artifacts`` (those holding a manifest), by name; InputError if none.
 
     Hidden directories are a build's temporary or replaced copies, never artifacts.
     """
     found = sorted(
-        p for p in artifacts.iterdir() if p.is_dir() and not p.name.startswith(".") and (p / MANIFEST).exists()
+        p
+        for p in artifacts.iterdir()
+        if p.is_dir() and not p.name.startswith(".") and (p / MANIFEST).exists()
     )
     if not found:
-        raise InputError(artifacts, "no artifact directories (with manifest.json) here", "run quantgate build --out DIR first")
+        raise InputError(
+            artifacts,
+            "no artifact directories (with manifest.json) here",
+            "run quantgate build --out DIR first",
+        )
     return found

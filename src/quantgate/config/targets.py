@@ -23,10 +23,14 @@ from quantgate.suggest import did_you_mean
 
 
 class Frozen(BaseModel):
+    """Base of the validated data models (configs, plans): unknown keys are errors, instances immutable."""
+
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
 class WeightNumerics(StrEnum):
+    """The weights' number format as the hardware computes with it."""
+
     FP8_E4M3FN = "fp8_e4m3fn"  # OCP FP8, max 448 (Hopper, Blackwell)
     FP8_E4M3FNUZ = "fp8_e4m3fnuz"  # MI300 (gfx942): OCP bits reinterpreted, scales doubled
     NVFP4 = "nvfp4"  # E2M1 values, E4M3 scale per 16, FP32 global scale
@@ -34,6 +38,8 @@ class WeightNumerics(StrEnum):
 
 
 class ActivationNumerics(StrEnum):
+    """How activations are quantized at run time (or not at all)."""
+
     NONE = "none"  # weight-only: activations stay in the compute dtype
     FP8_E4M3FN_PER_TOKEN = "fp8_e4m3fn_per_token"
     FP8_E4M3FNUZ_PER_TOKEN = "fp8_e4m3fnuz_per_token"  # dynamic, clamped at +-224 on CDNA3
@@ -41,6 +47,8 @@ class ActivationNumerics(StrEnum):
 
 
 class KVCache(StrEnum):
+    """The KV cache precision a target serves with."""
+
     BF16 = "bf16"
     FP8_E4M3 = "fp8_e4m3"
 
@@ -83,12 +91,15 @@ class Serving(Frozen):
     @field_validator("tensor_parallel")
     @classmethod
     def _distinct(cls, sizes: list[int]) -> list[int]:
+        """Each TP size once, in ascending order."""
         if len(set(sizes)) != len(sizes):
             raise ValueError(f"tensor_parallel lists a size twice: {sizes}")
         return sorted(sizes)
 
 
 class Target(Frozen):
+    """``targets/<name>.yaml``: what one piece of serving hardware runs, and its serving contract."""
+
     version: Literal[1] = 1
     name: str
     description: str
@@ -102,7 +113,7 @@ class Target(Frozen):
 
 
 class Calibration(Frozen):
-    """How much calibration data a recipe needs; ``none`` for data-free recipes."""
+    """How much calibration data a recipe needs; ``required: false`` for data-free recipes."""
 
     required: bool
     num_samples: PositiveInt = 32
@@ -117,6 +128,8 @@ class Calibration(Frozen):
 
 
 class Recipe(Frozen):
+    """``recipes/<name>.yaml``: the engine, its calibration needs, and its own recipe verbatim."""
+
     version: Literal[1] = 1
     name: str
     description: str
@@ -132,11 +145,13 @@ class Recipe(Frozen):
         from quantgate.quantize.engines import ENGINES  # names only: no engine module is imported
 
         if name not in ENGINES.names():
-            raise ValueError(f"unknown engine '{name}': {did_you_mean(name, ENGINES.names(), known='known engines')}")
+            raise ValueError(
+                f"unknown engine '{name}': {did_you_mean(name, ENGINES.names(), known='known engines')}"
+            )
         return name
 
     def modifier(self) -> tuple[str, dict[str, Any]]:
-        """The single quantization modifier of an llm-compressor recipe: (type, args)."""
+        """The first modifier of an llm-compressor recipe as (type, args); the recipes here have one."""
         for stage in self.recipe.values():
             for group in stage.values():
                 for kind, args in group.items():
@@ -160,34 +175,45 @@ class Catalog:
         self.recipes_dir = self.root / "recipes"
 
     def target_names(self) -> list[str]:
+        """Names of every ``targets/*.yaml``, sorted."""
         return _names(self.targets_dir)
 
     def target(self, name: str) -> Target:
+        """The validated target ``name``; its recipe is loaded too, so a dangling name fails here."""
         path = self.targets_dir / f"{name}.yaml"
         if not path.exists():
             raise UsageError(
-                self.targets_dir, f"no target named '{name}'", did_you_mean(name, self.target_names(), known="known targets")
+                self.targets_dir,
+                f"no target named '{name}'",
+                did_you_mean(name, self.target_names(), known="known targets"),
             )
         target = load_model(path, Target)
         if target.name != name:
-            raise ConfigFileError(path, f"name '{target.name}' differs from the file name", f"set name: {name}")
+            raise ConfigFileError(
+                path, f"name '{target.name}' differs from the file name", f"set name: {name}"
+            )
         self.recipe(target.recipe, referenced_from=path)  # fail early on a dangling recipe
         return target
 
     def recipe_path(self, name: str) -> Path:
+        """Where recipe ``name`` lives (whether or not it exists)."""
         return self.recipes_dir / f"{name}.yaml"
 
     def recipe(self, name: str, referenced_from: Path | None = None) -> Recipe:
+        """The validated recipe ``name``; a missing one is blamed on ``referenced_from`` when given."""
         path = self.recipe_path(name)
         if not path.exists():
             raise ConfigFileError(
                 referenced_from or path,
                 f"recipe '{name}' does not exist in {self.recipes_dir}",
-                "fix the name, or add the recipe file; " + did_you_mean(name, _names(self.recipes_dir), known="recipes"),
+                "fix the name, or add the recipe file; "
+                + did_you_mean(name, _names(self.recipes_dir), known="recipes"),
             )
         recipe = load_model(path, Recipe)
         if recipe.name != name:
-            raise ConfigFileError(path, f"name '{recipe.name}' differs from the file name", f"set name: {name}")
+            raise ConfigFileError(
+                path, f"name '{recipe.name}' differs from the file name", f"set name: {name}"
+            )
         return recipe
 
     def recipe_hash(self, name: str) -> str:

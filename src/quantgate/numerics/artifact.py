@@ -29,6 +29,7 @@ _QUANTIZED_MARKERS = (".weight_scale", ".weight_packed")
 
 
 def quantization_config(artifact_dir: Path) -> dict[str, Any]:
+    """The artifact's compressed-tensors ``quantization_config``; refuses calibrated KV scales (not emulated yet)."""
     path = artifact_dir / "config.json"
     try:
         config = json.loads(path.read_text())["quantization_config"]

@@ -22,6 +22,14 @@ from quantgate.numerics.weights import DecodedWeight
 
 
 class EmulatedLinear(nn.Module):
+    """A quantized Linear: decoded weights, the target's activation format, float32 (or float64) matmul."""
+
+    weight: Tensor
+    weight_scale: Tensor
+    weight_global_scale: Tensor | None
+    input_global_scale: Tensor | None
+    bias: Tensor | None
+
     def __init__(
         self,
         decoded: DecodedWeight,
@@ -68,9 +76,11 @@ class EmulatedLinear(nn.Module):
         return y
 
     def forward(self, x: Tensor) -> Tensor:
+        """The layer's output, stored in the input's dtype as the kernel stores it."""
         return self.matmul(x).to(x.dtype)  # serving kernels write bf16 outputs
 
     def extra_repr(self) -> str:
+        """Formats and compute dtype, for ``print(model)``."""
         activation = self.activation.name if self.activation is not None else "none"
         return (
             f"in_features={self.in_features}, out_features={self.out_features}, weights={self.weight_format}, "

@@ -63,6 +63,8 @@ KV_CACHES: Registry[KVCacheFormat] = Registry("KV cache format", how_to_add="@re
 def register_activation(
     name: str, *, expects: dict[str, Any], needs_global_scale: bool = False, note: str = ""
 ):
+    """Decorator: register a function ``(x, global_scale) -> dequantized x`` as activation format ``name``."""
+
     def decorator(fn: Callable[[Tensor, Tensor | None], Tensor]):
         ACTIVATIONS.add(name, ActivationFormat(name, fn, needs_global_scale, dict(expects), note))
         return fn
@@ -71,6 +73,8 @@ def register_activation(
 
 
 def register_kv_cache(name: str, *, note: str = ""):
+    """Decorator: register a function ``x -> x as the KV cache stores it`` as KV cache format ``name``."""
+
     def decorator(fn: Callable[[Tensor], Tensor]):
         KV_CACHES.add(name, KVCacheFormat(name, fn, note))
         return fn
@@ -79,18 +83,22 @@ def register_kv_cache(name: str, *, note: str = ""):
 
 
 def activation_format(name: str) -> ActivationFormat:
+    """The registered activation format ``name`` (an unknown name suggests the nearest)."""
     return ACTIVATIONS.get(name, "quantgate.numerics")
 
 
 def kv_cache_format(name: str) -> KVCacheFormat:
+    """The registered KV cache format ``name`` (an unknown name suggests the nearest)."""
     return KV_CACHES.get(name, "quantgate.numerics")
 
 
 def activation_formats() -> list[str]:
+    """Names of the registered activation formats."""
     return ACTIVATIONS.names()
 
 
 def kv_cache_formats() -> list[str]:
+    """Names of the registered KV cache formats."""
     return KV_CACHES.names()
 
 
@@ -118,6 +126,7 @@ def fp8_per_token(x: Tensor, dtype: torch.dtype, qmax: float) -> Tensor:
     note="activations: dynamic per-token OCP e4m3fn (max 448), scale amax/448, as vLLM on Hopper",
 )
 def fp8_e4m3fn_per_token(x: Tensor, global_scale: Tensor | None = None) -> Tensor:
+    """Hopper's dynamic per-token OCP FP8 (max 448)."""
     return fp8_per_token(x, torch.float8_e4m3fn, FP8_E4M3FN_MAX)
 
 
@@ -127,6 +136,7 @@ def fp8_e4m3fn_per_token(x: Tensor, global_scale: Tensor | None = None) -> Tenso
     note="activations: dynamic per-token e4m3fnuz clamped at +-224 (vLLM on MI300), scale amax/224",
 )
 def fp8_e4m3fnuz_per_token(x: Tensor, global_scale: Tensor | None = None) -> Tensor:
+    """MI300's dynamic per-token fnuz FP8, clamped at 224 as vLLM does on ROCm."""
     return fp8_per_token(x, torch.float8_e4m3fnuz, FP8_E4M3FNUZ_DYNAMIC_MAX)
 
 
@@ -187,6 +197,7 @@ def fp8_saturate(x: Tensor, dtype: torch.dtype, qmax: float) -> Tensor:
     note="KV cache: e4m3fn, per-tensor scale 1.0 (vLLM --kv-cache-dtype fp8 with no calibrated scales)",
 )
 def kv_fp8_e4m3fn(x: Tensor) -> Tensor:
+    """Keys or values stored as OCP FP8 at scale 1.0."""
     return fp8_saturate(x, torch.float8_e4m3fn, FP8_E4M3FN_MAX)
 
 
@@ -195,4 +206,5 @@ def kv_fp8_e4m3fn(x: Tensor) -> Tensor:
     note="KV cache: e4m3fnuz (MI300), per-tensor scale 1.0, saturating at +-240",
 )
 def kv_fp8_e4m3fnuz(x: Tensor) -> Tensor:
+    """Keys or values stored as fnuz FP8 at scale 1.0."""
     return fp8_saturate(x, torch.float8_e4m3fnuz, FP8_E4M3FNUZ_MAX)

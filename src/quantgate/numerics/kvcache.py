@@ -20,6 +20,7 @@ query to FP8; attention itself runs in the model's dtype here.
 from __future__ import annotations
 
 import sys
+from typing import Any
 
 from torch import nn
 
@@ -64,7 +65,7 @@ def latent_attention(model: nn.Module) -> bool:
     return any(hasattr(m, "kv_a_proj_with_mqa") and hasattr(m, "kv_b_proj") for m in model.modules())
 
 
-def install_kv_cache(model: nn.Module, fmt: KVCacheFormat) -> int:
+def install_kv_cache(model: Any, fmt: KVCacheFormat) -> int:
     """Route ``model``'s attention through FP8 fake quantization of K and V; returns the layer count."""
     from transformers import AttentionInterface
     from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS, AttentionMaskInterface

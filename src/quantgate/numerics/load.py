@@ -81,6 +81,8 @@ class NumericsReport(BaseModel):
 
 @dataclass(frozen=True)
 class EvalModel:
+    """A model ready to score, its tokenizer, and what its numerics are."""
+
     model: nn.Module
     tokenizer: Any
     numerics: NumericsReport
@@ -144,16 +146,33 @@ def _kv_format_name(n: _Numerics) -> str | None:
     return "fp8_e4m3fnuz" if fnuz else "fp8_e4m3fn"
 
 
-def _load_hf(directory: Path, **kwargs):
+def _load_hf(directory: Path, **kwargs) -> tuple[Any, Any, list[str]]:
+    """Model (bf16, eval), tokenizer, and the parameter names transformers found no tensor for."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     # long prefills (every scored window) run tiled; decoding and short prompts stay on sdpa
     kwargs.setdefault("attn_implementation", tiled_attention.register())
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message=".*quantization_config.*")
-        model = AutoModelForCausalLM.from_pretrained(directory, dtype=torch.bfloat16, **kwargs)
+        loaded: Any = AutoModelForCausalLM.from_pretrained(
+            directory, dtype=torch.bfloat16, output_loading_info=True, **kwargs
+        )
+    model, info = loaded
     model.eval().requires_grad_(False)
-    return model, AutoTokenizer.from_pretrained(directory)
+    return model, AutoTokenizer.from_pretrained(directory), list(info["missing_keys"])
+
+
+def _refuse_missing(artifact_dir: Path, missing: list[str], emulated: dict[str, nn.Module]) -> None:
+    """A parameter transformers found no tensor for is initialized randomly: only the ones inside a
+    module about to be replaced (fused experts rebuilt from per-expert tensors) may be missing."""
+    left = [key for key in missing if not any(key.startswith(f"{name}.") for name in emulated)]
+    if left:
+        raise InputError(
+            artifact_dir,
+            f"the artifact holds no tensor for {left[:5]}{' ...' if len(left) > 5 else ''}, which transformers "
+            "would initialize randomly",
+            "rebuild the artifact; if its tensors are stored under other names, their format needs support here",
+        )
 
 
 def _drop_decompression_hook(model: nn.Module) -> None:
@@ -228,7 +247,7 @@ def load_for_eval(
         config_path,
         quantization_config(artifact_dir),
         wfmt.disk_format,
-        declared_act and declared_act.expects,
+        declared_act.expects if declared_act is not None else None,
     )
 
     raw = read_quantized_tensors(artifact_dir)
@@ -241,7 +260,8 @@ def load_for_eval(
     # everything is decoded and matched against a meta-device skeleton first, so a mismatch is
     # reported as such rather than as whatever transformers makes of unexpected tensors
     emulated = emulated_modules(artifact_dir, raw, wfmt, act)
-    model, tokenizer = _load_hf(artifact_dir)
+    model, tokenizer, missing = _load_hf(artifact_dir)
+    _refuse_missing(artifact_dir, missing, emulated)
     for name, module in emulated.items():
         parent, _, child = name.rpartition(".")
         setattr(model.get_submodule(parent), child, module)
@@ -308,7 +328,7 @@ def load_for_eval(
 
 def load_source_for_eval(checkpoint_dir: Path, *, device: str | torch.device = "cpu") -> EvalModel:
     """The source checkpoint in bf16, as the reference every artifact is compared with."""
-    model, tokenizer = _load_hf(Path(checkpoint_dir))
+    model, tokenizer, _ = _load_hf(Path(checkpoint_dir))  # intake checked its tensors
     model.to(device)
     return EvalModel(
         model=model,

@@ -242,6 +242,7 @@ class EmulatedExperts(nn.Module):
 
     @torch.no_grad()
     def forward(self, hidden_states: Tensor, top_k_index: Tensor, top_k_weights: Tensor) -> Tensor:
+        """Every token through its top-k experts, weighted and summed in routing order."""
         tokens, k = top_k_index.shape
         contributions = hidden_states.new_zeros((tokens, k, hidden_states.shape[-1]))
         for index in torch.unique(top_k_index).tolist():
@@ -257,5 +258,6 @@ class EmulatedExperts(nn.Module):
         return out
 
     def extra_repr(self) -> str:
+        """Expert count and formats, for ``print(model)``."""
         activation = self.activation.name if self.activation is not None else "none"
         return f"experts={self.num_experts}, weights={self.weight_format}, activations={activation}"

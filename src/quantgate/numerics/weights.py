@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 
 import torch
@@ -37,6 +38,8 @@ class DecodedWeight:
 
 @dataclass(frozen=True)
 class WeightFormat:
+    """How one on-disk weight format decodes: its tensors, its config.json name, its decoder."""
+
     name: str
     disk_format: str  # compressed-tensors format name in config.json
     required: frozenset[str]  # local tensor names the decoder needs
@@ -53,8 +56,15 @@ WEIGHTS: Registry[WeightFormat] = Registry("weight format", how_to_add="@registe
 
 
 def register_weights(
-    name: str, *, disk_format: str, required: set[str], optional: set[str] = frozenset(), note: str = ""
+    name: str,
+    *,
+    disk_format: str,
+    required: AbstractSet[str],
+    optional: AbstractSet[str] = frozenset(),
+    note: str = "",
 ):
+    """Decorator: register a decoder ``tensors -> DecodedWeight`` as weight format ``name``."""
+
     def decorator(fn: Callable[[dict[str, Tensor]], DecodedWeight]):
         WEIGHTS.add(name, WeightFormat(name, disk_format, frozenset(required), frozenset(optional), fn, note))
         return fn
@@ -63,10 +73,12 @@ def register_weights(
 
 
 def weight_format(name: str) -> WeightFormat:
+    """The registered weight format ``name`` (an unknown name suggests the nearest)."""
     return WEIGHTS.get(name, "quantgate.numerics")
 
 
 def weight_formats() -> list[str]:
+    """Names of the registered weight formats."""
     return WEIGHTS.names()
 
 
@@ -99,6 +111,7 @@ def _expand_groups(scale: Tensor, in_features: int, g_idx: Tensor | None = None)
     note="weights: OCP e4m3fn with per-channel scales, decoded exactly",
 )
 def fp8_e4m3fn(tensors: dict[str, Tensor]) -> DecodedWeight:
+    """OCP FP8 weights times their per-channel (or per-tensor) scales."""
     weight = tensors["weight"]
     if weight.dtype != torch.float8_e4m3fn:
         raise WeightDecodeError(f"weight is {weight.dtype}, expected torch.float8_e4m3fn")
@@ -134,6 +147,7 @@ def fp8_e4m3fnuz(tensors: dict[str, Tensor]) -> DecodedWeight:
     note="weights: packed E2M1 x E4M3 scale per 16 values, divided by weight_global_scale after the matmul",
 )
 def nvfp4(tensors: dict[str, Tensor]) -> DecodedWeight:
+    """Packed E2M1 values times their E4M3 group scales; the global scale kept apart."""
     packed, scale = tensors["weight_packed"], tensors["weight_scale"]
     if packed.dtype != torch.uint8 or scale.dtype != torch.float8_e4m3fn:
         raise WeightDecodeError(
@@ -174,6 +188,7 @@ def _e2m1_byte_table() -> Tensor:
     note="weights: symmetric INT4 packed eight to an int32, per-group scales",
 )
 def int4(tensors: dict[str, Tensor]) -> DecodedWeight:
+    """Signed INT4 values unpacked from int32 words, times their group scales."""
     from compressed_tensors.compressors.pack_quantized.helpers import unpack_from_int32
 
     packed = tensors["weight_packed"]

@@ -6,11 +6,11 @@ from types import SimpleNamespace
 
 import pytest
 import torch
-from support.models import write_tiny_model
 from transformers import AutoModelForCausalLM
 from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
 from quantgate.numerics import attention, load_source_for_eval
+from support.models import write_tiny_model
 
 LENGTH = 700  # over two query blocks, the last one partial
 

@@ -33,7 +33,8 @@ def _rewrite(artifact: Path, dest: Path, edit) -> Path:
     copy = Path(shutil.copytree(artifact, dest))
     for shard in copy.glob("*.safetensors"):
         with safe_open(shard, "pt") as f:
-            tensors, metadata = {k: f.get_tensor(k) for k in f.keys()}, f.metadata()
+            names = f.keys()  # a safe_open handle is not iterable
+            tensors, metadata = {k: f.get_tensor(k) for k in names}, f.metadata()
         shard.unlink()  # the copy may share an inode with the original (hard-linked builds)
         save_file(edit(tensors), shard, metadata=metadata)
     return copy

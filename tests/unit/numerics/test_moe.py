@@ -371,3 +371,16 @@ def test_an_artifact_missing_an_expert_is_refused_naming_the_layer(moe_artifacts
         load_for_eval(copy_dir)
     message = str(info.value)
     assert "experts model.layers.1.block_sparse_moe.experts" in message and "the model has 4" in message
+
+
+def test_an_artifact_missing_a_router_is_refused_not_initialized_randomly(moe_artifacts, tmp_path):
+    artifact = _built(moe_artifacts, "mixtral").artifacts["hopper-fp8"]
+    copy_dir = Path(shutil.copytree(artifact, tmp_path / "no-router"))
+    for shard in copy_dir.glob("*.safetensors"):
+        with safe_open(shard, "pt") as f:
+            names = [k for k in f.keys() if k != "model.layers.0.block_sparse_moe.gate.weight"]  # noqa: SIM118
+            tensors, metadata = {k: f.get_tensor(k) for k in names}, f.metadata()
+        shard.unlink()
+        save_file(tensors, shard, metadata=metadata)
+    with pytest.raises(InputError, match=r"no tensor for \['model.layers.0.mlp.gate.weight'\].*randomly"):
+        load_for_eval(copy_dir)

@@ -8,6 +8,8 @@ measures W8A16 where the hardware runs W8A8, and reports which numerics it used.
 - ``formats``: activation and KV cache formats (pure tensor functions, one registry);
 - ``weights``: how each on-disk weight format decodes, exactly;
 - ``emulated``: ``EmulatedLinear``, a quantized Linear computed as its kernel computes it;
+- ``moe``: ``EmulatedExperts``, a mixture-of-experts layer's per-expert weights in place of
+  transformers' fused experts, computed as vLLM's fused-MoE kernels compute them;
 - ``kvcache``: FP8 KV cache emulation after RoPE, through transformers' attention dispatch;
 - ``load``: ``load_for_eval`` / ``load_source_for_eval`` and the ``NumericsReport``.
 """
@@ -22,10 +24,12 @@ from quantgate.numerics.formats import (
     register_kv_cache,
 )
 from quantgate.numerics.load import EvalModel, NumericsReport, load_for_eval, load_source_for_eval
+from quantgate.numerics.moe import EmulatedExperts
 from quantgate.numerics.weights import DecodedWeight, register_weights, weight_format, weight_formats
 
 __all__ = [
     "DecodedWeight",
+    "EmulatedExperts",
     "EmulatedLinear",
     "EvalModel",
     "NumericsReport",

@@ -73,6 +73,10 @@ class ShapeMismatchError(CheckpointError):
     """Tensor shapes disagree with what ``config.json`` declares."""
 
 
+class IncompleteCheckpointError(CheckpointError):
+    """Tensors the architecture declares are missing from the checkpoint, or it holds ones it does not declare."""
+
+
 class MissingShardError(CheckpointError):
     """The shard index is malformed or names a shard or tensor the checkpoint lacks."""
 

@@ -5,8 +5,9 @@ naming the file, the problem and the fix; ``confirm(record)`` checks that the ch
 holds the files an earlier intake recorded (what a run's later steps do instead of intake).
 Modules, in the order intake uses them: ``tree`` (directory entries: symlinks, pickles, code;
 content hash), ``architecture`` (config.json, remote code, shapes against a meta-device
-skeleton), ``safetensors_header`` (strict header reader), ``weights`` (shard index, tensor
-inventory, NaN/Inf scan), ``stat_cache``, ``record``.
+skeleton), ``completeness`` (every declared tensor present, nothing extra), ``safetensors_header``
+(strict header reader), ``weights`` (shard index, tensor inventory, NaN/Inf scan), ``stat_cache``,
+``record``.
 """
 
 from quantgate.hashing import FileEntry

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from quantgate.errors import CheckpointConfigError, RemoteCodeError, ShapeMismatchError
+from quantgate.intake.completeness import Loaded
 from quantgate.intake.safetensors_header import TensorInfo
 
 MOE_KEYS = ("num_local_experts", "num_experts", "n_routed_experts")
@@ -89,26 +90,33 @@ def num_experts(config) -> int | None:
     return None
 
 
-def check_shapes(root: Path, config, tensors: dict[str, tuple[str, TensorInfo]]) -> None:
-    """Compare checkpoint tensor shapes with a meta-device skeleton built from ``config``.
-
-    Only names present in both are compared: transformers may store some tensors under
-    other names in memory than on disk (fused MoE experts, for one). The embedding is also
-    checked explicitly against vocab_size x hidden_size, because its name is the one most
-    likely to differ between model families.
-    """
+def skeleton(root: Path, config):
+    """The causal LM ``config`` describes, built on the meta device (no memory, no weights)."""
     import torch
     from transformers import AutoModelForCausalLM
 
     try:
         with torch.device("meta"):
-            model = AutoModelForCausalLM.from_config(config)
+            return AutoModelForCausalLM.from_config(config)
     except Exception as exc:  # noqa: BLE001  any failure here is the config's: report it as such
         raise CheckpointConfigError(
             root / "config.json",
             f"transformers cannot build a causal LM from this config ({exc})",
             "check the config against the model family's documented fields",
         ) from None
+
+
+def check_shapes(
+    root: Path, config, model, tensors: dict[str, tuple[str, TensorInfo]], loaded: dict[str, Loaded]
+) -> None:
+    """Compare checkpoint tensor shapes with ``model``, the meta-device skeleton of ``config``.
+
+    Each name on disk is compared with the tensor transformers' loader would load it into
+    (``loaded``: ``completeness.memory_names``); per-expert tensors that the loader fuses into
+    one are counted by ``check_expert_count`` instead. The embedding is also checked explicitly
+    against vocab_size x hidden_size, because its name is the one most likely to differ between
+    model families.
+    """
     expected = {name: tuple(t.shape) for name, t in model.state_dict().items()}
 
     fix = "re-export config.json together with the weights, or fix the size fields it declares"
@@ -120,7 +128,8 @@ def check_shapes(root: Path, config, tensors: dict[str, tuple[str, TensorInfo]])
         _check_embedding(root, config, tensors, embed_name, fix)
 
     for name, (rel, info) in tensors.items():
-        want = expected.get(name)
+        memory, fused = loaded.get(name, (name, None))
+        want = expected.get(memory) if fused is None else None
         if want is not None and want != info.shape:
             raise ShapeMismatchError(
                 root / rel,

@@ -3,9 +3,10 @@
 Everything after intake trusts the source, so intake refuses anything unsafe or inconsistent
 before a weight is quantized, each refusal its own error type naming the file, the problem and
 the fix. The most dangerous problems come first and cheap checks before expensive ones: directory
-entries (symlinks, pickles, code), config.json, shard index and headers, shapes against a
-meta-device skeleton, a NaN/Inf scan, the content hash. Intake writes nothing but its stat cache;
-its one ``intake:`` log line is how a run's logs show the checkpoint was taken in once.
+entries (symlinks, pickles, code), config.json, shard index and headers, shapes and names against
+a meta-device skeleton (nothing missing, nothing extra), a NaN/Inf scan, the content hash. Intake
+writes nothing but its stat cache; its one ``intake:`` log line is how a run's logs show the
+checkpoint was taken in once.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from pathlib import Path
 
 from quantgate.config.gates import Gates
 from quantgate.errors import CheckpointConfigError, CheckpointError, EmptyCheckpointError
-from quantgate.intake import architecture, tree, weights
+from quantgate.intake import architecture, completeness, tree, weights
 from quantgate.intake.record import SourceRecord
 from quantgate.intake.stat_cache import StatCache
 from quantgate.progress import SILENT, Progress
@@ -62,8 +63,12 @@ def intake(path: Path, policy: Gates, progress: Progress = SILENT, cache: Path |
             "re-save the model with save_pretrained",
         )
     experts = architecture.num_experts(config)
-    architecture.check_shapes(root, config, tensors)
+    model = architecture.skeleton(root, config)
+    loaded = completeness.memory_names(model, tensors)
+    architecture.check_shapes(root, config, model, tensors, loaded)
     architecture.check_expert_count(root, tensors, experts)
+    completeness.check_complete(root, model, tensors, loaded)
+    del model
     seen = StatCache(cache, root, files)
     weights.scan_finite(root, tensors, headers, progress, skip=set(seen.known))
     entries, content_hash = tree.hash_files(root, files, progress, known=seen.known)

@@ -242,11 +242,11 @@ def test_non_finite_weights(tiny_llama, refuse, value):
 def test_non_finite_fp8_weights(tiny_llama, refuse):
     path = tiny_llama / "model.safetensors"
     tensors = load_file(path)
-    scale = torch.ones(4, dtype=torch.float32)
-    scale[2] = float("nan")
-    tensors["model.layers.0.extra_scale"] = scale.to(torch.float8_e4m3fn)
+    norm = torch.ones(64, dtype=torch.float32)  # a declared tensor, stored in FP8 with one NaN
+    norm[2] = float("nan")
+    tensors["model.layers.0.input_layernorm.weight"] = norm.to(torch.float8_e4m3fn)
     save_file(tensors, path, metadata={"format": "pt"})
-    refuse(tiny_llama, NonFiniteWeightsError, "model.layers.0.extra_scale")
+    refuse(tiny_llama, NonFiniteWeightsError, "model.layers.0.input_layernorm.weight")
 
 
 def test_intermediate_size_disagrees_with_weights(tiny_llama, refuse):
@@ -260,17 +260,26 @@ def test_vocab_size_disagrees_with_embedding(tiny_llama, refuse):
 
 
 @pytest.mark.parametrize("declared", [8, 3])
-def test_mixtral_expert_count_disagrees_with_weights(tiny_mixtral, refuse, declared):
-    """Mixtral stores experts one per tensor on disk but fused in memory: counted, not compared."""
+def test_mixtral_expert_count_disagrees_with_router(tiny_mixtral, refuse, declared):
+    """Mixtral's router is ``block_sparse_moe.gate`` on disk and ``mlp.gate`` in memory: compared
+    through transformers' own renaming."""
     edit_json(tiny_mixtral / "config.json", num_local_experts=declared)
     refuse(
         tiny_mixtral,
         ShapeMismatchError,
         "model.safetensors",
-        "block_sparse_moe.experts",
-        "4 experts",
-        f"{declared} experts",
+        "model.layers.0.block_sparse_moe.gate.weight",
+        "[4, 64]",
+        f"[{declared}, 64]",
     )
+
+
+def test_mixtral_experts_missing_on_disk_are_counted(tiny_mixtral, refuse):
+    """Experts are stored one per tensor on disk but fused in memory: counted, not compared."""
+    path = tiny_mixtral / "model.safetensors"
+    tensors = {k: v for k, v in load_file(path).items() if ".experts.3." not in k}
+    save_file(tensors, path, metadata={"format": "pt"})
+    refuse(tiny_mixtral, ShapeMismatchError, "block_sparse_moe.experts", "3 experts", "4 experts")
 
 
 def test_qwen_moe_expert_count_disagrees_with_router(tiny_qwen_moe, refuse):

@@ -102,6 +102,9 @@ class Manifest(_Part):
     files: dict[str, FileEntry]
     # the serving check against the target's contract (None: built before the check existed)
     serving: ServingTable | None = None
+    # support files (SUPPORT_FILES) copied from the source, by the sha256 of the source's bytes;
+    # pull refuses an artifact whose file differs (None: built before they were restored)
+    source_files: dict[str, str] | None = None
 
     @property
     def total_bytes(self) -> int:

@@ -3,8 +3,9 @@
 Resolving the alias takes two tracking-server calls (the model's aliases, the version's tags);
 the bytes come from the local content-addressed cache when this content was pulled before,
 else from the store: the manifest first, checked against the sha256 the version recorded at
-publish (a manifest swapped in the store is caught), then every file in parallel, each
-re-hashed against it. Only a wholly verified set is installed; a failed pull installs nothing
+publish (a manifest swapped in the store is caught) and for support files (tokenizer, templates)
+that are the source's, as the build recorded them, then every file in parallel, each re-hashed
+against it. Only a wholly verified set is installed; a failed pull installs nothing
 and keeps the files it verified, so the next attempt resumes. ``offline`` skips the tracking
 server and uses the version this node last resolved for the same alias.
 """
@@ -119,6 +120,15 @@ def _manifest(store: ArtifactStore, staging: Path, resolved: Resolved) -> Manife
         raise _tampered(MANIFEST, resolved, "is not a valid manifest") from None
     if content_hash(manifest.files) != resolved.content_hash or not all(map(_safe_rel, manifest.files)):
         raise _tampered(MANIFEST, resolved, "does not match the version's content hash")
+    # the tokenizer and templates must be the source's, as the build recorded them; each file is
+    # then checked against manifest.files, so the bytes installed are the source's
+    for rel, source_sha in sorted((manifest.source_files or {}).items()):
+        entry = manifest.files.get(rel)
+        if entry is None or entry.sha256 != source_sha:
+            found = f"sha256 {entry.sha256}" if entry else "absent"
+            raise _tampered(
+                rel, resolved, f"is not the source's ({found}, the source's is sha256 {source_sha})"
+            )
     return manifest
 
 

@@ -7,7 +7,9 @@ Order of work, and why:
 2. An existing artifact with the same build key, intact files and the same serving check is reused.
 3. Targets with identical recipes (hopper-fp8, rocm-cdna3-fp8) are built once; the second gets
    hard links to the first's files and a manifest of its own.
-4. Each build is written into a temporary directory beside the destination and installed only
+4. After its engine ran, an artifact gets the source's tokenizer, templates and dropped config
+   keys back, plain YAML and modes 0644/0755 (``finalize``): what was gated is what is served.
+5. Each build is written into a temporary directory beside the destination and installed only
    when whole, so a crash never leaves a half-written artifact under its name.
 """
 
@@ -24,7 +26,6 @@ from typing import TYPE_CHECKING
 
 from quantgate.artifact import (
     MANIFEST,
-    SUPPORT_FILES,
     BuildInfo,
     CalibrationRef,
     Manifest,
@@ -43,6 +44,7 @@ from quantgate.errors import BuildError, QuantgateError
 from quantgate.intake import SourceRecord
 from quantgate.memory import peak_rss_bytes
 from quantgate.progress import SILENT, Progress
+from quantgate.quantize import finalize
 from quantgate.quantize.engines import BuildJob, Engine, engine_class
 from quantgate.serving.check import require_loadable
 
@@ -62,16 +64,10 @@ class BuildResult:
 
 def _reusable(final: Path, key: str) -> Manifest | None:
     manifest = read_manifest(final)
-    if manifest is None or manifest.build_key != key:
+    # without source_files: built before the source's support files were restored, so rebuilt
+    if manifest is None or manifest.build_key != key or manifest.source_files is None:
         return None
     return manifest if not verify_files(final, manifest) else None
-
-
-def _copy_support_files(source: Path, out_dir: Path) -> None:
-    for name in SUPPORT_FILES:
-        src = source / name
-        if src.exists() and not (out_dir / name).exists():
-            shutil.copy2(src, out_dir / name)
 
 
 def _manifest(
@@ -198,6 +194,7 @@ def build_planned(
         if existing is not None and existing.serving != require_loadable(final, target):
             existing = None  # same inputs, another serving contract (or none recorded): rebuilt to record it
         if existing is not None:
+            finalize.set_modes(final)
             progress.log(f"{target.name}: inputs unchanged, reusing {final}")
             results.append(BuildResult(target.name, final, existing, "reused"))
             built_by_key.setdefault(key, final)
@@ -216,6 +213,7 @@ def build_planned(
                         os.link(path, dest)
                 linked_from = twin.name
                 status = "linked"
+                source_files = finalize.verify_support_files(Path(source.path), tmp)
             else:
                 try:
                     engines[recipe.engine].build(BuildJob(source, recipe, calib, tmp, progress))
@@ -225,7 +223,8 @@ def build_planned(
                     raise BuildError(
                         f"{target.name}: the {recipe.engine} engine failed with {type(exc).__name__}: {exc}"
                     ) from exc
-                _copy_support_files(Path(source.path), tmp)
+                # the source's tokenizer, templates and config keys over the engine's; safe YAML
+                source_files = finalize.finish(Path(source.path), tmp)
                 status = "built"
             seconds = time.perf_counter() - started
             # ServingError (exit 1) when no configuration loads it: nothing is installed
@@ -233,8 +232,9 @@ def build_planned(
             manifest = _manifest(
                 target, recipe, recipe_sha, source, calib, key, tools, tmp, seconds, linked_from
             )
-            manifest = manifest.model_copy(update={"serving": serving})
+            manifest = manifest.model_copy(update={"serving": serving, "source_files": source_files})
             write_manifest(tmp, manifest)
+            finalize.set_modes(tmp)  # 0644/0755, whatever the umask and the engine's temporary files
             install_dir(tmp, final)  # replaces an older artifact only once this one is whole
         finally:
             shutil.rmtree(tmp, ignore_errors=True)

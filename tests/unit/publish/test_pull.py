@@ -172,3 +172,37 @@ def test_least_recently_used_entries_are_evicted_past_the_size_limit(registry, p
     pull(MODEL, "t0", "a", small, cache_dir=pull_cache)  # t0 used again: t1 is now least recent
     third = pull(MODEL, "t2", "c", small, cache_dir=pull_cache)
     assert set(_installed(pull_cache)) == {first.name, third.name}
+
+
+def _with_source_files(tmp_path, source_tokenizer: bytes):
+    """An artifact whose manifest records the source's tokenizer.json as ``source_tokenizer``."""
+    import hashlib
+
+    from quantgate.artifact import write_manifest
+
+    artifact = write_artifact(
+        tmp_path / "arts" / "hopper-fp8",
+        "hopper-fp8",
+        {"model.safetensors": b"\0" * 1000, "tokenizer.json": b'{"truncation": {"max_length": 512}}'},
+    )
+    recorded = {"tokenizer.json": hashlib.sha256(source_tokenizer).hexdigest()}
+    write_manifest(artifact, read_manifest(artifact).model_copy(update={"source_files": recorded}))
+    return artifact
+
+
+def test_a_tokenizer_that_is_not_the_sources_is_refused(registry, pull_cache, tmp_path):
+    """A re-saved tokenizer (here with a truncation the source did not have) hashed into the
+    manifest's files is consistent with itself, but not with the build's record of the source."""
+    _with_source_files(tmp_path, source_tokenizer=b'{"truncation": null}')
+    publish_report(write_report(tmp_path / "gate", {"hopper-fp8": ["chat"]}), tmp_path / "arts", registry)
+    with pytest.raises(TamperedArtifactError, match="tokenizer.json: is not the source's") as err:
+        pull(MODEL, "hopper-fp8", "chat", registry, cache_dir=pull_cache)
+    assert err.value.exit_code == 2
+    assert _installed(pull_cache) == []
+
+
+def test_support_files_that_are_the_sources_pass(registry, pull_cache, tmp_path):
+    artifact = _with_source_files(tmp_path, source_tokenizer=b'{"truncation": {"max_length": 512}}')
+    publish_report(write_report(tmp_path / "gate", {"hopper-fp8": ["chat"]}), tmp_path / "arts", registry)
+    path = pull(MODEL, "hopper-fp8", "chat", registry, cache_dir=pull_cache)
+    assert read_manifest(path).source_files == read_manifest(artifact).source_files

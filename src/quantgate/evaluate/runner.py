@@ -81,6 +81,8 @@ def _reference(ctx: EvalContext, suite: LoadedSuite, source_hash: str, source: S
         return state["reference"], SuiteResult(**state["source_result"])
     run.reference_misses.append(suite.spec.name)
     reference, result = suite.runner.reference(ctx, source.model())
+    if result.errors:  # items not evaluated (e.g. no sandbox here) are tried again next time, not cached
+        return reference, result
     with staged_file(path) as tmp:
         torch.save({"reference": reference, "source_result": asdict(result)}, tmp)
     return reference, result

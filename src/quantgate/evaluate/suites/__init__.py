@@ -25,7 +25,7 @@ from quantgate.config.loader import load_model, read_yaml
 from quantgate.config.targets import Frozen
 from quantgate.errors import ConfigFileError, UsageError
 from quantgate.evaluate.data import DataDir
-from quantgate.evaluate.suites.metrics import Metric
+from quantgate.evaluate.suites.metrics import Metric, item_error, item_errors
 from quantgate.progress import SILENT, Progress
 from quantgate.registry import Registry
 from quantgate.suggest import did_you_mean
@@ -66,13 +66,31 @@ class EvalContext:
 
 @dataclass
 class SuiteResult:
-    """One model's result on one suite: metrics, per-sample records, and what they mean."""
+    """One model's result on one suite: metrics, per-sample records, and what they mean.
+
+    ``errors``: how many items could not be evaluated, by reason (``metrics.item_errors`` of
+    the samples, filled in when not given, and said in ``notes``); empty when every item was.
+    Such items carry ``"error"`` in their record and count in no metric.
+    """
 
     suite: str
     kind: str
     metrics: dict[str, float | None]
     samples: list[dict[str, Any]] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    errors: dict[str, int] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if not self.errors:
+            self.errors = item_errors(self.samples)
+        if self.errors:
+            reasons = "; ".join(f"{n} × {reason}" for reason, n in self.errors.items())
+            note = (
+                f"{sum(self.errors.values())} of {len(self.samples)} items could not be evaluated "
+                f"and count in no metric: {reasons}"
+            )
+            if note not in self.notes:
+                self.notes.append(note)
 
 
 class SuiteKind(ABC):
@@ -80,7 +98,9 @@ class SuiteKind(ABC):
 
     Subclasses set ``spec_model`` and implement ``reference`` and ``score`` (what ``quantgate
     eval`` runs) and ``metrics`` and ``columns`` (what the gate reads). Keep torch and other
-    heavy imports inside the methods that run models, so the gate stays light.
+    heavy imports inside the methods that run models, so the gate stays light. An item that
+    could not be evaluated is recorded with ``"error": "<reason>"`` (``metrics.ERROR``), never
+    as a wrong answer; ``item_error`` reads it.
     """
 
     spec_model: ClassVar[type[SuiteSpec]]
@@ -110,10 +130,19 @@ class SuiteKind(ABC):
     def metrics(self) -> dict[str, Metric]:
         """Every metric a gate floor may name on this suite, as this suite's spec configures it."""
 
+    def item_error(self, sample: Mapping[str, Any]) -> str | None:
+        """Why this per-item record could not be evaluated (its ``"error"``), or None when it was.
+
+        The gate asks this before ``columns``: a suite with any such item gives no evidence on
+        them, so its floors are ``error``, never pass or fail.
+        """
+        return item_error(sample)
+
     @abstractmethod
     def columns(self, sample: Mapping[str, Any]) -> dict[str, float]:
         """One per-item record (an entry of ``SuiteResult.samples``) as numeric columns for the
-        metrics' statistics; KeyError when a field is absent."""
+        metrics' statistics; KeyError when a field is absent, ``metrics.ItemError`` (a KeyError) for a
+        record that could not be evaluated."""
 
 
 ENTRY_POINTS = "quantgate.suite_kinds"

@@ -20,7 +20,7 @@ from quantgate.config.targets import Frozen
 from quantgate.errors import ConfigFileError
 from quantgate.evaluate.paired import flip_metrics
 from quantgate.evaluate.suites import EvalContext, SuiteKind, SuiteResult, SuiteSpec, register
-from quantgate.evaluate.suites.metrics import Metric, correctness, perplexity
+from quantgate.evaluate.suites.metrics import Metric, correctness, perplexity, require_evaluated
 
 PERPLEXITY = Metric(False, True, "exp of the token-weighted mean NLL over items", perplexity("nll"))
 
@@ -71,7 +71,8 @@ class DomainSuite(SuiteKind):
         return {"perplexity": PERPLEXITY} if self.spec.metric == "perplexity" else correctness("accuracy")
 
     def columns(self, sample: Mapping[str, Any]) -> dict[str, float]:
-        """An item's NLL and tokens (perplexity), or its correctness."""
+        """An item's NLL and tokens (perplexity), or its correctness; ItemError for one not evaluated."""
+        require_evaluated(sample)
         if self.spec.metric == "perplexity":
             return {"nll": float(sample["nll"]), "tokens": float(sample["tokens"])}
         return {"correct": float(bool(sample["correct"]))}

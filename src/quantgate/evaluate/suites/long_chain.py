@@ -18,7 +18,7 @@ from pydantic import Field, NonNegativeInt, PositiveInt
 from quantgate.config.targets import Frozen
 from quantgate.evaluate.data import DataSource, load_jsonl_records
 from quantgate.evaluate.suites import EvalContext, SuiteKind, SuiteResult, SuiteSpec, register
-from quantgate.evaluate.suites.metrics import Metric, mean, weighted_mean
+from quantgate.evaluate.suites.metrics import Metric, mean, require_evaluated, weighted_mean
 
 METRICS = {
     "kld_mean": Metric(
@@ -105,6 +105,7 @@ class LongChainSuite(SuiteKind):
 
     def columns(self, sample: Mapping[str, Any]) -> dict[str, float]:
         """A trace's tokens, mean KL, agreement, first divergence and acceptance per draft size."""
+        require_evaluated(sample)
         cols = {
             k: float(sample[k]) for k in ("trace_tokens", "kld_mean", "top1_agreement", "first_divergence")
         }

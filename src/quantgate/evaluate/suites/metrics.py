@@ -7,18 +7,63 @@ flips); the per-item statistic, paired item by item with the source (none: the s
 reported value is all there is, a point estimate); and when the source's level is a base a
 ratio can be taken against. Per-item records become numeric columns through the kind's
 ``columns``. numpy only: the gate imports this without torch.
+
+Items that could not be evaluated (no sandbox for a program, a harness that returned nothing
+for an item, a generation that crashed) are never scored as wrong answers: the per-item record
+carries ``"error": "<reason>"`` (key ``ERROR``) and no value, ``item_error`` reads it, every
+kind's ``columns`` raises ``ItemError`` for such a record, and ``SuiteResult.errors`` counts
+them by reason. A floor on a suite with any such item has no evidence on those items: the gate
+reports it as ``error`` (with the reasons), never as a pass or a fail.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections import Counter
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
 Columns = dict[str, np.ndarray]
 # (artifact columns, source columns, axis) -> the statistic along axis (vectorized over resamples)
 Statistic = Callable[[Columns, Columns, int], np.ndarray]
+
+
+ERROR = "error"  # per-item record key: why the item could not be evaluated (absent when it was)
+
+
+class ItemError(KeyError):
+    """A per-item record that could not be evaluated, raised by ``SuiteKind.columns``.
+
+    A ``KeyError``, because such a record has no value to give: code that treats an absent
+    field as missing data fails closed on it too. ``item`` and ``reason`` say which and why.
+    """
+
+    def __init__(self, item: Any, reason: str) -> None:
+        super().__init__(item, reason)
+        self.item, self.reason = item, reason
+
+    def __str__(self) -> str:
+        return f"item {self.item} could not be evaluated: {self.reason}"
+
+
+def item_error(sample: Mapping[str, Any]) -> str | None:
+    """Why the per-item record ``sample`` could not be evaluated; None when it was."""
+    reason = sample.get(ERROR)
+    return str(reason) if reason else None
+
+
+def require_evaluated(sample: Mapping[str, Any]) -> None:
+    """Raise ``ItemError`` for a record that could not be evaluated: the first line of every ``columns``."""
+    reason = item_error(sample)
+    if reason is not None:
+        raise ItemError(sample.get("item"), reason)
+
+
+def item_errors(samples: Iterable[Mapping[str, Any]]) -> dict[str, int]:
+    """How many records could not be evaluated, by reason (empty when every item was)."""
+    return dict(Counter(r for r in map(item_error, samples) if r is not None))
 
 
 def nonzero(base: np.ndarray) -> np.ndarray:

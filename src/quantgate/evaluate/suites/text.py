@@ -22,7 +22,7 @@ from quantgate.config.targets import Frozen
 from quantgate.errors import ConfigFileError
 from quantgate.evaluate.data import DataSource, load_text
 from quantgate.evaluate.suites import EvalContext, SuiteKind, SuiteResult, SuiteSpec, register
-from quantgate.evaluate.suites.metrics import Metric, perplexity, weighted_mean
+from quantgate.evaluate.suites.metrics import Metric, perplexity, require_evaluated, weighted_mean
 
 METRICS = {
     "perplexity": Metric(
@@ -134,6 +134,7 @@ class TextSuite(SuiteKind):
 
     def columns(self, sample: Mapping[str, Any]) -> dict[str, float]:
         """A window's tokens, NLL sum, mean KL and top-1 agreement."""
+        require_evaluated(sample)
         return {k: float(sample[k]) for k in ("tokens", "nll_sum", "kld_mean", "top1_agreement")}
 
     def reference(self, ctx: EvalContext, source) -> tuple[dict, SuiteResult]:

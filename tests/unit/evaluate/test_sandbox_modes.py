@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import json
 import os
+import pwd
+import random
 import shutil
 import socket
 import subprocess
@@ -23,13 +25,27 @@ import pytest
 
 from quantgate.evaluate import sandbox
 from quantgate.evaluate.sandbox import SANDBOX_GID, SANDBOX_UID, run_untrusted
+from quantgate.evaluate.suites.humaneval import problems, program_for
 
 pytestmark = pytest.mark.unit
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[2]
 SANDBOX_PY = Path(sandbox.__file__).resolve()
-USER = 61234  # a uid no account or process on the machine has: becomes the non-root caller
+
+
+def _free_uid() -> int:
+    """A uid no account and no process has (concurrent runs of these tests each get their own)."""
+    taken = {u.pw_uid for u in pwd.getpwall()}
+    for entry in os.listdir("/proc"):
+        try:
+            taken.add(os.stat(f"/proc/{entry}").st_uid)
+        except OSError:
+            pass
+    return random.SystemRandom().choice(sorted(set(range(61000, 62000)) - taken))
+
+
+USER = _free_uid()  # becomes the non-root caller
 NOT_PASSED = {"failed", "timeout", "resource_limit"}
 
 needs_root = pytest.mark.skipif(
@@ -46,8 +62,6 @@ def _interpreters() -> list[str]:
 
 def as_user(programs: dict, tmp_path: Path, **request) -> dict:
     """Run ``programs`` in the sandbox as uid ``USER`` (see ``sandbox_as_user.py``); its JSON answer."""
-    if any(os.stat(f"/proc/{p}").st_uid == USER for p in os.listdir("/proc") if p.isdigit()):
-        pytest.skip(f"uid {USER} is in use on this machine")
     path = tmp_path / "request.json"
     path.write_text(json.dumps({"uid": USER, "sandbox": str(SANDBOX_PY), "programs": programs, **request}))
     path.chmod(0o644)
@@ -161,6 +175,11 @@ def test_non_root_user_runs_programs_in_a_user_namespace_sandbox(tmp_path, host_
             "kwargs": {"timeout_s": 2},
         },
     }
+    # HumanEval programs as the suite builds them: the canonical solutions pass, a wrong one fails
+    for problem in problems()[:3]:
+        programs[problem["task_id"]] = program_for(problem["prompt"] + problem["canonical_solution"], problem)
+    wrong = problems()[0]
+    programs["wrong_solution"] = program_for(wrong["prompt"] + "    return None\n", wrong)
     request = {k: v if isinstance(v, dict) else {"program": v} for k, v in programs.items()}
     try:
         answer = as_user(request, tmp_path, host_reads=[str(secret), str(data)])
@@ -204,6 +223,11 @@ def test_non_root_user_runs_programs_in_a_user_namespace_sandbox(tmp_path, host_
     assert runs["fork_bomb"]["status"] in NOT_PASSED and runs["fork_bomb"]["seconds"] < 3 + 5
     assert runs["memory"]["status"] == "resource_limit" and "MemoryError" in runs["memory"]["stderr"]
     assert runs["endless"]["status"] == "timeout" and 2 <= runs["endless"]["seconds"] < 2 + 5
+    for task_id in ("HumanEval/0", "HumanEval/1", "HumanEval/2"):
+        assert runs[task_id]["status"] == "passed", runs[task_id]
+    assert (
+        runs["wrong_solution"]["status"] == "failed" and "AssertionError" in runs["wrong_solution"]["stderr"]
+    )
 
 
 @needs_root

@@ -70,10 +70,15 @@ def problems_file() -> Path:
     return path
 
 
-def task_ids() -> list[str]:
-    """Every problem's ``task_id``, in the order of the problems file (lm-eval's doc order)."""
+def problems() -> list[dict[str, Any]]:
+    """Every problem (task_id, prompt, canonical_solution, test, entry_point), in lm-eval's doc order."""
     with gzip.open(problems_file(), "rt", encoding="utf-8") as handle:
-        return [json.loads(line)["task_id"] for line in handle if line.strip()]
+        return [json.loads(line) for line in handle if line.strip()]
+
+
+def task_ids() -> list[str]:
+    """Every problem's ``task_id``, in the order of the problems file."""
+    return [problem["task_id"] for problem in problems()]
 
 
 def not_evaluated(item: str, reason: str, status: str) -> dict[str, Any]:
@@ -86,6 +91,11 @@ def not_evaluated(item: str, reason: str, status: str) -> dict[str, Any]:
         "stderr_tail": "",
         ERROR: reason,
     }
+
+
+def program_for(solution: str, doc: Mapping[str, Any]) -> str:
+    """What runs in the sandbox for one problem: prompt + completion, the problem's tests, the check."""
+    return f"{solution}\n\n{doc['test']}\n\ncheck({doc['entry_point']})\n"
 
 
 def prompt_plus_completion(resps: list[list[str]], docs: list[dict]) -> list[list[str]]:
@@ -153,9 +163,8 @@ class HumanEvalSuite(SuiteKind):
                     task.advance()
                     continue
                 doc = log["doc"]
-                program = f"{log['filtered_resps'][0]}\n\n{doc['test']}\n\ncheck({doc['entry_point']})\n"
                 outcome = run_untrusted(
-                    program,
+                    program_for(log["filtered_resps"][0], doc),
                     timeout_s=limits.timeout_s,
                     memory_bytes=limits.memory_mb * MB,
                     max_processes=limits.max_processes,

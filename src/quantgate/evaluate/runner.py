@@ -25,8 +25,10 @@ from quantgate.evaluate import fusion
 from quantgate.evaluate.suites import EvalContext, LoadedSuite, SuiteResult
 
 # 2: references computed with tiled prefill attention and log-sum-exp scoring; a version-1
-# reference (sdpa) paired with a version-2 artifact pass would carry attention rounding as KLD
-REFERENCE_VERSION = 2
+# reference (sdpa) paired with a version-2 artifact pass would carry attention rounding as KLD.
+# 3: per-item records carry what the gate bounds (text windows' largest per-token KLDs, long-chain
+# traces' deepest-bin agreement); a cached source result without them cannot be paired
+REFERENCE_VERSION = 3
 
 
 @dataclass

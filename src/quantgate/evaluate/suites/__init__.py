@@ -139,10 +139,11 @@ class SuiteKind(ABC):
         return item_error(sample)
 
     @abstractmethod
-    def columns(self, sample: Mapping[str, Any]) -> dict[str, float]:
+    def columns(self, sample: Mapping[str, Any]) -> Mapping[str, float | list[float]]:
         """One per-item record (an entry of ``SuiteResult.samples``) as numeric columns for the
-        metrics' statistics; KeyError when a field is absent, ``metrics.ItemError`` (a KeyError) for a
-        record that could not be evaluated."""
+        metrics' statistics (a list of numbers where a statistic pools values across items, e.g.
+        a quantile); KeyError when a field is absent, ``metrics.ItemError`` (a KeyError) for a record
+        that could not be evaluated."""
 
 
 ENTRY_POINTS = "quantgate.suite_kinds"

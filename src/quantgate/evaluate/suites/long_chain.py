@@ -5,7 +5,9 @@ thousands of decode steps, sends a chain somewhere else. The source writes greed
 (cached with the reference). Each artifact is teacher-forced on them (KL divergence and top-1
 agreement at every position, binned by depth: a rising KL or falling agreement in later bins is
 compounding error), run free from the same prompts (``first_divergence``), and scored as a
-speculative-decoding draft (``accepted_per_step``).
+speculative-decoding draft (``accepted_per_step``). Each trace records its tokens and agreement in
+the deepest bin any trace reaches (``depth_tokens``, ``depth_agreement``), so the gate bounds
+``agreement_at_depth`` by resampling traces.
 """
 
 from __future__ import annotations
@@ -27,7 +29,12 @@ METRICS = {
     "top1_agreement": Metric(
         True, False, "trace-token-weighted top-1 agreement", weighted_mean("top1_agreement", "trace_tokens")
     ),
-    "agreement_at_depth": Metric(True, False, "top-1 agreement in the deepest bin"),
+    "agreement_at_depth": Metric(
+        True,
+        False,
+        "top-1 agreement in the deepest bin, weighted by each trace's tokens there",
+        weighted_mean("depth_agreement", "depth_tokens"),
+    ),
     "first_divergence_mean": Metric(
         True, False, "mean free-running first divergence position", mean("first_divergence")
     ),
@@ -111,6 +118,9 @@ class LongChainSuite(SuiteKind):
         }
         for k in self.spec.draft_k:
             cols[f"accepted_k{k}"] = float(sample[f"accepted_per_step_k{k}"])
+        for field in ("depth_tokens", "depth_agreement"):  # absent from records older than them
+            if field in sample:
+                cols[field] = float(sample[field])
         return cols
 
     def _prompts(self, ctx: EvalContext, tokenizer) -> list[list[int]]:
@@ -180,15 +190,18 @@ class LongChainSuite(SuiteKind):
         width = sizes.trace_tokens / sizes.bins
         kld_bins: list[list[float]] = [[] for _ in range(sizes.bins)]
         agree_bins: list[list[float]] = [[] for _ in range(sizes.bins)]
-        samples, all_kld, all_agree = [], [], []
+        samples, all_kld, all_agree, trace_bins = [], [], [], []
         for i, (prompt, trace, s) in enumerate(zip(prompts, traces, scores, strict=True)):
             # position p of the scores predicts token p+1; trace token j sits at len(prompt)+j
             kld = s.kld[len(prompt) - 1 :]
             agree = s.agree[len(prompt) - 1 :]
+            mine: list[list[float]] = [[] for _ in range(sizes.bins)]
             for j in range(len(trace)):
                 b = min(int(j / width), sizes.bins - 1)
                 kld_bins[b].append(float(kld[j]))
                 agree_bins[b].append(float(agree[j]))
+                mine[b].append(float(agree[j]))
+            trace_bins.append(mine)
             all_kld.append(kld)
             all_agree.append(agree)
             samples.append(
@@ -204,6 +217,11 @@ class LongChainSuite(SuiteKind):
                     },
                 }
             )
+        deepest = max((b for b in range(sizes.bins) if agree_bins[b]), default=None)
+        for sample, mine in zip(samples, trace_bins, strict=True):
+            there = mine[deepest] if deepest is not None else []
+            sample["depth_tokens"] = len(there)
+            sample["depth_agreement"] = sum(there) / len(there) if there else 0.0
         kld_all, agree_all = torch.cat(all_kld), torch.cat(all_agree).float()
         metrics: dict[str, float | None] = {
             "kld_mean": float(kld_all.mean()),

@@ -5,8 +5,11 @@ Each kind says, for every metric a gate floor may name: which way is better; whe
 level means something) or already a *comparison* with the source (KL divergence, agreement,
 flips); the per-item statistic, paired item by item with the source (none: the suite's
 reported value is all there is, a point estimate); and when the source's level is a base a
-ratio can be taken against. Per-item records become numeric columns through the kind's
-``columns``. numpy only: the gate imports this without torch.
+ratio can be taken against; and, for metrics that count events (answers lost), the smallest
+effect the source's level lets the items show (``detectable``), which the gate needs because a
+bootstrap over items that hold no event has no spread. Per-item records become columns through
+the kind's ``columns`` (a number per item, or a list of numbers per item for a pooled quantile).
+numpy only: the gate imports this without torch.
 
 Items that could not be evaluated (no sandbox for a program, a harness that returned nothing
 for an item, a generation that crashed) are never scored as wrong answers: the per-item record
@@ -18,6 +21,7 @@ reports it as ``error`` (with the reasons), never as a pass or a fail.
 
 from __future__ import annotations
 
+import math
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
@@ -28,6 +32,9 @@ import numpy as np
 Columns = dict[str, np.ndarray]
 # (artifact columns, source columns, axis) -> the statistic along axis (vectorized over resamples)
 Statistic = Callable[[Columns, Columns, int], np.ndarray]
+# (source columns over all items, confidence, ratio floor?) -> (smallest departure from no change the
+# items can show, in the floor's units; a few words on the source's level, e.g. "source solves 3 of 8")
+Detectable = Callable[[Columns, float, bool], tuple[float, str]]
 
 
 ERROR = "error"  # per-item record key: why the item could not be evaluated (absent when it was)
@@ -81,6 +88,7 @@ class Metric:
     statistic: Statistic | None = None  # None: point only, the suite's reported value
     informative: Callable[[np.ndarray], np.ndarray] = nonzero  # on the source's level, for ratio floors
     uninformative: str = "is 0, so the ratio is undefined (0/0 or x/0)"  # why, after "the source's <metric>"
+    detectable: Detectable | None = None  # event metrics: the resolution the source's level allows
 
     @property
     def point_only(self) -> bool:
@@ -108,26 +116,111 @@ def perplexity(nll: str, tokens: str = "tokens") -> Statistic:
     return lambda a, s, axis: np.exp(np.sum(a[nll], axis=axis) / np.sum(a[tokens], axis=axis))
 
 
+def pooled_quantile(q: float, values: str, count: str) -> Statistic:
+    """The ``q`` quantile of every item's values pooled (linear interpolation, as ``torch.quantile``).
+
+    Each item's ``values`` column holds only its largest values (``tail_size`` of them, in any
+    order) and ``count`` how many it has in all: the pooled quantile of any resample of the items
+    lies among those largest values, so the quantile is exact without storing every value.
+    """
+
+    def stat(a: Columns, s: Columns, axis: int) -> np.ndarray:
+        tails, counts = np.asarray(a[values], dtype=object), np.asarray(a[count], dtype=float)
+        rows = tails.reshape(-1, tails.shape[-1])
+        totals = counts.reshape(-1, counts.shape[-1]).sum(-1)
+        out = np.full(len(rows), np.nan)
+        for r, (items, n) in enumerate(zip(rows, totals, strict=True)):
+            pooled = np.concatenate([np.asarray(v, dtype=float) for v in items])
+            h = (int(n) - 1) * q  # ascending position of the quantile among all n values
+            lo = math.floor(h)
+            hi = min(lo + 1, int(n) - 1)
+            # the values at those positions, counted from the top, among the kept largest values
+            low_at, high_at = len(pooled) - int(n) + lo, len(pooled) - int(n) + hi
+            if n >= 1 and low_at >= 0:  # else: fewer values kept than the quantile's rank needs
+                part = np.partition(pooled, [low_at, high_at])
+                out[r] = part[low_at] + (h - lo) * (part[high_at] - part[low_at])
+        return out.reshape(tails.shape[:-1]) if tails.ndim > 1 else out[0]
+
+    return stat
+
+
+def tail_size(q: float, items: int, largest: int) -> int:
+    """How many of an item's largest values ``pooled_quantile`` needs for ``items`` items of at most
+    ``largest`` values each: enough for the pooled ``q`` quantile of any resample of them."""
+    return math.ceil((1 - q) * (items * largest - 1)) + 2
+
+
+def detectable_rate(eligible: int, confidence: float) -> float:
+    """The smallest true event rate among ``eligible`` items that shows at least one event with
+    probability ``confidence`` (infinite with no eligible item): below it, "no event observed"
+    is what a real effect looks like too (the exact form of the rule of three)."""
+    return math.inf if eligible <= 0 else 1.0 - (1.0 - confidence) ** (1.0 / eligible)
+
+
+def _losses(scale: str) -> Detectable:
+    """The resolution of a loss measure: the smallest loss rate among the items the source solved
+    that their number can show, in the floor's units (``scale``: rate of the solved items, a count,
+    or a fraction of all items; a ratio floor is always a rate of the source's level)."""
+
+    def detectable(s: Columns, confidence: float, ratio: bool) -> tuple[float, str]:
+        correct = np.asarray(s["correct"])
+        solved, n = int(np.sum(correct > 0)), int(correct.size)
+        rate = detectable_rate(solved, confidence)
+        if solved and not ratio and scale == "count":
+            rate *= solved
+        elif solved and not ratio and scale == "fraction":
+            rate *= solved / n
+        return rate, f"the source solves {solved} of {n} items"
+
+    return detectable
+
+
+def _any_flip(s: Columns, confidence: float, ratio: bool) -> tuple[float, str]:
+    n = int(np.asarray(s["correct"]).size)
+    return detectable_rate(n, confidence), f"any of {n} items may flip"
+
+
 def correctness(accuracy: str) -> dict[str, Metric]:
-    """The metrics of a suite scored right/wrong per item (column ``correct``), paired with the source."""
+    """The metrics of a suite scored right/wrong per item (column ``correct``), paired with the source.
+
+    A lost answer (the source right, the artifact wrong) is a regression; a gained one is not, so
+    floors that mean "no regression" bound ``flip_loss_rate`` (or ``flips_lost``), never
+    ``flip_rate``, which counts a lucky answer as much as a lost one.
+    """
     return {
-        accuracy: Metric(True, True, "fraction of items correct", mean("correct")),
+        accuracy: Metric(
+            True, True, "fraction of items correct", mean("correct"), detectable=_losses("fraction")
+        ),
         "flip_rate": Metric(
             False,
             False,
-            "fraction of items whose correctness changed against the source",
+            "fraction of items whose correctness changed against the source, either way",
             lambda a, s, axis: np.mean(a["correct"] != s["correct"], axis=axis),
+            detectable=_any_flip,
         ),
         "flips_lost": Metric(
             False,
             False,
             "items the source got right and the artifact got wrong",
             lambda a, s, axis: np.sum((s["correct"] > 0) & (a["correct"] == 0), axis=axis).astype(float),
+            detectable=_losses("count"),
+        ),
+        "flip_loss_rate": Metric(
+            False,
+            False,
+            "fraction of the items the source got right that the artifact got wrong",
+            lambda a, s, axis: (
+                np.sum((s["correct"] > 0) & (a["correct"] == 0), axis=axis)
+                / np.sum(s["correct"] > 0, axis=axis)
+            ),
+            uninformative="base is 0 (it solves none of these items), so no answer can be lost",
+            detectable=_losses("rate"),
         ),
         f"{accuracy}_delta": Metric(
             True,
             False,
             "paired accuracy difference, artifact minus source",
             lambda a, s, axis: np.mean(a["correct"], axis=axis) - np.mean(s["correct"], axis=axis),
+            detectable=_losses("fraction"),
         ),
     }

@@ -5,7 +5,9 @@ traffic log that the calibration set did *not* sample, so the artifact is measur
 traffic it will serve without being scored on its own calibration data. The text is tokenized
 once, cut into non-overlapping windows of ``seq_len`` tokens, and each window is one item for
 paired statistics. The gate measures perplexity, mean KL divergence and top-1 agreement per
-window (token-weighted); the 99th KL percentile only as the suite reports it.
+window (token-weighted), and the 99th KL percentile pooled over windows: each window keeps its
+largest per-token KL values (``kld_top``, 4 significant digits), as many as the pooled p99 of any
+resample of the windows can need, so the gate bootstraps windows and recomputes the quantile.
 """
 
 from __future__ import annotations
@@ -22,7 +24,16 @@ from quantgate.config.targets import Frozen
 from quantgate.errors import ConfigFileError
 from quantgate.evaluate.data import DataSource, load_text
 from quantgate.evaluate.suites import EvalContext, SuiteKind, SuiteResult, SuiteSpec, register
-from quantgate.evaluate.suites.metrics import Metric, perplexity, require_evaluated, weighted_mean
+from quantgate.evaluate.suites.metrics import (
+    Metric,
+    perplexity,
+    pooled_quantile,
+    require_evaluated,
+    tail_size,
+    weighted_mean,
+)
+
+KLD_Q = 0.99  # the quantile kld_p99 reports
 
 METRICS = {
     "perplexity": Metric(
@@ -31,7 +42,12 @@ METRICS = {
     "kld_mean": Metric(
         False, False, "token-weighted mean KL divergence to the source", weighted_mean("kld_mean", "tokens")
     ),
-    "kld_p99": Metric(False, False, "99th percentile of per-token KL divergence"),
+    "kld_p99": Metric(
+        False,
+        False,
+        "99th percentile of per-token KL divergence, pooled over windows",
+        pooled_quantile(KLD_Q, "kld_top", "tokens"),
+    ),
     "top1_agreement": Metric(
         True,
         False,
@@ -100,18 +116,20 @@ def summarize(name: str, scores, samples_extra=None) -> tuple[dict[str, float | 
     metrics: dict[str, float | None] = {
         "perplexity": math.exp(float(nll.mean())),
         "kld_mean": float(kld.mean()),
-        "kld_p99": float(torch.quantile(kld.double(), 0.99)),
+        "kld_p99": float(torch.quantile(kld.double(), KLD_Q)),
         "top1_agreement": float(agree.mean()),
         "tokens": float(len(nll)),
     }
+    keep = tail_size(KLD_Q, len(scores), max((len(s.kld) for s in scores), default=0))
     samples = [
         {
             "item": i,
             "tokens": len(s.nll),
             "nll_sum": float(s.nll.sum()),
             "kld_mean": float(s.kld.mean()),
-            "kld_p99": float(torch.quantile(s.kld.double(), 0.99)),
+            "kld_p99": float(torch.quantile(s.kld.double(), KLD_Q)),
             "top1_agreement": float(s.agree.float().mean()),
+            "kld_top": [float(f"{v:.4g}") for v in torch.sort(s.kld, descending=True).values[:keep].tolist()],
         }
         for i, s in enumerate(scores)
     ]
@@ -129,13 +147,18 @@ class TextSuite(SuiteKind):
         return windows(tokenizer, corpus(self.spec, ctx, self.path), self.spec.sizes(ctx.profile))
 
     def metrics(self) -> dict[str, Metric]:
-        """Perplexity (a level), KL divergence and top-1 agreement (comparisons), KL p99 (point only)."""
+        """Perplexity (a level), KL divergence, its p99 and top-1 agreement (comparisons)."""
         return dict(METRICS)
 
-    def columns(self, sample: Mapping[str, Any]) -> dict[str, float]:
-        """A window's tokens, NLL sum, mean KL and top-1 agreement."""
+    def columns(self, sample: Mapping[str, Any]) -> dict[str, float | list[float]]:
+        """A window's tokens, NLL sum, mean KL, top-1 agreement and largest per-token KL values."""
         require_evaluated(sample)
-        return {k: float(sample[k]) for k in ("tokens", "nll_sum", "kld_mean", "top1_agreement")}
+        cols: dict[str, float | list[float]] = {
+            k: float(sample[k]) for k in ("tokens", "nll_sum", "kld_mean", "top1_agreement")
+        }
+        if "kld_top" in sample:  # records from before it was kept: kld_p99 floors report it missing
+            cols["kld_top"] = [float(v) for v in sample["kld_top"]]
+        return cols
 
     def reference(self, ctx: EvalContext, source) -> tuple[dict, SuiteResult]:
         """The windows and the source's top-k distributions over them, and its own scores."""

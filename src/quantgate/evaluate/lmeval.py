@@ -43,8 +43,39 @@ def run_task(
     num_fewshot: int,
 ) -> list[dict[str, Any]]:
     """Run one lm-eval task on a loaded model; return its per-sample log, sorted by doc_id."""
-    from lm_eval import simple_evaluate
     from lm_eval.models.huggingface import HFLM
+
+    lm = HFLM(pretrained=model, tokenizer=tokenizer, batch_size=batch_size, max_length=max_length)
+    return run_task_on(
+        lm,
+        config,
+        data_files=data_files,
+        cache_dir=cache_dir,
+        items=items,
+        batch_size=batch_size,
+        max_gen_toks=max_gen_toks,
+        num_fewshot=num_fewshot,
+    )
+
+
+def run_task_on(
+    lm,
+    config: dict[str, Any],
+    *,
+    data_files: dict[str, str],
+    cache_dir: Path,
+    items: list[int],
+    batch_size: int,
+    max_gen_toks: int,
+    num_fewshot: int,
+) -> list[dict[str, Any]]:
+    """``run_task`` with any lm-eval ``LM``: the per-sample log, sorted by ``doc_id``.
+
+    Each log's ``doc_id`` is the item's index in the split (one of ``items``), ``resps`` one
+    list of generations per request, and ``filtered_resps`` the task filter's output per
+    request (a list again where the filter keeps one value per generation).
+    """
+    from lm_eval import simple_evaluate
 
     logging.getLogger("lm_eval").setLevel(logging.WARNING)
     config = copy.deepcopy(config)
@@ -57,7 +88,6 @@ def run_task(
     )
     config.pop("tag", None)
     config.setdefault("generation_kwargs", {})["max_gen_toks"] = max_gen_toks
-    lm = HFLM(pretrained=model, tokenizer=tokenizer, batch_size=batch_size, max_length=max_length)
     result = simple_evaluate(
         model=lm,
         tasks=[config],

@@ -88,20 +88,19 @@ def test_humaneval_counts_only_evaluated_items_and_pairs_only_those(repo_root, t
 
 
 def test_gsm8k_items_lm_eval_returned_nothing_for_are_errors_not_wrong():
-    logs = [
-        {"doc_id": 0, "filter": f, "exact_match": 1.0, "filtered_resps": ["4"], "resps": [["4"]]}
-        for f in ("strict-match", "flexible-extract")
-    ] + [
-        {
-            "doc_id": 2,
-            "filter": "flexible-extract",
-            "exact_match": 0.0,
-            "filtered_resps": ["5"],
-            "resps": [["5"]],
+    # lm-eval logs the test split's index as doc_id (its evaluator maps positions through `samples`)
+    def log(doc_id, filter_, answer):
+        return {
+            "doc_id": doc_id,
+            "filter": filter_,
+            "exact_match": 1.0,
+            "filtered_resps": [answer],
+            "resps": [[answer]],
         }
-    ]
-    records = item_records(logs, [10, 20, 30])
-    assert [r["item"] for r in records] == [10, 20, 30]
+
+    logs = [log(1, "strict-match", "4"), log(1, "flexible-extract", "4"), log(30, "flexible-extract", "5")]
+    records = item_records(logs, [1, 20, 30])
+    assert [r["item"] for r in records] == [1, 20, 30]
     assert item_error(records[0]) is None and records[0]["correct_flexible-extract"] is True
     assert item_error(records[1]) == "lm-eval returned no strict-match or flexible-extract result for it"
     assert item_error(records[2]) == "lm-eval returned no strict-match result for it"

@@ -57,19 +57,19 @@ class Gsm8kSpec(SuiteSpec):
 def item_records(logs: list[dict], items: list[int]) -> list[dict]:
     """One record per requested item from lm-eval's per-sample logs (one log per item and filter).
 
-    lm-eval numbers the requested items 0..n-1 (``doc_id``) in the order of ``items``. An item
+    lm-eval logs each item's index in the test split as ``doc_id`` (one of ``items``). An item
     without a log for every filter in ``FILTERS`` is recorded with ``"error"``: lm-eval gave no
     answer to score, which is not a wrong answer.
     """
     per_item: dict[int, dict] = {}
     for log in logs:
         doc = int(log["doc_id"])
-        record = per_item.setdefault(doc, {"item": items[doc] if doc < len(items) else doc, "doc_id": doc})
+        record = per_item.setdefault(doc, {"item": doc, "doc_id": doc})
         record[f"correct_{log['filter']}"] = bool(float(log["exact_match"]))
         record[f"extracted_{log['filter']}"] = str(log["filtered_resps"][0]) if log["filtered_resps"] else ""
         record["response"] = str(log["resps"][0][0]) if log["resps"] else ""
-    for doc in range(len(items)):
-        record = per_item.setdefault(doc, {"item": items[doc], "doc_id": doc})
+    for doc in items:
+        record = per_item.setdefault(doc, {"item": doc, "doc_id": doc})
         absent = [f for f in FILTERS if f"correct_{f}" not in record]
         if absent:
             record[ERROR] = f"lm-eval returned no {' or '.join(absent)} result for it"

@@ -98,6 +98,18 @@ def program_for(solution: str, doc: Mapping[str, Any]) -> str:
     return f"{solution}\n\n{doc['test']}\n\ncheck({doc['entry_point']})\n"
 
 
+def solution_of(log: Mapping[str, Any]) -> str:
+    """Prompt + completion from an lm-eval sample log of this task.
+
+    The log keeps the ``create_test`` filter's output per request, and that filter returns one
+    list per request (one entry per generation): ``[[prompt + completion]]``. Formatting the
+    inner list itself would make the program a list literal that defines nothing, so every
+    program would fail, for every model.
+    """
+    filtered = log["filtered_resps"][0]
+    return str(filtered[0] if isinstance(filtered, list) else filtered)
+
+
 def prompt_plus_completion(resps: list[list[str]], docs: list[dict]) -> list[list[str]]:
     """lm-eval's build_predictions, restated: its module cannot be imported safely."""
     return [[doc["prompt"] + r for r in resp] for resp, doc in zip(resps, docs, strict=True)]
@@ -150,12 +162,12 @@ class HumanEvalSuite(SuiteKind):
                 num_fewshot=0,
             )
         limits = self.spec.sandbox
-        by_doc = {int(log["doc_id"]): log for log in logs}
-        ids = task_ids() if len(by_doc) < len(items) else []
+        by_doc = {int(log["doc_id"]): log for log in logs}  # lm-eval logs the problem's index
+        ids = task_ids() if set(items) - set(by_doc) else []
         samples = []
         with ctx.progress.task(f"{self.spec.name}: running tests in the sandbox", total=len(items)) as task:
-            for n, index in enumerate(items):
-                log = by_doc.get(n)
+            for index in items:
+                log = by_doc.get(index)
                 if log is None:  # lm-eval returned nothing for it: not evaluated, not wrong
                     samples.append(
                         not_evaluated(ids[index], "lm-eval returned no completion for it", "harness_error")
@@ -164,7 +176,7 @@ class HumanEvalSuite(SuiteKind):
                     continue
                 doc = log["doc"]
                 outcome = run_untrusted(
-                    program_for(log["filtered_resps"][0], doc),
+                    program_for(solution_of(log), doc),
                     timeout_s=limits.timeout_s,
                     memory_bytes=limits.memory_mb * MB,
                     max_processes=limits.max_processes,

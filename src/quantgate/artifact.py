@@ -15,6 +15,7 @@ import json
 import platform
 from importlib import metadata
 from pathlib import Path
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict, NonNegativeInt
 
@@ -124,19 +125,28 @@ def tool_versions() -> dict[str, str]:
 
 
 def build_key(
-    *, source_hash: str, recipe_sha256: str, calibration_sha256: str | None, tools: dict[str, str]
+    *,
+    source_hash: str,
+    recipe_sha256: str,
+    calibration_sha256: str | None,
+    tools: dict[str, str],
+    kv_cache: dict[str, Any] | None = None,
 ) -> str:
-    """Content key of a build: equal keys promise equal bytes."""
-    payload = json.dumps(
-        {
-            "schema": SCHEMA_VERSION,
-            "source": source_hash,
-            "recipe": recipe_sha256,
-            "calibration": calibration_sha256,
-            "tools": tools,
-        },
-        sort_keys=True,
-    )
+    """Content key of a build: equal keys promise equal bytes.
+
+    ``kv_cache``: the FP8 KV decision and its scheme (``kv_calibration.key_part``); None for a bf16
+    KV cache, which leaves the keys of builds without KV scales as they were.
+    """
+    parts: dict[str, Any] = {
+        "schema": SCHEMA_VERSION,
+        "source": source_hash,
+        "recipe": recipe_sha256,
+        "calibration": calibration_sha256,
+        "tools": tools,
+    }
+    if kv_cache is not None:
+        parts["kv_cache"] = kv_cache
+    payload = json.dumps(parts, sort_keys=True)
     return hashlib.sha256(payload.encode()).hexdigest()
 
 

@@ -129,9 +129,7 @@ def build(
             run_plan = read_plan(plan_file)
             planned = run_plan.select(_split(targets))
             record = run_plan.confirmed_source(progress)
-            calib = (
-                run_plan.calibration_set() if any(p.recipe.calibration.required for p in planned) else None
-            )
+            calib = run_plan.calibration_set() if any(p.needs_calibration for p in planned) else None
         else:
             record, planned, calib = _plan_build(
                 checkpoint, _split(targets), gates, calibration, cache, root, progress
@@ -175,6 +173,7 @@ def _plan_build(
     from quantgate.config.targets import Catalog
     from quantgate.embedded.smollm2 import default_checkpoint
     from quantgate.intake import intake
+    from quantgate.quantize.kv_calibration import kv_decisions
     from quantgate.quantize.pipeline import plan
 
     project = (root or project_root()).resolve()
@@ -185,9 +184,13 @@ def _plan_build(
         check_target_names(targets, catalog)
     source_dir = checkpoint or default_checkpoint(cache_path, progress)
     record = intake(source_dir, policy, progress, cache=cache_path / "intake")
-    planned = plan(catalog, resolve_targets(policy, record.model_class, targets, catalog))
+    names = resolve_targets(policy, record.model_class, targets, catalog)
+    # the class's KV policy, or each target's own under --targets (kv_calibration.kv_decisions)
+    planned = plan(
+        catalog, names, kv_decisions(policy, record.model_class, targets, [catalog.target(n) for n in names])
+    )
     calib = None
-    if any(p.recipe.calibration.required for p in planned):
+    if any(p.needs_calibration for p in planned):
         calib = load_or_build(
             calibration or project / "calibration_sets" / "default.yaml", cache_path / "calibration"
         )

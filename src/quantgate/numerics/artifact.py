@@ -29,17 +29,50 @@ _QUANTIZED_MARKERS = (".weight_scale", ".weight_packed")
 
 
 def quantization_config(artifact_dir: Path) -> dict[str, Any]:
-    """The artifact's compressed-tensors ``quantization_config``; refuses calibrated KV scales (not emulated yet)."""
+    """The artifact's compressed-tensors ``quantization_config``."""
     path = artifact_dir / "config.json"
     try:
         config = json.loads(path.read_text())["quantization_config"]
     except (OSError, ValueError, KeyError):
         raise InputError(path, "no quantization_config", "evaluate a compressed-tensors artifact") from None
-    if config.get("kv_cache_scheme"):
-        raise InputError(
-            path, "the artifact has calibrated KV cache scales, which are not emulated yet", "report it"
-        )
     return config
+
+
+def kv_cache_scheme(artifact_dir: Path, config: dict[str, Any]) -> dict[str, Any] | None:
+    """The declared ``kv_cache_scheme``, refused unless it is what the emulation computes: 8-bit float,
+    per-tensor, static, symmetric (the scheme quantgate writes; vLLM also loads ``attn_head``)."""
+    kv = config.get("kv_cache_scheme")
+    if not kv:
+        return None
+    found = {k: kv.get(k) for k in ("num_bits", "type", "strategy", "dynamic", "symmetric")}
+    if found != {"num_bits": 8, "type": "float", "strategy": "tensor", "dynamic": False, "symmetric": True}:
+        raise InputError(
+            artifact_dir / "config.json",
+            f"kv_cache_scheme {found} is not the per-tensor static symmetric FP8 scheme the emulation computes",
+            "rebuild the artifact with quantgate build, or add the scheme to quantgate.numerics",
+        )
+    return kv
+
+
+def read_kv_scales(artifact_dir: Path) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
+    """``{attention module name on disk: (k_scale, v_scale)}`` as float32, from the safetensors files.
+
+    A module with only one of the two is refused: vLLM would duplicate the one it found, which is
+    not what a calibration that wrote both meant.
+    """
+    from safetensors import safe_open
+
+    found: dict[str, dict[str, torch.Tensor]] = defaultdict(dict)
+    for shard in sorted(artifact_dir.glob("*.safetensors")):
+        with safe_open(shard, "pt") as f:
+            for key in f.keys():  # noqa: SIM118 (safe_open is no dict)
+                module, _, param = key.rpartition(".")
+                if param in ("k_scale", "v_scale"):
+                    found[module][param] = f.get_tensor(key).float()
+    half = sorted(m for m, t in found.items() if len(t) != 2)
+    if half:
+        raise InputError(artifact_dir, f"{half[0]} has only one of k_scale / v_scale", "rebuild the artifact")
+    return {m: (t["k_scale"], t["v_scale"]) for m, t in sorted(found.items())}
 
 
 def check_config(
@@ -96,7 +129,7 @@ def read_quantized_tensors(artifact_dir: Path) -> dict[str, dict[str, torch.Tens
     return dict(found)
 
 
-def _disk_to_memory(skeleton: nn.Module) -> Callable[[str], str]:
+def disk_to_memory(skeleton: nn.Module) -> Callable[[str], str]:
     """Module name on disk -> module name in memory, through transformers' own key renamings
     (Mixtral's ``block_sparse_moe`` is ``mlp`` in memory); converters (expert fusion) are not applied."""
     from transformers.conversion_mapping import get_model_conversion_mapping
@@ -128,15 +161,18 @@ def emulated_modules(
     raw: dict[str, dict[str, torch.Tensor]],
     wfmt: WeightFormat,
     act: ActivationFormat | None,
+    skeleton: nn.Module | None = None,
 ) -> dict[str, nn.Module]:
     """The emulated module for every quantized module on disk, keyed by its name in memory: an
     ``EmulatedLinear`` per Linear, an ``EmulatedExperts`` per fused experts module (its per-expert
-    modules on disk grouped). Refuses any mismatch, naming the module on disk."""
+    modules on disk grouped). Refuses any mismatch, naming the module on disk. ``skeleton``: the
+    architecture on the meta device (built from the artifact's config when not given)."""
     from transformers import AutoConfig, AutoModelForCausalLM
 
-    with torch.device("meta"):
-        skeleton = AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(artifact_dir))
-    rename = _disk_to_memory(skeleton)
+    if skeleton is None:
+        with torch.device("meta"):
+            skeleton = AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(artifact_dir))
+    rename = disk_to_memory(skeleton)
     built: dict[str, nn.Module] = {}
     layers: dict[str, dict[int, dict[str, dict[str, torch.Tensor]]]] = defaultdict(lambda: defaultdict(dict))
     disk_prefix: dict[str, str] = {}
@@ -180,7 +216,7 @@ def emulated_modules(
         )
     for prefix, experts in layers.items():
         where = f"{artifact_dir}: experts {disk_prefix[prefix]}"
-        fused = skeleton.get_submodule(prefix)
+        fused: Any = skeleton.get_submodule(prefix)  # transformers' experts module: its act_fn
         try:
             weights, notes = moe.plan_layer(fused, experts, wfmt.decode)
             scales = moe.shared_input_scales(experts) if act is not None and act.needs_global_scale else None

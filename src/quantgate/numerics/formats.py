@@ -49,11 +49,19 @@ class ActivationFormat:
 
 @dataclass(frozen=True)
 class KVCacheFormat:
-    """Fake quantization of keys and values as the KV cache stores them; returns x's dtype."""
+    """Fake quantization of keys and values as the KV cache stores them; returns x's dtype.
+
+    ``quantize(x, scale)``: the per-tensor scale the engine loaded (the artifact's calibrated
+    ``k_scale`` / ``v_scale``; 1.0 when it has none).
+    """
 
     name: str
-    quantize: Callable[[Tensor], Tensor]
+    fn: Callable[[Tensor, Tensor | float], Tensor]
     note: str
+
+    def quantize(self, x: Tensor, scale: Tensor | float = 1.0) -> Tensor:
+        """``x`` as written to and read back from the cache at ``scale``."""
+        return self.fn(x, scale)
 
 
 ACTIVATIONS: Registry[ActivationFormat] = Registry("activation format", how_to_add="@register_activation")
@@ -73,9 +81,9 @@ def register_activation(
 
 
 def register_kv_cache(name: str, *, note: str = ""):
-    """Decorator: register a function ``x -> x as the KV cache stores it`` as KV cache format ``name``."""
+    """Decorator: register a function ``(x, scale) -> x as the KV cache stores it`` as KV cache format ``name``."""
 
-    def decorator(fn: Callable[[Tensor], Tensor]):
+    def decorator(fn: Callable[[Tensor, Tensor | float], Tensor]):
         KV_CACHES.add(name, KVCacheFormat(name, fn, note))
         return fn
 
@@ -187,24 +195,34 @@ def nvfp4_calibrated(x: Tensor, global_scale: Tensor | None = None) -> Tensor:
 # ---------------------------------------------------------------------------- KV cache
 
 
-def fp8_saturate(x: Tensor, dtype: torch.dtype, qmax: float) -> Tensor:
-    """Scale-1.0 FP8 storage: clamp to the type's range, round to nearest even, back to x's dtype."""
-    return x.float().clamp(-qmax, qmax).to(dtype).to(x.dtype)
+def fp8_kv(x: Tensor, scale: Tensor | float, dtype: torch.dtype, qmax: float) -> Tensor:
+    """Per-tensor static FP8 storage as vLLM's cache-write kernels do it: ``x / scale`` in float32,
+    saturated at the type's maximum, rounded to nearest even; read back as ``fp8 * scale``.
+
+    (``reshape_and_cache_flash``: ``key / k_scale`` then a saturating cast; attention
+    dequantizes with the same scale.) Returns x's dtype: attention here runs in the model's dtype.
+    """
+    s = scale.float() if isinstance(scale, Tensor) else torch.tensor(float(scale))
+    q = (x.float() / s).clamp(-qmax, qmax).to(dtype)
+    return (q.float() * s).to(x.dtype)
 
 
 @register_kv_cache(
     "fp8_e4m3fn",
-    note="KV cache: e4m3fn, per-tensor scale 1.0 (vLLM --kv-cache-dtype fp8 with no calibrated scales)",
+    note="KV cache: e4m3fn (max 448), per-tensor static scale, x / scale saturated, as vLLM's cache write",
 )
-def kv_fp8_e4m3fn(x: Tensor) -> Tensor:
-    """Keys or values stored as OCP FP8 at scale 1.0."""
-    return fp8_saturate(x, torch.float8_e4m3fn, FP8_E4M3FN_MAX)
+def kv_fp8_e4m3fn(x: Tensor, scale: Tensor | float = 1.0) -> Tensor:
+    """Keys or values stored as OCP FP8 at ``scale``."""
+    return fp8_kv(x, scale, torch.float8_e4m3fn, FP8_E4M3FN_MAX)
 
 
 @register_kv_cache(
     "fp8_e4m3fnuz",
-    note="KV cache: e4m3fnuz (MI300), per-tensor scale 1.0, saturating at +-240",
+    note=(
+        "KV cache: e4m3fnuz (MI300), per-tensor static scale as stored (vLLM 0.33's compressed-tensors "
+        "KV path does not double it), saturating at +-240"
+    ),
 )
-def kv_fp8_e4m3fnuz(x: Tensor) -> Tensor:
-    """Keys or values stored as fnuz FP8 at scale 1.0."""
-    return fp8_saturate(x, torch.float8_e4m3fnuz, FP8_E4M3FNUZ_MAX)
+def kv_fp8_e4m3fnuz(x: Tensor, scale: Tensor | float = 1.0) -> Tensor:
+    """Keys or values stored as fnuz FP8 at ``scale``."""
+    return fp8_kv(x, scale, torch.float8_e4m3fnuz, FP8_E4M3FNUZ_MAX)

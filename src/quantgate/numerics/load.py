@@ -20,8 +20,14 @@ quantization at all: W8A16 measured for W8A8 (DESIGN). So:
    be thrown away: transformers' NVFP4 decompression alone took ~25 s for the 135M model);
    the quantized modules are swapped out, and the model is checked for anything left
    compressed or carrying a quantization scheme;
-3. the KV cache format is installed after RoPE (``kvcache.py``); multi-head latent attention
-   (DeepSeek) caches a latent instead, which a prefill does not read back: said in the report;
+3. the KV cache is what the artifact declares: with a ``kv_cache_scheme`` in config.json, FP8
+   after RoPE at exactly the ``k_scale`` / ``v_scale`` stored per layer (``kvcache.py``; on
+   ROCm in e4m3fnuz at the stored scale, as vLLM 0.33 loads compressed-tensors KV scales);
+   without one, bf16, or scale 1.0 for an older artifact whose manifest says FP8 (vLLM with
+   ``--kv-cache-dtype fp8`` and no scales). transformers is given the config without the KV
+   scheme, so compressed-tensors does not quantize K and V a second time. Multi-head latent
+   attention (DeepSeek) caches a latent instead, which a prefill does not read back: said in
+   the report;
 4. anything that does not line up (a format not registered, tensors that match no module,
    a quantized module left unreplaced, a weight-only artifact under W8A8 numerics) is an
    error naming the artifact, never a silent fallback.
@@ -30,7 +36,7 @@ quantization at all: W8A16 measured for W8A8 (DESIGN). So:
 from __future__ import annotations
 
 import warnings
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Literal
 
@@ -44,13 +50,16 @@ from quantgate.errors import InputError
 from quantgate.numerics import attention as tiled_attention
 from quantgate.numerics.artifact import (
     check_config,
+    disk_to_memory,
     emulated_modules,
+    kv_cache_scheme,
     quantization_config,
+    read_kv_scales,
     read_quantized_tensors,
 )
 from quantgate.numerics.emulated import EmulatedLinear
 from quantgate.numerics.formats import activation_format, kv_cache_format
-from quantgate.numerics.kvcache import install_kv_cache, latent_attention
+from quantgate.numerics.kvcache import attention_modules, install_kv_cache, latent_attention
 from quantgate.numerics.moe import EmulatedExperts
 from quantgate.numerics.weights import weight_format
 
@@ -69,13 +78,20 @@ class NumericsReport(BaseModel):
     hardware: str
     weights: str
     activations: str
-    kv_cache: str
+    kv_cache: str  # what the report's KV column shows: format, calibrated or not, scale range
     mode: Literal["emulated", "native", "source"]
     device: str
     native_on: tuple[str, ...] = ()
     modules_replaced: int = 0
     moe_layers: int = 0  # fused experts modules replaced by EmulatedExperts
     kv_cache_layers: int = 0
+    kv_cache_format: str = "bf16"  # the KV format alone: bf16, fp8_e4m3fn, fp8_e4m3fnuz
+    kv_cache_scheme: str | None = (
+        None  # the artifact's kv_cache_scheme strategy ("tensor"), None: none declared
+    )
+    kv_cache_calibrated: bool | None = None  # FP8 KV at calibrated scales (False: scale 1.0); None for bf16
+    k_scale_range: tuple[float, float] | None = None  # smallest and largest stored k_scale
+    v_scale_range: tuple[float, float] | None = None
     notes: tuple[str, ...] = ()
 
 
@@ -97,6 +113,7 @@ class _Numerics:
     activations: ActivationNumerics
     kv_cache: KVCache
     native_on: tuple[str, ...]
+    kv_from_manifest: bool  # the build's KV decision (the class's policy), not the target's default
 
 
 def _resolve(artifact_dir: Path, target: Target | None) -> _Numerics:
@@ -116,8 +133,9 @@ def _resolve(artifact_dir: Path, target: Target | None) -> _Numerics:
             target.format,
             n.weights,
             n.activations,
-            target.kv_cache,
+            manifest.kv_cache if manifest is not None else target.kv_cache,
             tuple(n.native_on),
+            manifest is not None,
         )
     if manifest is None:
         raise InputError(
@@ -134,6 +152,7 @@ def _resolve(artifact_dir: Path, target: Target | None) -> _Numerics:
         n.activations,
         manifest.kv_cache,
         tuple(n.native_on),
+        True,
     )
 
 
@@ -148,10 +167,17 @@ def _kv_format_name(n: _Numerics) -> str | None:
 
 def _load_hf(directory: Path, **kwargs) -> tuple[Any, Any, list[str]]:
     """Model (bf16, eval), tokenizer, and the parameter names transformers found no tensor for."""
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
     # long prefills (every scored window) run tiled; decoding and short prompts stay on sdpa
     kwargs.setdefault("attn_implementation", tiled_attention.register())
+    config = AutoConfig.from_pretrained(directory)
+    quantization = getattr(config, "quantization_config", None)
+    if isinstance(quantization, dict) and quantization.get("kv_cache_scheme"):
+        # the KV cache is emulated here at the stored scales; compressed-tensors would otherwise
+        # hook the attention modules and quantize K and V itself (k_scale/v_scale stay unloaded)
+        config.quantization_config = {k: v for k, v in quantization.items() if k != "kv_cache_scheme"}
+        kwargs["config"] = config
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message=".*quantization_config.*")
         loaded: Any = AutoModelForCausalLM.from_pretrained(
@@ -205,6 +231,29 @@ def _refuse_leftovers(artifact_dir: Path, model: nn.Module) -> None:
         )
 
 
+def _kv_scales_in_memory(
+    artifact_dir: Path, model: nn.Module, on_disk: dict[str, tuple[torch.Tensor, torch.Tensor]]
+) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
+    """The stored scales keyed by attention module name in memory; every attention module needs its pair."""
+    rename = disk_to_memory(model)
+    scales = {rename(name): pair for name, pair in on_disk.items()}
+    modules = attention_modules(model, latent=True)
+    missing = sorted(set(modules) - set(scales))
+    if missing:
+        raise InputError(
+            artifact_dir,
+            f"config.json declares a kv_cache_scheme but {missing[0]} has no k_scale/v_scale "
+            f"({len(missing)} of {len(modules)} attention modules); vLLM would serve them at scale 1.0",
+            "rebuild the artifact",
+        )
+    return {name: scales[name] for name in modules}
+
+
+def _range(values: list[torch.Tensor]) -> tuple[float, float]:
+    flat = torch.cat([v.reshape(-1) for v in values])
+    return float(flat.min()), float(flat.max())
+
+
 def _moe_notes(experts: list[EmulatedExperts]) -> tuple[str, ...]:
     if not experts:
         return ()
@@ -241,14 +290,29 @@ def load_for_eval(
         None if n.activations == ActivationNumerics.NONE else activation_format(n.activations.value)
     )
     act = declared_act if activations else None
-    kv_name = _kv_format_name(n) if kv_cache else None
     config_path = artifact_dir / "config.json"
+    qconfig = quantization_config(artifact_dir)
     check_config(
-        config_path,
-        quantization_config(artifact_dir),
-        wfmt.disk_format,
-        declared_act.expects if declared_act is not None else None,
+        config_path, qconfig, wfmt.disk_format, declared_act.expects if declared_act is not None else None
     )
+    kv_scheme = kv_cache_scheme(artifact_dir, qconfig)
+    if kv_scheme is not None and n.kv_cache == KVCache.BF16 and not n.kv_from_manifest:
+        n = replace(n, kv_cache=KVCache.FP8_E4M3)  # no manifest: what the artifact declares is what it is
+    if kv_scheme is not None and n.kv_cache == KVCache.BF16:
+        raise InputError(
+            config_path,
+            f"config.json declares an FP8 KV cache but {n.target} is built with a bf16 KV cache",
+            "rebuild the artifact: its KV cache and its manifest disagree",
+        )
+    stored = read_kv_scales(artifact_dir) if kv_scheme is not None else {}
+    if kv_scheme is not None and not stored:
+        raise InputError(
+            config_path,
+            "config.json declares a kv_cache_scheme but no k_scale/v_scale tensors are stored; vLLM would "
+            "serve the FP8 KV cache at scale 1.0",
+            "rebuild the artifact",
+        )
+    kv_name = _kv_format_name(n) if kv_cache else None
 
     raw = read_quantized_tensors(artifact_dir)
     if not raw:
@@ -273,11 +337,21 @@ def load_for_eval(
     kv_layers = 0
     kv_note = "KV cache: bf16"
     kv_report = kv_name or "bf16"
+    scales = _kv_scales_in_memory(artifact_dir, model, stored) if stored else None
+    k_range = _range([k for k, _ in scales.values()]) if scales else None
+    v_range = _range([v for _, v in scales.values()]) if scales else None
+    if kv_name is not None:
+        kv_report = (
+            f"{kv_name}, calibrated per-tensor scales (k {k_range[0]:.3g}-{k_range[1]:.3g}, "
+            f"v {v_range[0]:.3g}-{v_range[1]:.3g})"
+            if k_range is not None and v_range is not None
+            else f"{kv_name}, scale 1.0 (uncalibrated: no kv_cache_scheme in the artifact)"
+        )
     if kv_name is not None and latent_attention(model):
         # vLLM's MLA caches one latent (kv_c_normed, k_pe) per token; its prefill expands the new
         # tokens' fresh latents and reads the FP8 cache only for context already cached (decode,
         # prefix hits): attention/backends/mla/common.py, _forward_prefill
-        kv_report = f"{kv_name} latent (MLA): read only when decoding, not emulated"
+        kv_report = f"{kv_report}; latent (MLA): read only when decoding, not emulated"
         kv_note = (
             f"KV cache: multi-head latent attention stores its latent in {kv_name}; teacher-forced "
             "scoring is a prefill, which attends over the fresh bf16 latents as vLLM's MLA prefill does, "
@@ -286,12 +360,16 @@ def load_for_eval(
     elif kv_name is not None:
         kv_fmt = kv_cache_format(kv_name)
         try:
-            kv_layers = install_kv_cache(model, kv_fmt)
+            kv_layers = install_kv_cache(model, kv_fmt, scales)
         except ValueError as exc:
             raise InputError(
                 artifact_dir, f"cannot emulate the FP8 KV cache: {exc}", "pass kv_cache=False"
             ) from None
-        kv_note = kv_fmt.note + "; applied after RoPE to K and V"
+        kv_note = kv_fmt.note + (
+            "; applied after RoPE to K and V at each layer's stored k_scale / v_scale"
+            if scales
+            else "; applied after RoPE to K and V at scale 1.0: the artifact declares no calibrated scales"
+        )
     elif n.kv_cache != KVCache.BF16:
         kv_note = f"KV cache: bf16 on request (the target stores {n.kv_cache.value})"
 
@@ -321,6 +399,11 @@ def load_for_eval(
             modules_replaced=len(raw),
             moe_layers=len(experts),
             kv_cache_layers=kv_layers,
+            kv_cache_format=kv_name or "bf16",
+            kv_cache_scheme=kv_scheme.get("strategy") if kv_scheme is not None else None,
+            kv_cache_calibrated=(scales is not None) if kv_name is not None else None,
+            k_scale_range=k_range if kv_name is not None else None,
+            v_scale_range=v_range if kv_name is not None else None,
             notes=(_ACCUMULATION_NOTE, wfmt.note, act_note, kv_note, *moe_notes),
         ),
     )

@@ -67,7 +67,9 @@ class RunPlan(Frozen):
     model: str
     builds: list[PlannedBuild] = Field(description="the resolved targets with their recipes, in order")
     suites: list[PlannedSuite]
-    calibration: PlannedCalibration | None = Field(description="None when no target calibrates")
+    calibration: PlannedCalibration | None = Field(
+        description="None when no target calibrates (a calibrated recipe, or FP8 KV scales)"
+    )
     tenants: list[str] | None
     profile: str
     root: str
@@ -78,7 +80,7 @@ class RunPlan(Frozen):
     step_timeout_s: float
     max_heavy: int  # heavy steps at once across flow runs on one Prefect server; 0: no limit
     # content hashes the cache keys are made of
-    target_hashes: dict[str, str]  # target -> sha256(target yaml + recipe yaml + calibration set)
+    target_hashes: dict[str, str]  # target -> sha256(target, recipe, calibration set, KV decision)
     suites_hash: str
     gates_hash: str
     tools_hash: str
@@ -242,6 +244,7 @@ def make_plan(
     from quantgate.embedded.smollm2 import default_checkpoint, model_name
     from quantgate.evaluate.suites import PROFILES, load_suites
     from quantgate.intake import intake
+    from quantgate.quantize.kv_calibration import kv_decisions
     from quantgate.quantize.pipeline import plan as plan_builds
 
     if profile not in PROFILES:
@@ -255,16 +258,20 @@ def make_plan(
     loaded = load_suites(root / "eval_suites", suites)
     source_dir = Path(checkpoint).resolve() if checkpoint else default_checkpoint(cache, progress)
     record = intake(source_dir, policy, progress, cache=cache / "intake")
-    builds = plan_builds(catalog, resolve_targets(policy, record.model_class, targets, catalog))
+    names = resolve_targets(policy, record.model_class, targets, catalog)
+    # the KV cache of each build, decided once here: the class's policy, or each target's own under --targets
+    kv = kv_decisions(policy, record.model_class, targets, [catalog.target(n) for n in names])
+    builds = plan_builds(catalog, names, kv)
     calib = None
-    if any(b.recipe.calibration.required for b in builds):
+    if any(b.needs_calibration for b in builds):
         spec = (calibration or root / "calibration_sets" / "default.yaml").resolve()
         calib = PlannedCalibration(spec=str(spec), sha256=load_or_build(spec, cache / "calibration").sha256)
     target_hashes = {
         b.target.name: digest(
             (catalog.targets_dir / f"{b.target.name}.yaml").read_bytes().hex(),
             b.recipe_sha256,
-            calib.sha256 if calib and b.recipe.calibration.required else None,
+            calib.sha256 if calib and b.needs_calibration else None,
+            b.kv_cache.value,
         )
         for b in builds
     }

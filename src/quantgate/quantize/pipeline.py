@@ -9,7 +9,11 @@ Order of work, and why:
    hard links to the first's files and a manifest of its own.
 4. After its engine ran, an artifact gets the source's tokenizer, templates and dropped config
    keys back, plain YAML and modes 0644/0755 (``finalize``): what was gated is what is served.
-5. Each build is written into a temporary directory beside the destination and installed only
+5. The KV cache is the policy's decision (``PlannedBuild.kv_cache``): FP8 builds get calibrated
+   ``k_scale``/``v_scale`` and a ``kv_cache_scheme`` (``kv_calibration``: in llm-compressor's
+   pass for calibrated recipes, a KV pass over the built artifact for data-free ones, which then
+   read the calibration set), bf16 builds declare nothing; checked after every build.
+6. Each build is written into a temporary directory beside the destination and installed only
    when whole, so a crash never leaves a half-written artifact under its name.
 """
 
@@ -39,12 +43,12 @@ from quantgate.artifact import (
     write_manifest,
 )
 from quantgate.atomic import install_dir
-from quantgate.config.targets import Catalog, Frozen, Recipe, Target
-from quantgate.errors import BuildError, QuantgateError
+from quantgate.config.targets import Catalog, Frozen, KVCache, Recipe, Target
+from quantgate.errors import BuildError, CalibrationError, QuantgateError
 from quantgate.intake import SourceRecord
 from quantgate.memory import peak_rss_bytes
 from quantgate.progress import SILENT, Progress
-from quantgate.quantize import finalize
+from quantgate.quantize import finalize, kv_calibration
 from quantgate.quantize.engines import BuildJob, Engine, engine_class
 from quantgate.serving.check import require_loadable
 
@@ -72,6 +76,7 @@ def _reusable(final: Path, key: str) -> Manifest | None:
 
 def _manifest(
     target: Target,
+    kv_cache: KVCache,
     recipe: Recipe,
     recipe_sha: str,
     source: SourceRecord,
@@ -86,7 +91,7 @@ def _manifest(
         target=target.name,
         hardware=target.hardware,
         format=target.format,
-        kv_cache=target.kv_cache,
+        kv_cache=kv_cache,
         numerics=target.numerics,
         recipe=RecipeRef(name=recipe.name, sha256=recipe_sha, engine=recipe.engine),
         calibration=(
@@ -96,7 +101,7 @@ def _manifest(
                 samples=min(len(calibration.records), recipe.calibration.num_samples),
                 max_seq_length=recipe.calibration.max_seq_length,
             )
-            if calibration is not None and recipe.calibration.required
+            if calibration is not None
             else None
         ),
         source=SourceRef(
@@ -124,10 +129,22 @@ class PlannedBuild(Frozen):
     target: Target
     recipe: Recipe
     recipe_sha256: str  # the recipe file's bytes when planned: the build key's recipe part
+    kv_cache: KVCache  # the policy's decision (kv_calibration.kv_decisions), not re-derived by a step
+
+    @property
+    def needs_calibration(self) -> bool:
+        """A calibrated recipe, or a data-free one whose FP8 KV scales are calibrated."""
+        return self.recipe.calibration.required or self.kv_cache == KVCache.FP8_E4M3
 
 
-def plan(catalog: Catalog, target_names: list[str]) -> list[PlannedBuild]:
-    """Load and check every target and the recipe it names; a dangling name fails here."""
+def plan(
+    catalog: Catalog, target_names: list[str], kv_cache: dict[str, KVCache] | None = None
+) -> list[PlannedBuild]:
+    """Load and check every target and the recipe it names; a dangling name fails here.
+
+    ``kv_cache``: the policy's decision per target (``kv_calibration.kv_decisions``); None takes
+    each target's own ``kv_cache``, as ``--targets`` does.
+    """
     planned = []
     for target in (catalog.target(n) for n in target_names):
         planned.append(
@@ -135,6 +152,7 @@ def plan(catalog: Catalog, target_names: list[str]) -> list[PlannedBuild]:
                 target=target,
                 recipe=catalog.recipe(target.recipe),
                 recipe_sha256=catalog.recipe_hash(target.recipe),
+                kv_cache=kv_cache[target.name] if kv_cache is not None else target.kv_cache,
             )
         )
     return planned
@@ -157,9 +175,11 @@ def build_targets(
     catalog: Catalog,
     calibration: CalibrationSet | None,
     progress: Progress = SILENT,
+    kv_cache: dict[str, KVCache] | None = None,
 ) -> list[BuildResult]:
-    """Build ``target_names`` from the catalog's current files (see ``build_planned``)."""
-    return build_planned(source, plan(catalog, target_names), out, calibration, progress)
+    """Build ``target_names`` from the catalog's current files (see ``build_planned``); ``kv_cache``
+    as in ``plan`` (each target's own when None)."""
+    return build_planned(source, plan(catalog, target_names, kv_cache), out, calibration, progress)
 
 
 def build_planned(
@@ -171,6 +191,16 @@ def build_planned(
 ) -> list[BuildResult]:
     """Build every planned target into ``out/<target>``, reusing intact artifacts of equal build key."""
     engines = preflight(source, planned)
+    if calibration is None:
+        for p in planned:
+            if p.needs_calibration:
+                raise CalibrationError(
+                    f"recipes/{p.recipe.name}.yaml",
+                    f"{p.target.name} needs the calibration set"
+                    + ("" if p.recipe.calibration.required else " for its FP8 KV cache scales")
+                    + " but none was given",
+                    "pass --calibration SPEC.yaml (default: calibration_sets/default.yaml)",
+                )
     tools = tool_versions()
     out.mkdir(parents=True, exist_ok=True)
 
@@ -178,16 +208,18 @@ def build_planned(
     # still leaves the cheap artifacts in place
     results: list[BuildResult] = []
     built_by_key: dict[str, Path] = {}
-    for target, recipe, recipe_sha in (
-        (p.target, p.recipe, p.recipe_sha256)
+    for target, recipe, recipe_sha, kv in (
+        (p.target, p.recipe, p.recipe_sha256, p.kv_cache)
         for p in sorted(planned, key=lambda p: p.recipe.calibration.required)
     ):
-        calib = calibration if recipe.calibration.required else None
+        # a data-free recipe reads the calibration set only for FP8 KV scales
+        calib = calibration if recipe.calibration.required or kv == KVCache.FP8_E4M3 else None
         key = build_key(
             source_hash=source.content_hash,
             recipe_sha256=recipe_sha,
             calibration_sha256=calib.sha256 if calib else None,
             tools=tools,
+            kv_cache=kv_calibration.key_part(kv),
         )
         final = out / target.name
         existing = _reusable(final, key)
@@ -215,8 +247,9 @@ def build_planned(
                 status = "linked"
                 source_files = finalize.verify_support_files(Path(source.path), tmp)
             else:
+                engine = engines[recipe.engine]
                 try:
-                    engines[recipe.engine].build(BuildJob(source, recipe, calib, tmp, progress))
+                    engine.build(BuildJob(source, recipe, calib, tmp, progress, kv))
                 except QuantgateError:
                     raise
                 except Exception as exc:  # an engine's own failure: name the target, keep the cause
@@ -225,12 +258,27 @@ def build_planned(
                     ) from exc
                 # the source's tokenizer, templates and config keys over the engine's; safe YAML
                 source_files = finalize.finish(Path(source.path), tmp)
+                if (
+                    kv == KVCache.FP8_E4M3
+                    and calib is not None
+                    and not getattr(engine, "calibrates_kv_cache", False)
+                ):
+                    absmax = kv_calibration.calibrate(
+                        tmp,
+                        target,
+                        calib,
+                        recipe.calibration.num_samples,
+                        recipe.calibration.max_seq_length,
+                        progress,
+                    )
+                    kv_calibration.write_kv_scales(tmp, absmax)
                 status = "built"
+            kv_calibration.check_declared(tmp, target.name, kv)
             seconds = time.perf_counter() - started
             # ServingError (exit 1) when no configuration loads it: nothing is installed
             serving = require_loadable(tmp, target)
             manifest = _manifest(
-                target, recipe, recipe_sha, source, calib, key, tools, tmp, seconds, linked_from
+                target, kv, recipe, recipe_sha, source, calib, key, tools, tmp, seconds, linked_from
             )
             manifest = manifest.model_copy(update={"serving": serving, "source_files": source_files})
             write_manifest(tmp, manifest)

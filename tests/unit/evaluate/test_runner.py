@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from quantgate.calibration import build_set, load_spec
 from quantgate.config.gates import load_gates
 from quantgate.config.targets import Catalog
 from quantgate.errors import InputError
@@ -23,7 +24,9 @@ pytestmark = pytest.mark.unit
 @pytest.fixture
 def setup(tiny_llama, tmp_path, catalog, repo_root):
     record = intake(tiny_llama, load_gates(repo_root / "gates.yaml", catalog))
-    build_targets(record, ["hopper-fp8", "rocm-cdna3-fp8"], tmp_path / "artifacts", catalog, None)
+    # the FP8 KV scales are calibrated on it
+    calibration = build_set(load_spec(repo_root / "calibration_sets" / "default.yaml"))
+    build_targets(record, ["hopper-fp8", "rocm-cdna3-fp8"], tmp_path / "artifacts", catalog, calibration)
     (tmp_path / "data").mkdir()
     (tmp_path / "data" / "corpus.txt").write_text(
         " ".join(f"Item {i} comes after item {i - 1}." for i in range(300))

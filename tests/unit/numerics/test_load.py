@@ -55,7 +55,7 @@ def test_fnuz_path_differs_from_ocp_path_on_the_same_bytes(artifacts):
         assert shard.read_bytes() == (rocm / shard.name).read_bytes()
     ocp, fnuz = load_for_eval(hopper), load_for_eval(rocm)
     assert (ocp.numerics.weights, fnuz.numerics.weights) == ("fp8_e4m3fn", "fp8_e4m3fnuz")
-    assert (ocp.numerics.kv_cache, fnuz.numerics.kv_cache) == ("fp8_e4m3fn", "fp8_e4m3fnuz")
+    assert (ocp.numerics.kv_cache_format, fnuz.numerics.kv_cache_format) == ("fp8_e4m3fn", "fp8_e4m3fnuz")
     assert not torch.equal(ocp.model(IDS).logits, fnuz.model(IDS).logits)
     # the fnuz weights are numerically the fn weights: the difference is activations and KV
     assert torch.equal(
@@ -120,7 +120,10 @@ def test_report_says_emulated_and_what(artifacts, target):
         "blackwell-nvfp4": ("nvfp4_calibrated", "fp8_e4m3fn"),
         "draft-int4": ("none", "bf16"),
     }[target]
-    assert (report.activations, report.kv_cache) == expected
+    assert (report.activations, report.kv_cache_format) == expected
+    # the report's KV column: the format, and for FP8 that its scales are the calibrated ones
+    assert report.kv_cache.startswith(expected[1])
+    assert report.kv_cache_calibrated is (None if target == "draft-int4" else True)
     assert loaded.tokenizer is not None
 
 

@@ -43,9 +43,11 @@ def _source_names(source: Path) -> set[str]:
     return names
 
 
-def test_fp8_targets_share_bytes_and_have_per_channel_scales(tiny_llama, tmp_path, catalog, repo_root):
+def test_fp8_targets_share_bytes_and_have_per_channel_scales(
+    tiny_llama, tmp_path, catalog, repo_root, calibration
+):
     record = intake(tiny_llama, load_gates(repo_root / "gates.yaml", catalog))
-    results = build_targets(record, ["hopper-fp8", "rocm-cdna3-fp8"], tmp_path / "out", catalog, None)
+    results = build_targets(record, ["hopper-fp8", "rocm-cdna3-fp8"], tmp_path / "out", catalog, calibration)
     assert [r.status for r in results] == ["built", "linked"]
     hopper, rocm = (r.path for r in results)
 
@@ -67,46 +69,46 @@ def test_fp8_targets_share_bytes_and_have_per_channel_scales(tiny_llama, tmp_pat
         manifest = read_manifest(artifact)
         assert verify_files(artifact, manifest) == []
         assert manifest.source.content_hash == record.content_hash
-        assert manifest.calibration is None  # data-free
+        assert manifest.calibration.sha256 == calibration.sha256  # data-free weights; FP8 KV scales read it
         assert manifest.build.peak_rss_bytes > 0
     assert not [p for p in (tmp_path / "out").iterdir() if p.name.startswith(".")], "temporary dirs left"
 
 
-def test_rebuild_with_unchanged_inputs_reuses(tiny_llama, tmp_path, catalog, repo_root):
+def test_rebuild_with_unchanged_inputs_reuses(tiny_llama, tmp_path, catalog, repo_root, calibration):
     record = intake(tiny_llama, load_gates(repo_root / "gates.yaml", catalog))
-    first = build_targets(record, ["hopper-fp8"], tmp_path / "out", catalog, None)[0]
+    first = build_targets(record, ["hopper-fp8"], tmp_path / "out", catalog, calibration)[0]
     before = {p.name: p.stat().st_mtime_ns for p in first.path.iterdir()}
-    again = build_targets(record, ["hopper-fp8"], tmp_path / "out", catalog, None)[0]
+    again = build_targets(record, ["hopper-fp8"], tmp_path / "out", catalog, calibration)[0]
     assert again.status == "reused"
     assert {p.name: p.stat().st_mtime_ns for p in again.path.iterdir()} == before
 
 
-def test_changed_recipe_or_damaged_artifact_rebuilds(tiny_llama, tmp_path, catalog, repo_root):
+def test_changed_recipe_or_damaged_artifact_rebuilds(tiny_llama, tmp_path, catalog, repo_root, calibration):
     record = intake(tiny_llama, load_gates(repo_root / "gates.yaml", catalog))
     out = tmp_path / "out"
-    built = build_targets(record, ["hopper-fp8"], out, catalog, None)[0]
+    built = build_targets(record, ["hopper-fp8"], out, catalog, calibration)[0]
     shard = next(built.path.glob("*.safetensors"))
     data = bytearray(shard.read_bytes())
     data[-1] ^= 0xFF
     shard.write_bytes(bytes(data))
-    assert build_targets(record, ["hopper-fp8"], out, catalog, None)[0].status == "built"
+    assert build_targets(record, ["hopper-fp8"], out, catalog, calibration)[0].status == "built"
 
     project = tmp_path / "project"
     for part in ("targets", "recipes"):
         shutil.copytree(repo_root / part, project / part)
     recipe = project / "recipes" / "fp8-dynamic.yaml"
     recipe.write_text(recipe.read_text() + "\n# an edit changes the recipe hash\n")
-    rebuilt = build_targets(record, ["hopper-fp8"], out, Catalog(project), None)[0]
+    rebuilt = build_targets(record, ["hopper-fp8"], out, Catalog(project), calibration)[0]
     assert rebuilt.status == "built"
     assert rebuilt.manifest.recipe.sha256 != built.manifest.recipe.sha256
 
 
 @pytest.mark.parametrize("kind", ["mixtral", "qwen2_moe"])
-def test_moe_fp8_keeps_routers_and_quantizes_every_expert(kind, tmp_path, catalog, repo_root):
+def test_moe_fp8_keeps_routers_and_quantizes_every_expert(kind, tmp_path, catalog, repo_root, calibration):
     source = write_tiny_model(tmp_path / kind, kind)
     record = intake(source, load_gates(repo_root / "gates.yaml", catalog))
     assert record.moe and record.model_class == "moe"
-    artifact = build_targets(record, ["hopper-fp8"], tmp_path / "out", catalog, None)[0].path
+    artifact = build_targets(record, ["hopper-fp8"], tmp_path / "out", catalog, calibration)[0].path
     tensors = _tensors(artifact)
     routers = [n for n in tensors if n.endswith((".gate.weight", "shared_expert_gate.weight"))]
     experts = [n for n in tensors if ".experts." in n and n.endswith(".weight")]

@@ -17,6 +17,7 @@ import torch
 from safetensors import safe_open
 from safetensors.torch import save_file
 
+from quantgate.calibration import build_set, load_spec
 from quantgate.config.gates import load_gates
 from quantgate.config.targets import Catalog
 from quantgate.errors import ConfigFileError, RecipeIncompatibleError
@@ -45,7 +46,9 @@ def _catalog_with_engine(tmp_path: Path, repo_root: Path, engine: str) -> Catalo
 def _build(source: Path, tmp_path: Path, repo_root: Path, engine: str) -> Path:
     catalog = _catalog_with_engine(tmp_path, repo_root, engine)
     record = intake(source, load_gates(repo_root / "gates.yaml", Catalog(repo_root)))
-    result = build_targets(record, ["hopper-fp8"], tmp_path / f"out-{engine}", catalog, None)[0]
+    # FP8 KV: both engines' artifacts get the same KV pass on the same calibration set
+    calibration = build_set(load_spec(repo_root / "calibration_sets" / "default.yaml"))
+    result = build_targets(record, ["hopper-fp8"], tmp_path / f"out-{engine}", catalog, calibration)[0]
     assert result.manifest.recipe.engine == engine
     return result.path
 

@@ -69,7 +69,9 @@ def test_tiny_artifacts_built_by_the_pipeline_load_and_record_their_table(
 @pytest.mark.parametrize("fixture", ["tiny_mixtral", "tiny_qwen_moe"])
 def test_tiny_moe_fp8_artifacts_load(fixture, request, tmp_path, catalog, repo_root):
     record = intake(request.getfixturevalue(fixture), load_gates(repo_root / "gates.yaml", catalog))
-    result = build_targets(record, ["hopper-fp8"], tmp_path / "out", catalog, None)[0]
+    # the FP8 KV scales are calibrated on it
+    calibration = build_set(load_spec(repo_root / "calibration_sets" / "default.yaml"))
+    result = build_targets(record, ["hopper-fp8"], tmp_path / "out", catalog, calibration)[0]
     table = read_manifest(result.path).serving
     assert table.loadable_tp == [1, 2, 4]  # 4 heads: TP 8 cannot split them
     assert {r.rule for d in table.refused for r in d.refusals} == {"attention-heads"}
@@ -82,22 +84,26 @@ def test_a_build_no_declared_tp_size_can_load_is_refused_and_nothing_installed(
     catalog = Catalog(project)
     record = intake(tiny_llama, load_gates(repo_root / "gates.yaml", catalog))
     out = tmp_path / "out"
+    # the FP8 KV scales are calibrated on it
+    calibration = build_set(load_spec(repo_root / "calibration_sets" / "default.yaml"))
     with pytest.raises(
         ServingError,
         match=r"^hopper-fp8: .* at TP 8 vllm 0.33.0 refuses model.layers.0.self_attn "
         r"by rule attention-heads: 4 attention heads are not divisible by TP 8",
     ):
-        build_targets(record, ["hopper-fp8"], out, catalog, None)
+        build_targets(record, ["hopper-fp8"], out, catalog, calibration)
     assert list(out.iterdir()) == []  # neither the artifact nor a temporary directory
 
 
 def test_a_changed_contract_rebuilds_and_records_the_new_table(tiny_llama, tmp_path, repo_root, catalog):
     record = intake(tiny_llama, load_gates(repo_root / "gates.yaml", catalog))
     out = tmp_path / "out"
-    assert build_targets(record, ["hopper-fp8"], out, catalog, None)[0].status == "built"
-    assert build_targets(record, ["hopper-fp8"], out, catalog, None)[0].status == "reused"
+    # the FP8 KV scales are calibrated on it
+    calibration = build_set(load_spec(repo_root / "calibration_sets" / "default.yaml"))
+    assert build_targets(record, ["hopper-fp8"], out, catalog, calibration)[0].status == "built"
+    assert build_targets(record, ["hopper-fp8"], out, catalog, calibration)[0].status == "reused"
     narrower = Catalog(_project(tmp_path, repo_root, hopper_fp8=[1, 2]))
-    again = build_targets(record, ["hopper-fp8"], out, narrower, None)[0]
+    again = build_targets(record, ["hopper-fp8"], out, narrower, calibration)[0]
     assert again.status == "built" and read_manifest(again.path).serving.refused == []
 
 

@@ -9,6 +9,7 @@ import pytest
 from serving_artifacts import model_config, model_tensors, quant_config, target_with, write_artifact
 
 from quantgate.artifact import Manifest, read_manifest
+from quantgate.calibration import build_set, load_spec
 from quantgate.config.gates import load_gates
 from quantgate.gate.run import gate_results
 from quantgate.intake import intake
@@ -53,7 +54,9 @@ def test_report_json_round_trips_the_table(draft_table):
 def test_a_manifest_without_serving_still_reads(tmp_path, tiny_llama, catalog, repo_root):
     record = intake(tiny_llama, load_gates(repo_root / "gates.yaml", catalog))
     artifacts = tmp_path / "artifacts"
-    built = build_targets(record, ["hopper-fp8"], artifacts, catalog, None)[0]
+    # the FP8 KV scales are calibrated on it
+    calibration = build_set(load_spec(repo_root / "calibration_sets" / "default.yaml"))
+    built = build_targets(record, ["hopper-fp8"], artifacts, catalog, calibration)[0]
     manifest = read_manifest(built.path)
     old = manifest.model_dump(exclude={"serving"})  # a manifest written before the serving check
     assert Manifest.model_validate(old).serving is None

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
+from quantgate.config.targets import KVCache
 from quantgate.registry import Registry
 
 if TYPE_CHECKING:
@@ -27,13 +28,19 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class BuildJob:
-    """Everything one build needs; ``out_dir`` is a temporary directory the engine fills."""
+    """Everything one build needs; ``out_dir`` is a temporary directory the engine fills.
+
+    ``kv_cache``: the policy's KV cache for this build. An engine whose class sets
+    ``calibrates_kv_cache = True`` writes the FP8 KV scheme and scales itself when asked; for the
+    others the pipeline runs ``kv_calibration`` on what they wrote.
+    """
 
     source: SourceRecord
     recipe: Recipe
     calibration: CalibrationSet | None
     out_dir: Path
     progress: Progress
+    kv_cache: KVCache = KVCache.BF16
 
 
 class Engine(Protocol):

@@ -8,7 +8,7 @@ llm-compressor recipe ``nvfp4``. The output is modelopt's Hugging Face export
 
 from __future__ import annotations
 
-from quantgate.config.targets import Recipe
+from quantgate.config.targets import KVCache, Recipe
 from quantgate.errors import MissingDependencyError
 from quantgate.intake import SourceRecord
 from quantgate.quantize.engines import BuildJob, register
@@ -17,6 +17,8 @@ from quantgate.quantize.engines import BuildJob, register
 @register("modelopt")
 class ModeloptEngine:
     """NVIDIA modelopt's NVFP4, calibrated on a CUDA GPU, exported in Hugging Face layout."""
+
+    calibrates_kv_cache = True  # modelopt's own KV calibration (kv_cache_quant_cfg), when the policy asks
 
     def preflight(self, source: SourceRecord, recipe: Recipe) -> None:
         """Refuse where no CUDA GPU is visible or modelopt is not installed."""
@@ -46,7 +48,8 @@ class ModeloptEngine:
         config = copy_config(getattr(mtq, spec["quant_cfg"]))
         for pattern in spec.get("disable", []):
             config["quant_cfg"][pattern] = {"enable": False}
-        if spec.get("kv_cache_quant_cfg"):
+        # the recipe names the KV config; the build's policy decides whether it applies
+        if spec.get("kv_cache_quant_cfg") and job.kv_cache == KVCache.FP8_E4M3:
             config["quant_cfg"].update(getattr(mtq, spec["kv_cache_quant_cfg"])["quant_cfg"])
 
         model = AutoModelForCausalLM.from_pretrained(job.source.path, dtype=torch.bfloat16, device_map="cuda")

@@ -12,17 +12,20 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from quantgate.config.targets import Recipe
+from quantgate.config.targets import KVCache, Recipe
 from quantgate.errors import CalibrationError
 from quantgate.intake import SourceRecord
 from quantgate.quantize.engines import BuildJob, register
 from quantgate.quantize.engines._logs import quiet
+from quantgate.quantize.kv_calibration import with_kv_cache_scheme
 from quantgate.quantize.preflight import check_group_sizes
 
 
 @register("llmcompressor.oneshot")
 class OneshotEngine:
     """llm-compressor's ``oneshot`` for calibrated recipes, one source load per build call."""
+
+    calibrates_kv_cache = True  # an FP8 KV decision adds kv_cache_scheme to the recipe
 
     def __init__(self) -> None:
         self._loaded: dict[str, tuple[Any, Any]] = {}  # content hash -> (model, tokenizer)
@@ -82,11 +85,14 @@ class OneshotEngine:
         extra: dict[str, Any] = {}
         if job.recipe.calibration.pipeline:
             extra["pipeline"] = job.recipe.calibration.pipeline
+        recipe = job.recipe.recipe
+        if job.kv_cache == KVCache.FP8_E4M3:  # llm-compressor calibrates the KV scales in the same pass
+            recipe = with_kv_cache_scheme(recipe)
         with job.progress.task(f"{job.recipe.name}: calibrating on {len(dataset)} samples", total=None):
             oneshot(
                 model=model,
                 tokenizer=tokenizer,
-                recipe=yaml.safe_dump(job.recipe.recipe),  # oneshot takes YAML text, not a dict
+                recipe=yaml.safe_dump(recipe),  # oneshot takes YAML text, not a dict
                 dataset=dataset,
                 num_calibration_samples=len(dataset),
                 max_seq_length=job.recipe.calibration.max_seq_length,

@@ -1,0 +1,249 @@
+"""KV cache from the policy: FP8 scales and scheme exactly where the class (or --targets) says FP8."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+import torch
+import yaml
+from safetensors import safe_open
+from safetensors.torch import save_file
+
+from quantgate.calibration import build_set, load_spec
+from quantgate.config.gates import load_gates
+from quantgate.config.targets import KVCache
+from quantgate.errors import CalibrationError
+from quantgate.intake import intake
+from quantgate.numerics import load_for_eval
+from quantgate.numerics.kvcache import ObserveKV, attention_modules, install_kv_hooks
+from quantgate.quantize import kv_calibration as kvc
+from quantgate.quantize.pipeline import build_targets
+from quantgate.serving.check import check_artifact
+from support.models import write_large_llama
+
+pytestmark = pytest.mark.unit
+
+ALL = ["hopper-fp8", "rocm-cdna3-fp8", "blackwell-nvfp4", "draft-int4"]
+
+
+@pytest.fixture(scope="module")
+def calibration(repo_root):
+    return build_set(load_spec(repo_root / "calibration_sets" / "default.yaml"))
+
+
+@pytest.fixture(scope="module")
+def gates(repo_root, catalog):
+    return load_gates(repo_root / "gates.yaml", catalog)
+
+
+def _scales(artifact: Path) -> dict[str, torch.Tensor]:
+    out = {}
+    for shard in artifact.glob("*.safetensors"):
+        with safe_open(shard, "pt") as f:
+            out |= {k: f.get_tensor(k) for k in f.keys() if k.endswith(("k_scale", "v_scale"))}  # noqa: SIM118
+    return out
+
+
+def _kv_scheme(artifact: Path):
+    return json.loads((artifact / "config.json").read_text())["quantization_config"].get("kv_cache_scheme")
+
+
+@pytest.fixture(scope="module")
+def overridden(tmp_path_factory, _tiny_models, gates, catalog, calibration):
+    """The four targets under ``--targets``: each target's own kv_cache decides."""
+    record = intake(_tiny_models["llama"], gates)
+    decisions = kvc.kv_decisions(gates, record.model_class, ALL, [catalog.target(n) for n in ALL])
+    out = tmp_path_factory.mktemp("kv-override")
+    return record, {
+        r.target: r for r in build_targets(record, ALL, out, catalog, calibration, kv_cache=decisions)
+    }
+
+
+def test_four_targets_under_targets_get_fp8_kv_exactly_where_their_yaml_says(overridden, catalog):
+    _, results = overridden
+    layers = [f"model.layers.{i}.self_attn.{p}" for i in range(2) for p in ("k_scale", "v_scale")]
+    for target, result in results.items():
+        fp8 = catalog.target(target).kv_cache == KVCache.FP8_E4M3
+        assert fp8 == (target != "draft-int4")
+        assert result.manifest.kv_cache == catalog.target(target).kv_cache
+        scales = _scales(result.path)
+        if fp8:
+            # as llm-compressor writes them: config entry, one [1]-shaped scale per layer in the model's dtype
+            assert _kv_scheme(result.path) == kvc.kv_cache_scheme_config()
+            assert sorted(scales) == layers
+            assert all(
+                t.shape == (1,) and t.dtype == torch.bfloat16 and float(t) > 0 for t in scales.values()
+            )
+            assert result.manifest.calibration is not None  # data-free hopper/rocm read the set too
+        else:
+            assert _kv_scheme(result.path) is None and scales == {}
+        # the serving check accepts every artifact, and says what vLLM runs the KV cache in
+        table = check_artifact(result.path, catalog.target(target))
+        assert table.loadable_tp and table.kv_cache.startswith("fp8" if fp8 else "bfloat16")
+        assert result.manifest.serving == table
+
+
+def test_llm_compressor_and_the_data_free_pass_declare_the_same_scheme(overridden):
+    _, results = overridden
+    # blackwell-nvfp4: llm-compressor's own kv_cache_scheme; hopper-fp8: written by kv_calibration
+    assert _kv_scheme(results["blackwell-nvfp4"].path) == _kv_scheme(results["hopper-fp8"].path)
+    recipe = yaml.safe_load((results["blackwell-nvfp4"].path / "recipe.yaml").read_text())
+    assert "kv_cache_scheme" in json.dumps(recipe)
+
+
+def test_a_draft_through_its_class_declares_no_kv_anywhere(
+    _tiny_models, gates, catalog, calibration, tmp_path
+):
+    record = intake(_tiny_models["llama"], gates)
+    assert record.model_class == "draft"
+    names = [*gates.model_classes["draft"].targets.required, *gates.model_classes["draft"].targets.optional]
+    decisions = kvc.kv_decisions(gates, "draft", None, [catalog.target(n) for n in names])
+    assert decisions == {"draft-int4": KVCache.BF16}
+    (result,) = build_targets(record, names, tmp_path / "out", catalog, calibration, kv_cache=decisions)
+    assert _kv_scheme(result.path) is None and _scales(result.path) == {}
+
+
+def test_the_class_wins_over_a_target_yaml_that_disagrees(_tiny_models, repo_root, catalog, tmp_path):
+    """A class whose policy is bf16 gets no FP8 KV even on a target whose YAML says FP8, and its
+    data-free build then reads no calibration data."""
+    text = (repo_root / "gates.yaml").read_text()
+    gates_text = text.replace("      required: [draft-int4]", "      required: [draft-int4, hopper-fp8]", 1)
+    assert gates_text != text
+    (tmp_path / "gates.yaml").write_text(gates_text)
+    gates = load_gates(tmp_path / "gates.yaml", catalog)
+    record = intake(_tiny_models["llama"], gates)
+    decisions = kvc.kv_decisions(gates, record.model_class, None, [catalog.target("hopper-fp8")])
+    assert decisions == {"hopper-fp8": KVCache.BF16}
+    (result,) = build_targets(record, ["hopper-fp8"], tmp_path / "out", catalog, None, kv_cache=decisions)
+    assert result.manifest.kv_cache == KVCache.BF16 and result.manifest.calibration is None
+    assert _kv_scheme(result.path) is None and _scales(result.path) == {}
+    assert load_for_eval(result.path).numerics.kv_cache == "bf16"
+
+
+def test_fp8_kv_without_a_calibration_set_is_refused_before_anything_is_written(
+    tiny_llama, gates, catalog, tmp_path
+):
+    record = intake(tiny_llama, gates)
+    with pytest.raises(
+        CalibrationError, match="hopper-fp8 needs the calibration set for its FP8 KV cache scales"
+    ):
+        build_targets(record, ["hopper-fp8"], tmp_path / "out", catalog, None)
+    assert not (tmp_path / "out").exists()
+
+
+def test_the_decision_and_the_calibration_set_are_in_the_data_free_build_key(
+    overridden, catalog, calibration, tmp_path
+):
+    record, results = overridden
+    fp8 = results["hopper-fp8"].manifest.build_key
+    (bf16,) = build_targets(
+        record, ["hopper-fp8"], tmp_path / "bf16", catalog, None, kv_cache={"hopper-fp8": KVCache.BF16}
+    )
+    assert bf16.manifest.build_key != fp8
+    other = calibration.model_copy(update={"sha256": "0" * 64})
+    (again,) = build_targets(
+        record, ["hopper-fp8"], tmp_path / "other", catalog, other, kv_cache={"hopper-fp8": KVCache.FP8_E4M3}
+    )
+    assert again.manifest.build_key != fp8 and again.manifest.calibration.sha256 == "0" * 64
+    # the weights are the same bytes whatever the KV decision: only the KV tensors and config entry differ
+    with (
+        safe_open(bf16.path / "model.safetensors", "pt") as f,
+        safe_open(results["hopper-fp8"].path / "model.safetensors", "pt") as g,
+    ):
+        names = set(f.keys())
+        assert set(g.keys()) - names == set(_scales(results["hopper-fp8"].path))
+        for name in names:
+            assert torch.equal(f.get_tensor(name).view(torch.uint8), g.get_tensor(name).view(torch.uint8))
+    ours = json.loads((bf16.path / "config.json").read_text())
+    theirs = json.loads((results["hopper-fp8"].path / "config.json").read_text())
+    assert ours["quantization_config"].pop("kv_cache_scheme", None) is None
+    assert theirs["quantization_config"].pop("kv_cache_scheme") == kvc.kv_cache_scheme_config()
+    assert ours == theirs
+
+
+def test_stored_scale_is_absmax_over_448_of_the_served_numerics(overridden, catalog, calibration, tmp_path):
+    """The streamed layer-by-layer pass equals one whole-model pass of load_for_eval (W8A8, no KV
+    emulation), and the stored scale is that absmax / 448 rounded to bf16."""
+    _, results = overridden
+    hopper = results["hopper-fp8"].path
+    loaded = load_for_eval(hopper, kv_cache=False)
+    observers = {n: ObserveKV() for n in attention_modules(loaded.model)}
+    install_kv_hooks(loaded.model, observers)
+    tokenizer = loaded.tokenizer
+    with torch.inference_mode():
+        for text in calibration.texts()[:32]:
+            ids = tokenizer(text, truncation=True, max_length=512, return_tensors="pt")["input_ids"]
+            loaded.model(ids)
+    stored = _scales(hopper)
+    for name, obs in observers.items():
+        assert float(obs.k_absmax) > 0
+        assert torch.equal(stored[f"{name}.k_scale"], (obs.k_absmax.reshape(1) / 448).bfloat16())
+        assert torch.equal(stored[f"{name}.v_scale"], (obs.v_absmax.reshape(1) / 448).bfloat16())
+
+
+def test_mixture_of_experts_gets_its_kv_scales_too(_tiny_models, gates, catalog, calibration, tmp_path):
+    record = intake(_tiny_models["mixtral"], gates)
+    (result,) = build_targets(
+        record,
+        ["hopper-fp8"],
+        tmp_path / "out",
+        catalog,
+        calibration,
+        kv_cache={"hopper-fp8": KVCache.FP8_E4M3},
+    )
+    assert len(_scales(result.path)) == 4
+    assert load_for_eval(result.path).numerics.kv_cache_layers == 2
+
+
+def test_a_sharded_artifact_gets_its_scales_as_one_more_indexed_file(tmp_path, gates, catalog, calibration):
+    source = write_large_llama(
+        tmp_path / "sharded", hidden_size=128, intermediate_size=256, num_hidden_layers=3, vocab_size=512,
+        max_shard_bytes=400 * 1024,
+    )  # fmt: skip
+    record = intake(source, gates)
+    (result,) = build_targets(record, ["hopper-fp8"], tmp_path / "out", catalog, calibration)
+    index = json.loads((result.path / "model.safetensors.index.json").read_text())
+    scale_names = sorted(_scales(result.path))
+    assert len(scale_names) == 6 and {index["weight_map"][n] for n in scale_names} == {kvc.SCALES_FILE}
+    assert not (result.path / "model.safetensors").exists()
+    report = load_for_eval(result.path).numerics  # transformers reads every indexed file
+    assert report.kv_cache_calibrated and report.kv_cache_layers == 3
+
+
+def test_appending_tensors_keeps_every_tensor_and_loads(tmp_path):
+    path = tmp_path / "model.safetensors"
+    before = {"a": torch.arange(7, dtype=torch.float32), "b": torch.ones(3, 5, dtype=torch.bfloat16)}
+    save_file(before, path, metadata={"format": "pt"})
+    added = {"x.k_scale": torch.tensor([0.25], dtype=torch.bfloat16)}
+    kvc.append_tensors(path, added)
+    with safe_open(path, "pt") as f:
+        assert f.metadata() == {"format": "pt"}
+        got = {k: f.get_tensor(k) for k in f.keys()}  # noqa: SIM118
+    assert got.keys() == {"a", "b", "x.k_scale"}
+    assert all(torch.equal(got[k], v) for k, v in {**before, **added}.items())
+
+
+def test_the_calibrated_recipe_gets_the_scheme_only_when_asked(catalog):
+    recipe = catalog.recipe("nvfp4").recipe
+    with_kv = kvc.with_kv_cache_scheme(recipe)
+    assert (
+        with_kv["quant_stage"]["quant_modifiers"]["QuantizationModifier"]["kv_cache_scheme"]
+        == kvc.KV_CACHE_SCHEME
+    )
+    assert "kv_cache_scheme" not in json.dumps(recipe)  # the recipe file's own dict is untouched
+    gptq = kvc.with_kv_cache_scheme(catalog.recipe("w4a16-gptq-g64").recipe)
+    assert "kv_cache_scheme" in gptq["quant_stage"]["quant_modifiers"]["GPTQModifier"]
+
+
+def test_check_declared_refuses_a_scheme_the_policy_did_not_ask_for(overridden, tmp_path):
+    _, results = overridden
+    copy = Path(shutil.copytree(results["hopper-fp8"].path, tmp_path / "copy"))
+    kvc.check_declared(copy, "hopper-fp8", KVCache.FP8_E4M3)
+    with pytest.raises(Exception, match="keeps the KV cache in bf16 but the artifact declares"):
+        kvc.check_declared(copy, "hopper-fp8", KVCache.BF16)
+    draft = results["draft-int4"].path
+    with pytest.raises(Exception, match="asks for an FP8 KV cache but the artifact has no kv_cache_scheme"):
+        kvc.check_declared(draft, "draft-int4", KVCache.FP8_E4M3)

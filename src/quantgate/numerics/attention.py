@@ -77,7 +77,8 @@ def _tiled(query, key, value, attention_mask, scaling, causal: bool) -> torch.Te
     kv_heads = key.shape[1]
     group = heads // kv_heads
     scale = scaling if scaling is not None else dim**-0.5
-    out = query.new_empty((batch, length, heads, dim))
+    v_dim = value.shape[-1]  # MLA (DeepSeek): values are narrower than queries and keys
+    out = query.new_empty((batch, length, heads, v_dim))
     positions = torch.arange(length)
     lowest = torch.finfo(torch.float32).min
     for b in range(batch):
@@ -100,7 +101,7 @@ def _tiled(query, key, value, attention_mask, scaling, causal: bool) -> torch.Te
                 else:
                     scores.add_(mask.float()).clamp_(min=lowest)
             probs = torch.softmax(scores, dim=-1).to(value.dtype).view(kv_heads, group * (stop - start), keys)
-            ctx = torch.matmul(probs, value[b, :, :keys]).view(kv_heads * group, stop - start, dim)
+            ctx = torch.matmul(probs, value[b, :, :keys]).view(kv_heads * group, stop - start, v_dim)
             out[b, start:stop] = ctx.transpose(0, 1)
     return out
 

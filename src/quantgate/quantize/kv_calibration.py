@@ -115,7 +115,9 @@ def calibrate(
 
     Layer by layer: the inputs of the first decoder layer are captured from the model's own
     forward (embeddings, rotary, masks as the architecture makes them), then each layer is
-    decoded from the artifact, run on every sample, observed and dropped.
+    decoded from the artifact, run on every sample, observed and dropped. Every layer gets the
+    first layer's mask: architectures that mix sliding-window layers see the same keys while the
+    samples are no longer than the window (``max_seq_length`` 512 here).
     """
     import torch
 
@@ -160,6 +162,8 @@ def calibrate(
                 out = layer(hidden, *args, **kwargs)
                 inputs[n] = (out[0] if isinstance(out, tuple) else out, args, kwargs)
             layers[i] = layer.to("meta")  # drop the decoded weights
+            del layer
+            _release_memory()
     for handle in handles:
         handle.remove()
     # MLA caches one latent per token, quantized with k_scale; v_scale mirrors it
@@ -233,33 +237,51 @@ def _load(tensors: Mapping[str, tuple[Path, str]], names: Sequence[str]) -> dict
 def _fill(
     artifact_dir: Path, module: torch.nn.Module, prefix: str, tensors: Mapping[str, tuple[Path, str]], skip=()
 ) -> None:
-    """Every parameter and persistent buffer of ``module`` (moved off meta) from the artifact's tensors."""
+    """Every parameter and persistent buffer of ``module`` (on meta) set from the artifact's tensors,
+    except under ``skip`` (the modules about to be replaced): nothing is allocated twice."""
     import torch
 
-    module.to_empty(device="cpu")
-    wanted = {
-        f"{prefix}{n}": t
-        for n, t in module.state_dict(keep_vars=True).items()
-        if not any(n == s or n.startswith(f"{s}.") for s in skip)
-    }
-    missing = sorted(n for n in wanted if n not in tensors)
+    def skipped(name: str) -> bool:
+        return any(name == s or name.startswith(f"{s}.") for s in skip)
+
+    wanted = {n: t for n, t in module.state_dict(keep_vars=True).items() if not skipped(n)}
+    missing = sorted(f"{prefix}{n}" for n in wanted if f"{prefix}{n}" not in tensors)
     if missing:
         raise BuildError(
             f"{artifact_dir}: no tensor for {missing[:3]} ({len(missing)} missing): the KV calibration pass "
             "cannot run this layer"
         )
-    with torch.no_grad():
-        for name, value in _load(tensors, sorted(wanted)).items():
-            wanted[name].copy_(value)
+    loaded = _load(tensors, [f"{prefix}{n}" for n in sorted(wanted)])
+    for name, old in wanted.items():
+        owner_name, _, leaf = name.rpartition(".")
+        owner = module.get_submodule(owner_name) if owner_name else module
+        value = loaded[f"{prefix}{name}"].to(old.dtype)
+        if leaf in owner._parameters:
+            owner._parameters[leaf] = torch.nn.Parameter(value, requires_grad=False)
+        else:
+            owner._buffers[leaf] = value
     for sub_name, sub in module.named_modules():
         stale = [
             b for b in getattr(sub, "_non_persistent_buffers_set", ()) if getattr(sub, b, None) is not None
         ]
-        if stale and not any(sub_name == s or sub_name.startswith(f"{s}.") for s in skip):
+        if stale and not skipped(sub_name):
             raise BuildError(
                 f"{artifact_dir}: {prefix}{sub_name} has computed buffers {stale}, which the KV calibration "
                 "pass cannot rebuild layer by layer"
             )
+
+
+def _release_memory() -> None:
+    """Give the freed layer back to the system: glibc keeps freed arenas otherwise, and the RSS of a
+    streamed pass would grow layer by layer (measured: +330 MB over 20 layers of a 1.6 GB model)."""
+    import ctypes
+    import gc
+
+    gc.collect()
+    try:
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    except (OSError, AttributeError):  # not glibc: nothing to trim
+        pass
 
 
 def _materialize_outside_layers(artifact_dir: Path, model: Any, layers: torch.nn.ModuleList, tensors) -> None:

@@ -21,6 +21,7 @@ from quantgate.evaluate.data import DataDir
 from quantgate.evaluate.runner import evaluate
 from quantgate.evaluate.suites import EvalContext, load_suite
 from quantgate.numerics import EmulatedLinear, load_for_eval, load_source_for_eval
+from quantgate.numerics.artifact import read_kv_scales
 from quantgate.numerics.load import read_quantized_tensors
 from quantgate.numerics.moe import EmulatedExperts, ExpertWeights, expert_key, vllm_expert_names
 from quantgate.numerics.weights import DecodedWeight
@@ -305,6 +306,11 @@ def test_deepseek_latent_attention_says_what_its_kv_cache_does(moe_artifacts):
     report = loaded.numerics
     assert report.kv_cache_layers == 0 and "MLA" in report.kv_cache
     assert any("latent" in note and "decoding" in note for note in report.notes)
+    # its k_scale covers the cached latent (kv_c_normed and the rotary k_pe); v_scale mirrors it
+    scales = read_kv_scales(_built(moe_artifacts, "deepseek_v3").artifacts["hopper-fp8"])
+    assert sorted(scales) == ["model.layers.0.self_attn", "model.layers.1.self_attn"]
+    assert all(float(k) > 0 and torch.equal(k, v) for k, v in scales.values())
+    assert report.kv_cache_calibrated is True
     # the dense first layer is Linear, the second layer's experts per expert, its shared expert Linear
     model = loaded.model
     assert isinstance(model.get_submodule("model.layers.0.mlp.gate_proj"), EmulatedLinear)

@@ -173,9 +173,12 @@ def test_stored_scale_is_absmax_over_448_of_the_served_numerics(overridden, cata
     observers = {n: ObserveKV() for n in attention_modules(loaded.model)}
     install_kv_hooks(loaded.model, observers)
     tokenizer = loaded.tokenizer
+    kv_pass = catalog.recipe("fp8-dynamic").calibration  # how many samples, how long
     with torch.inference_mode():
-        for text in calibration.texts()[:32]:
-            ids = tokenizer(text, truncation=True, max_length=512, return_tensors="pt")["input_ids"]
+        for text in calibration.texts()[: kv_pass.num_samples]:
+            ids = tokenizer(text, truncation=True, max_length=kv_pass.max_seq_length, return_tensors="pt")[
+                "input_ids"
+            ]
             loaded.model(ids)
     stored = _scales(hopper)
     for name, obs in observers.items():

@@ -135,6 +135,26 @@ def test_moe_nvfp4_calibrates_every_expert(tmp_path, catalog, repo_root, calibra
     assert read_manifest(artifact).calibration.sha256 == calibration.sha256
 
 
+@pytest.mark.parametrize("kind", ["mixtral", "qwen2_moe"])
+def test_a_moe_calibration_load_leaves_later_intakes_as_it_found_them(kind, tmp_path, catalog, repo_root):
+    """llm-compressor's MoE loader registers its per-expert layout for the model type process-wide
+    (and leaves it there when the load fails): a later intake of the same kind in the same
+    process then refused a sound checkpoint as lacking its fused expert tensors."""
+    from transformers.conversion_mapping import get_checkpoint_conversion_mapping
+
+    from quantgate.quantize.engines.oneshot import OneshotEngine
+
+    source = write_tiny_model(tmp_path / kind, kind)
+    record = intake(source, load_gates(repo_root / "gates.yaml", catalog))
+    before = repr(get_checkpoint_conversion_mapping(kind))
+    try:
+        OneshotEngine()._load(record)
+    except Exception as exc:  # noqa: BLE001  a load that fails must not leave its mappings behind either
+        print(f"the load failed: {exc!r}")
+    assert repr(get_checkpoint_conversion_mapping(kind)) == before
+    assert intake(source, load_gates(repo_root / "gates.yaml", catalog)).moe
+
+
 def test_nvfp4_and_int4_formats(tiny_llama, tmp_path, catalog, repo_root, calibration):
     record = intake(tiny_llama, load_gates(repo_root / "gates.yaml", catalog))
     results = build_targets(record, ["blackwell-nvfp4", "draft-int4"], tmp_path / "out", catalog, calibration)

@@ -10,6 +10,8 @@ expert a small calibration set never routes to would otherwise get no activation
 from __future__ import annotations
 
 import copy
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from quantgate.config.targets import KVCache, Recipe
@@ -19,6 +21,28 @@ from quantgate.quantize.engines import BuildJob, register
 from quantgate.quantize.engines._logs import quiet
 from quantgate.quantize.kv_calibration import with_kv_cache_scheme
 from quantgate.quantize.preflight import check_group_sizes
+
+
+@contextmanager
+def _conversion_mappings_restored() -> Iterator[None]:
+    """Put transformers' process-wide checkpoint conversion table back as it was.
+
+    ``load_quantizable_moe`` registers its save mapping (one Linear per expert on disk) for the
+    model type and leaves it there; every later load or intake check of that model type in the
+    process would then read per-expert names as the in-memory layout. The loaded model keeps
+    its own copy (``_weight_conversions``), which is what ``save_pretrained`` reverts through.
+    A load that fails also leaves its module patch mapping registered: cleared here as well.
+    """
+    from transformers import conversion_mapping
+    from transformers.monkey_patching import clear_patch_mapping
+
+    conversion_mapping.get_checkpoint_conversion_mapping("llama")  # builds the table if not yet built
+    saved = copy.deepcopy(conversion_mapping._checkpoint_conversion_mapping_cache)
+    try:
+        yield
+    finally:
+        conversion_mapping._checkpoint_conversion_mapping_cache = saved
+        clear_patch_mapping()
 
 
 @register("llmcompressor.oneshot")
@@ -44,7 +68,7 @@ class OneshotEngine:
             if source.moe:
                 from llmcompressor.modeling.moe.linearize import load_quantizable_moe
 
-                with load_quantizable_moe():
+                with load_quantizable_moe(), _conversion_mappings_restored():
                     model = AutoModelForCausalLM.from_pretrained(source.path, **kwargs)
             else:
                 model = AutoModelForCausalLM.from_pretrained(source.path, **kwargs)

@@ -17,7 +17,7 @@ from typing import Any
 from quantgate.atomic import install_dir, staged_dir, write_json
 from quantgate.errors import InputError
 
-_SAME = ("model", "model_class", "profile", "source_hash", "suites")
+_SAME = ("model", "model_class", "profile", "source_hash", "suites", "environment")
 
 
 def merge_evaluations(parts: list[Path], out: Path) -> Path:
@@ -43,7 +43,8 @@ def merge_evaluations(parts: list[Path], out: Path) -> Path:
                 raise InputError(
                     Path(part) / "run.json",
                     f"'{key}' differs from {parts[0]}'s ({run.get(key)!r} vs {first.get(key)!r})",
-                    "evaluate every artifact with the same source, profile and suites",
+                    "evaluate every artifact with the same source, profile, suites and numerics switches "
+                    "(environment: QUANTGATE_COMPILE, threads, CPU kernels)",
                 )
     out = Path(out)
     with staged_dir(out) as tmp:

@@ -21,7 +21,7 @@ import torch
 from quantgate.artifact import Manifest, artifact_dirs, require_manifest, verify_files
 from quantgate.atomic import staged_file, write_json
 from quantgate.errors import InputError
-from quantgate.evaluate import fusion
+from quantgate.evaluate import environment
 from quantgate.evaluate.suites import EvalContext, LoadedSuite, SuiteResult
 
 # 2: references computed with tiled prefill attention and log-sum-exp scoring; a version-1
@@ -69,8 +69,10 @@ class EvalRun:
 
 def reference_path(ctx: EvalContext, suite: LoadedSuite, source_hash: str) -> Path:
     """Where the source's reference for ``suite`` is cached: keyed by ``REFERENCE_VERSION``, the
-    suite's validated spec, the source's content hash, the profile and ``QUANTGATE_COMPILE``."""
-    parts = (REFERENCE_VERSION, suite.spec_hash, source_hash, ctx.profile, fusion.setting())
+    suite's validated spec, the source's content hash, the profile and the numerics switches
+    (``environment.switches()``: QUANTGATE_COMPILE, threads, CPU kernels)."""
+    switches = sorted(environment.switches().items())
+    parts = (REFERENCE_VERSION, suite.spec_hash, source_hash, ctx.profile, switches)
     key = hashlib.sha256("|".join(map(str, parts)).encode()).hexdigest()
     return ctx.cache_dir / "references" / suite.spec.name / f"{key[:32]}.pt"
 
@@ -183,6 +185,7 @@ def evaluate(
             "numerics": run.numerics,
             "reference_cache": {"hits": run.reference_hits, "computed": run.reference_misses},
             "source_forward_passes": run.source_forward_passes,
+            "environment": environment.recorded(),
         },
     )
     return run

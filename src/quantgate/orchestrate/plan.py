@@ -22,6 +22,7 @@ from quantgate.artifact import tool_versions
 from quantgate.atomic import write_text
 from quantgate.config.targets import Catalog, Frozen
 from quantgate.errors import InputError, UsageError
+from quantgate.evaluate import environment
 from quantgate.intake.record import SourceRecord
 from quantgate.progress import SILENT, Progress
 from quantgate.quantize.pipeline import PlannedBuild
@@ -84,6 +85,8 @@ class RunPlan(Frozen):
     suites_hash: str
     gates_hash: str
     tools_hash: str
+    # the evaluation-numerics switches steps run under (evaluate/environment.py): in the evaluation keys
+    eval_env: dict[str, str] = Field(default_factory=dict)
     stamp: str
 
     @property
@@ -300,6 +303,7 @@ def make_plan(
         suites_hash=digest({s.spec.name: s.spec_hash for s in loaded}),
         gates_hash=hashlib.sha256(gates.read_bytes()).hexdigest(),
         tools_hash=digest(tool_versions()),
+        eval_env=environment.switches(),
         stamp=output_stamp(out),
     )
     write_plan(plan)

@@ -12,7 +12,7 @@ from quantgate.evaluate.merge import merge_evaluations
 pytestmark = pytest.mark.unit
 
 
-def _part(root, name, models, profile="smoke", passes=0):
+def _part(root, name, models, profile="smoke", passes=0, threads="2"):
     part = root / name
     for model in models:
         (part / model).mkdir(parents=True)
@@ -35,6 +35,7 @@ def _part(root, name, models, profile="smoke", passes=0):
                     "computed": ["wikitext"] if passes else [],
                 },
                 "source_forward_passes": passes,
+                "environment": {"compile": "auto", "threads": threads, "cpu": "avx2,fma"},
             }
         )
     )
@@ -69,3 +70,15 @@ def test_parts_from_another_profile_are_refused_naming_the_part(tmp_path):
     with pytest.raises(InputError, match="profile") as caught:
         merge_evaluations(parts, tmp_path / "eval")
     assert str(tmp_path / "fp8" / "run.json") in str(caught.value)
+
+
+def test_parts_evaluated_under_other_numerics_switches_are_refused(tmp_path):
+    """A source reference from a 2-thread process paired with an artifact scored on 4 threads would
+    report the reduction-order difference as quantization error."""
+    parts = [
+        _part(tmp_path, "source", ["source"]),
+        _part(tmp_path, "fp8", ["source", "hopper-fp8"], threads="4"),
+    ]
+    with pytest.raises(InputError, match="environment") as caught:
+        merge_evaluations(parts, tmp_path / "eval")
+    assert "numerics switches" in str(caught.value)

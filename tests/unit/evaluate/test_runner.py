@@ -70,3 +70,64 @@ def test_artifacts_of_another_source_are_refused(setup, tmp_path):
     with pytest.raises(InputError, match="different source checkpoint"):
         evaluate(Path(other.path), other.content_hash, tmp_path / "artifacts", tmp_path / "e", suites, ctx)
     assert not (tmp_path / "e").exists()
+
+
+_EVALUATE_IN_A_NEW_PROCESS = """
+import sys
+from pathlib import Path
+from quantgate.evaluate.data import DataDir
+from quantgate.evaluate.runner import evaluate
+from quantgate.evaluate.suites import EvalContext, load_suite
+
+source, artifacts, out, spec, data, root, cache = map(Path, sys.argv[1:8])
+ctx = EvalContext("smoke", DataDir((data,)), root, cache)
+evaluate(source, sys.argv[8], artifacts, out, [load_suite(spec)], ctx)
+"""
+
+
+def test_two_evaluations_in_separate_processes_write_identical_results(setup, tmp_path, repo_root):
+    """Each process computes its own source reference (its own cache) and scores both artifacts:
+    every result file, summary.json included, is the same bytes."""
+    import subprocess
+    import sys
+
+    record, suites, _ = setup
+    for run in ("a", "b"):
+        subprocess.run(
+            [
+                sys.executable,
+                "-c",
+                _EVALUATE_IN_A_NEW_PROCESS,
+                record.path,
+                str(tmp_path / "artifacts"),
+                str(tmp_path / f"e-{run}"),
+                str(suites[0].path),
+                str(tmp_path / "data"),
+                str(repo_root),
+                str(tmp_path / f"cache-{run}"),
+                record.content_hash,
+            ],
+            check=True,
+            capture_output=True,
+        )
+    a, b = tmp_path / "e-a", tmp_path / "e-b"
+    written = sorted(p.relative_to(a) for p in a.rglob("*.json") if p.name != "run.json")
+    assert len(written) == 4  # summary + source, hopper-fp8, rocm-cdna3-fp8
+    for rel in written:
+        assert (a / rel).read_bytes() == (b / rel).read_bytes(), rel
+    environment = json.loads((a / "run.json").read_text())["environment"]
+    assert environment == json.loads((b / "run.json").read_text())["environment"]
+    assert {"compile", "threads", "cpu", "torch_threads", "cpu_capability"} <= set(environment)
+
+
+def test_the_reference_cache_is_keyed_by_the_numerics_switches(setup, monkeypatch):
+    """A reference computed with other threads or another compile setting is not paired with this run."""
+    from quantgate.evaluate.runner import reference_path
+
+    record, suites, ctx = setup
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    one = reference_path(ctx, suites[0], record.content_hash)
+    monkeypatch.setenv("OMP_NUM_THREADS", "2")
+    assert reference_path(ctx, suites[0], record.content_hash) != one
+    monkeypatch.setenv("QUANTGATE_COMPILE", "0")
+    assert len({one, reference_path(ctx, suites[0], record.content_hash)}) == 2

@@ -33,7 +33,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
 def synthetic_artifact(directory: Path, megabytes: int) -> Path:
     """Shards of random bytes like a safetensors checkpoint's, plus small configs, with a manifest."""
-    from quantgate.artifact import Manifest, hash_files, tool_versions, write_manifest
+    from support.artifacts import write_synthetic_manifest
 
     directory.mkdir(parents=True)
     shards = [megabytes * MB * 2 // 5, megabytes * MB * 2 // 5, megabytes * MB // 5]
@@ -41,33 +41,7 @@ def synthetic_artifact(directory: Path, megabytes: int) -> Path:
         with open(directory / f"model-{i + 1:05d}-of-{len(shards):05d}.safetensors", "wb") as fh:
             fh.writelines(os.urandom(MB) for _ in range(size // MB))
     (directory / "config.json").write_text('{"architectures": ["LlamaForCausalLM"]}')
-    write_manifest(
-        directory,
-        Manifest(
-            target="hopper-fp8",
-            hardware="bench",
-            format="float-quantized",
-            kv_cache="fp8_e4m3",
-            numerics={
-                "weights": "fp8_e4m3fn",
-                "activations": "fp8_e4m3fn_per_token",
-                "native_on": ["hopper"],
-            },
-            recipe={"name": "bench", "sha256": "0" * 64, "engine": "quantgate.stream_fp8"},
-            calibration=None,
-            source={
-                "content_hash": "1" * 64,
-                "architecture": "LlamaForCausalLM",
-                "params": 0,
-                "model_class": "dense-reasoner",
-                "bytes": 0,
-            },
-            tools=tool_versions(),
-            build_key="2" * 64,
-            build={"seconds": 0, "peak_rss_bytes": 0, "finished_at": "1970-01-01T00:00:00+00:00"},
-            files=hash_files(directory),
-        ),
-    )
+    write_synthetic_manifest(directory, "hopper-fp8")
     return directory
 
 

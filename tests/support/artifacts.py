@@ -20,6 +20,12 @@ def write_artifact(directory: Path, target: str, files: dict[str, bytes]) -> Pat
     for rel, data in files.items():
         (directory / rel).parent.mkdir(parents=True, exist_ok=True)
         (directory / rel).write_bytes(data)
+    return write_synthetic_manifest(directory, target)
+
+
+def write_synthetic_manifest(directory: Path, target: str) -> Path:
+    """A manifest over the files already in ``directory`` (a build's fields, made up), for
+    artifacts whose files are written another way (the pull benchmark streams its shards)."""
     manifest = Manifest(
         target=target,
         hardware="test",

@@ -7,7 +7,12 @@ and every artifact, since both change results.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import torch
+
+if TYPE_CHECKING:
+    from quantgate.progress import Progress
 
 
 @torch.inference_mode()
@@ -41,6 +46,28 @@ def greedy(
         if on_batch:
             on_batch(len(batch))
     return out
+
+
+def greedy_with_progress(
+    progress: Progress,
+    description: str,
+    model,
+    tokenizer,
+    prompts: list[list[int]],
+    *,
+    max_new_tokens: int,
+    batch_size: int,
+) -> list[list[int]]:
+    """``greedy`` as a ``progress`` task of ``description``, one unit a prompt."""
+    with progress.task(description, total=len(prompts)) as task:
+        return greedy(
+            model,
+            tokenizer,
+            prompts,
+            max_new_tokens=max_new_tokens,
+            batch_size=batch_size,
+            on_batch=task.advance,
+        )
 
 
 def chat_prompt(tokenizer, text: str) -> list[int]:

@@ -13,7 +13,7 @@ from __future__ import annotations
 import copy
 import logging
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict, Unpack
 
 
 def task_config(task_file: str, *, resolve_functions: bool = True) -> dict[str, Any]:
@@ -29,46 +29,28 @@ def task_config(task_file: str, *, resolve_functions: bool = True) -> dict[str, 
     return copy.deepcopy(load_yaml(path, resolve_func=resolve_functions))
 
 
+class TaskOptions(TypedDict):
+    """How ``run_task`` and ``run_task_on`` run a task: its local data, the items, and the pinned sizes."""
+
+    data_files: dict[str, str]
+    cache_dir: Path
+    items: list[int]
+    batch_size: int
+    max_gen_toks: int
+    num_fewshot: int
+
+
 def run_task(
-    model,
-    tokenizer,
-    config: dict[str, Any],
-    *,
-    data_files: dict[str, str],
-    cache_dir: Path,
-    items: list[int],
-    batch_size: int,
-    max_length: int,
-    max_gen_toks: int,
-    num_fewshot: int,
+    model, tokenizer, config: dict[str, Any], *, max_length: int, **options: Unpack[TaskOptions]
 ) -> list[dict[str, Any]]:
     """Run one lm-eval task on a loaded model; return its per-sample log, sorted by doc_id."""
     from lm_eval.models.huggingface import HFLM
 
-    lm = HFLM(pretrained=model, tokenizer=tokenizer, batch_size=batch_size, max_length=max_length)
-    return run_task_on(
-        lm,
-        config,
-        data_files=data_files,
-        cache_dir=cache_dir,
-        items=items,
-        batch_size=batch_size,
-        max_gen_toks=max_gen_toks,
-        num_fewshot=num_fewshot,
-    )
+    lm = HFLM(pretrained=model, tokenizer=tokenizer, batch_size=options["batch_size"], max_length=max_length)
+    return run_task_on(lm, config, **options)
 
 
-def run_task_on(
-    lm,
-    config: dict[str, Any],
-    *,
-    data_files: dict[str, str],
-    cache_dir: Path,
-    items: list[int],
-    batch_size: int,
-    max_gen_toks: int,
-    num_fewshot: int,
-) -> list[dict[str, Any]]:
+def run_task_on(lm, config: dict[str, Any], **options: Unpack[TaskOptions]) -> list[dict[str, Any]]:
     """``run_task`` with any lm-eval ``LM``: the per-sample log, sorted by ``doc_id``.
 
     Each log's ``doc_id`` is the item's index in the split (one of ``items``), ``resps`` one
@@ -84,17 +66,20 @@ def run_task_on(
         task=name,
         dataset_path="json",
         dataset_name=None,
-        dataset_kwargs={"data_files": data_files, "cache_dir": str(cache_dir / "hf-datasets")},
+        dataset_kwargs={
+            "data_files": options["data_files"],
+            "cache_dir": str(options["cache_dir"] / "hf-datasets"),
+        },
     )
     config.pop("tag", None)
-    config.setdefault("generation_kwargs", {})["max_gen_toks"] = max_gen_toks
+    config.setdefault("generation_kwargs", {})["max_gen_toks"] = options["max_gen_toks"]
     result = simple_evaluate(
         model=lm,
         tasks=[config],
-        num_fewshot=num_fewshot,
-        samples={name: items},
+        num_fewshot=options["num_fewshot"],
+        samples={name: options["items"]},
         log_samples=True,
-        batch_size=batch_size,
+        batch_size=options["batch_size"],
         confirm_run_unsafe_code=False,
     )
     return sorted(result["samples"][name], key=lambda s: int(s["doc_id"]))

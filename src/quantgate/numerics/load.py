@@ -126,33 +126,19 @@ def _resolve(artifact_dir: Path, target: Target | None) -> _Numerics:
                 f"expects {target.format}",
                 "evaluate the artifact built for this target",
             )
-        n = target.numerics
-        return _Numerics(
-            target.name,
-            target.hardware,
-            target.format,
-            n.weights,
-            n.activations,
-            manifest.kv_cache if manifest is not None else target.kv_cache,
-            tuple(n.native_on),
-            manifest is not None,
-        )
-    if manifest is None:
+        name, hardware, fmt, n = target.name, target.hardware, str(target.format), target.numerics
+        kv_cache = manifest.kv_cache if manifest is not None else target.kv_cache
+    elif manifest is not None:
+        name, hardware, fmt, n = manifest.target, manifest.hardware, manifest.format, manifest.numerics
+        kv_cache = manifest.kv_cache
+    else:
         raise InputError(
             artifact_dir,
             "no valid manifest.json, so the target's numerics are unknown",
             "build the artifact with `quantgate build`, or pass the Target explicitly",
         )
-    n = manifest.numerics
     return _Numerics(
-        manifest.target,
-        manifest.hardware,
-        manifest.format,
-        n.weights,
-        n.activations,
-        manifest.kv_cache,
-        tuple(n.native_on),
-        True,
+        name, hardware, fmt, n.weights, n.activations, kv_cache, tuple(n.native_on), manifest is not None
     )
 
 

@@ -447,6 +447,14 @@ def kv_heads(art: Artifact, d: Deployment) -> Iterator[Finding]:
         yield _attention_site(art), f"TP {d.tp} is not a multiple of the {kv} KV heads it would replicate"
 
 
+def _shaped_layers(art: Artifact) -> Iterator[tuple[Layer, tuple[int, int]]]:
+    """Each layer whose logical [N, K] is known, with it, in natural order."""
+    for layer in _layers(art):
+        nk = art.nk.get(layer.name)
+        if nk is not None:
+            yield layer, nk
+
+
 @rule(
     "row-parallel-split",
     f"{V33} model_executor/layers/linear.py:RowParallelLinear.__init__ (divide)",
@@ -454,10 +462,9 @@ def kv_heads(art: Artifact, d: Deployment) -> Iterator[Finding]:
 )
 def row_parallel_split(art: Artifact, d: Deployment) -> Iterator[Finding]:
     """A row-parallel layer's (o_proj, down_proj) input features split evenly over the ranks."""
-    for layer in _layers(art):
-        nk = art.nk.get(layer.name)
-        if layer.parallel == "row" and nk and nk[1] % d.tp:
-            yield layer.name, f"input features {nk[1]} are not divisible by TP {d.tp}"
+    for layer, (_, k) in _shaped_layers(art):
+        if layer.parallel == "row" and k % d.tp:
+            yield layer.name, f"input features {k} are not divisible by TP {d.tp}"
 
 
 @rule(
@@ -467,10 +474,9 @@ def row_parallel_split(art: Artifact, d: Deployment) -> Iterator[Finding]:
 )
 def column_parallel_split(art: Artifact, d: Deployment) -> Iterator[Finding]:
     """A merged column-parallel layer's shards (gate/up) split their output features evenly (q/k/v: the head rules)."""
-    for layer in _layers(art):
-        nk = art.nk.get(layer.name)
-        if layer.parallel == "column" and layer.role not in ("q", "k", "v") and nk and nk[0] % d.tp:
-            yield layer.name, f"output features {nk[0]} are not divisible by TP {d.tp}"
+    for layer, (n, _) in _shaped_layers(art):
+        if layer.parallel == "column" and layer.role not in ("q", "k", "v") and n % d.tp:
+            yield layer.name, f"output features {n} are not divisible by TP {d.tp}"
 
 
 @rule(
@@ -480,10 +486,9 @@ def column_parallel_split(art: Artifact, d: Deployment) -> Iterator[Finding]:
 )
 def moe_intermediate_split(art: Artifact, d: Deployment) -> Iterator[Finding]:
     """Each expert's intermediate size splits evenly over the ranks (tensor parallelism, no expert parallelism)."""
-    for layer in _layers(art):
-        nk = art.nk.get(layer.name)
-        if layer.role == "expert-down" and nk and nk[1] % d.tp:
-            yield layer.fused or layer.name, f"expert intermediate size {nk[1]} is not divisible by TP {d.tp}"
+    for layer, (_, k) in _shaped_layers(art):
+        if layer.role == "expert-down" and k % d.tp:
+            yield layer.fused or layer.name, f"expert intermediate size {k} is not divisible by TP {d.tp}"
 
 
 def _partition_k(layer: Layer, k: int, tp: int) -> int:

@@ -2,38 +2,23 @@
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-
 import pytest
 
 pytestmark = pytest.mark.unit
 
 
-def _cli(*args, cwd=None):
-    return subprocess.run(
-        [sys.executable, "-m", "quantgate.cli", *args],
-        capture_output=True,
-        text=True,
-        cwd=cwd,
-        env=os.environ.copy(),
-        check=False,
-    )
-
-
-def test_bad_checkpoint_exits_2_names_the_file_and_writes_nothing(tiny_llama, tmp_path):
+def test_bad_checkpoint_exits_2_names_the_file_and_writes_nothing(cli, tiny_llama, tmp_path):
     (tiny_llama / "pytorch_model.bin").write_bytes(b"\x80\x04not really a pickle")
     out = tmp_path / "out"
-    run = _cli("build", "--checkpoint", str(tiny_llama), "--targets", "hopper-fp8", "--out", str(out))
+    run = cli("build", "--checkpoint", str(tiny_llama), "--targets", "hopper-fp8", "--out", str(out))
     assert run.returncode == 2
     assert "pytorch_model.bin" in run.stderr and "Fix:" in run.stderr
     assert "Traceback" not in run.stderr
     assert not out.exists()
 
 
-def test_unknown_target_suggests_the_nearest(tiny_llama, tmp_path):
-    run = _cli(
+def test_unknown_target_suggests_the_nearest(cli, tiny_llama, tmp_path):
+    run = cli(
         "build", "--checkpoint", str(tiny_llama), "--targets", "hoper-fp8", "--out", str(tmp_path / "o")
     )
     assert run.returncode == 2
@@ -41,14 +26,14 @@ def test_unknown_target_suggests_the_nearest(tiny_llama, tmp_path):
     assert not (tmp_path / "o").exists()
 
 
-def test_usage_error_exits_2():
-    run = _cli("build", "--no-such-option")
+def test_usage_error_exits_2(cli):
+    run = cli("build", "--no-such-option")
     assert run.returncode == 2
     assert "No such option" in run.stderr
 
 
-def test_build_prints_a_table_and_exits_0(tiny_llama, tmp_path):
-    run = _cli(
+def test_build_prints_a_table_and_exits_0(cli, tiny_llama, tmp_path):
+    run = cli(
         "build", "--checkpoint", str(tiny_llama), "--targets", "hopper-fp8", "--out", str(tmp_path / "o")
     )
     assert run.returncode == 0, run.stderr

@@ -4,9 +4,6 @@ that no longer describes what it would read."""
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 
 import pytest
 
@@ -14,16 +11,6 @@ from quantgate.orchestrate.plan import make_plan
 from quantgate.paths import cache_dir
 
 pytestmark = pytest.mark.unit
-
-
-def _cli(*args):
-    return subprocess.run(
-        [sys.executable, "-m", "quantgate.cli", *args],
-        check=False,
-        capture_output=True,
-        text=True,
-        env=os.environ.copy(),
-    )
 
 
 @pytest.fixture
@@ -44,14 +31,14 @@ def plan(tiny_llama, repo_root, tmp_path):
     )
 
 
-def test_a_build_from_the_plan_runs_no_intake(plan, tiny_llama, tmp_path):
-    standalone = _cli(
+def test_a_build_from_the_plan_runs_no_intake(cli, plan, tiny_llama, tmp_path):
+    standalone = cli(
         "build", "--checkpoint", str(tiny_llama), "--targets", "hopper-fp8", "--out", str(tmp_path / "a")
     )
     assert standalone.returncode == 0, standalone.stderr
     assert standalone.stderr.count("intake: ") == 1  # what a step's log shows when it takes the source in
 
-    run = _cli("build", "--plan", str(plan.file), "--out", str(plan.artifacts_dir))
+    run = cli("build", "--plan", str(plan.file), "--out", str(plan.artifacts_dir))
     assert run.returncode == 0, run.stderr
     assert "intake: " not in run.stderr and "source as planned" in run.stderr
     manifest = json.loads((plan.artifacts_dir / "hopper-fp8" / "manifest.json").read_text())
@@ -68,20 +55,20 @@ def test_a_build_from_the_plan_runs_no_intake(plan, tiny_llama, tmp_path):
         ("eval", "--profile", "smoke"),
     ],
 )
-def test_an_option_the_plan_carries_is_refused(plan, tmp_path, command, option, value):
+def test_an_option_the_plan_carries_is_refused(cli, plan, tmp_path, command, option, value):
     extra = ["--artifacts", str(plan.artifacts_dir)] if command == "eval" else []
-    run = _cli(command, "--plan", str(plan.file), option, value, *extra, "--out", str(tmp_path / "o"))
+    run = cli(command, "--plan", str(plan.file), option, value, *extra, "--out", str(tmp_path / "o"))
     assert run.returncode == 2
     assert f"{option}: is taken from --plan" in run.stderr and "Fix:" in run.stderr
     assert not (tmp_path / "o").exists()
 
 
 @pytest.mark.parametrize("command", ["build", "eval"])
-def test_a_step_refuses_a_checkpoint_changed_since_the_plan(plan, tiny_llama, tmp_path, command):
+def test_a_step_refuses_a_checkpoint_changed_since_the_plan(cli, plan, tiny_llama, tmp_path, command):
     config = tiny_llama / "config.json"
     config.write_text(config.read_text().replace("{", '{"edited": true, ', 1))
     extra = ["--artifacts", str(plan.artifacts_dir), "--reference-only"] if command == "eval" else []
-    run = _cli(command, "--plan", str(plan.file), *extra, "--out", str(tmp_path / "o"))
+    run = cli(command, "--plan", str(plan.file), *extra, "--out", str(tmp_path / "o"))
     assert run.returncode == 2, run.stderr
     assert f"{config}: differs from the file intake hashed" in run.stderr and "Traceback" not in run.stderr
     assert not (tmp_path / "o").exists()

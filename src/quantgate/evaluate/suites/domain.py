@@ -106,7 +106,7 @@ class DomainSuite(SuiteKind):
         )
 
     def _run(self, ctx: EvalContext, model) -> list[dict]:
-        from quantgate.evaluate.generation import greedy
+        from quantgate.evaluate.generation import greedy_with_progress
 
         sizes = self.spec.sizes(ctx.profile)
         records = self._records(ctx)
@@ -116,15 +116,15 @@ class DomainSuite(SuiteKind):
                 {"item": i, "nll": nll, "tokens": n}
                 for i, (nll, n) in enumerate(self._nll(model, prompts, records))
             ]
-        with ctx.progress.task(f"{self.spec.name}: {len(records)} answers", total=len(records)) as task:
-            outputs = greedy(
-                model.model,
-                model.tokenizer,
-                prompts,
-                max_new_tokens=sizes.max_new_tokens,
-                batch_size=sizes.batch_size,
-                on_batch=task.advance,
-            )
+        outputs = greedy_with_progress(
+            ctx.progress,
+            f"{self.spec.name}: {len(records)} answers",
+            model.model,
+            model.tokenizer,
+            prompts,
+            max_new_tokens=sizes.max_new_tokens,
+            batch_size=sizes.batch_size,
+        )
         samples = []
         for i, (record, out) in enumerate(zip(records, outputs, strict=True)):
             answer = model.tokenizer.decode(out, skip_special_tokens=True)

@@ -134,20 +134,20 @@ class LongChainSuite(SuiteKind):
 
     def reference(self, ctx: EvalContext, source) -> tuple[dict, SuiteResult]:
         """The source's greedy traces and its top-k distributions along them, and its result."""
-        from quantgate.evaluate.generation import greedy
+        from quantgate.evaluate.generation import greedy_with_progress
         from quantgate.evaluate.scoring import build_reference
 
         sizes = self.spec.sizes(ctx.profile)
         prompts = self._prompts(ctx, source.tokenizer)
-        with ctx.progress.task(f"{self.spec.name}: source traces", total=len(prompts)) as task:
-            traces = greedy(
-                source.model,
-                source.tokenizer,
-                prompts,
-                max_new_tokens=sizes.trace_tokens,
-                batch_size=sizes.batch_size,
-                on_batch=task.advance,
-            )
+        traces = greedy_with_progress(
+            ctx.progress,
+            f"{self.spec.name}: source traces",
+            source.model,
+            source.tokenizer,
+            prompts,
+            max_new_tokens=sizes.trace_tokens,
+            batch_size=sizes.batch_size,
+        )
         seqs = [p + t for p, t in zip(prompts, traces, strict=True)]
         ref = build_reference(
             source.model,
@@ -161,18 +161,18 @@ class LongChainSuite(SuiteKind):
 
     def score(self, ctx: EvalContext, model, reference: dict) -> SuiteResult:
         """Run ``model`` free from the same prompts, then teacher-force it on the source's traces."""
-        from quantgate.evaluate.generation import greedy
+        from quantgate.evaluate.generation import greedy_with_progress
 
         sizes = self.spec.sizes(ctx.profile)
-        with ctx.progress.task(f"{self.spec.name}: free-running", total=len(reference["prompts"])) as task:
-            generated = greedy(
-                model.model,
-                model.tokenizer,
-                reference["prompts"],
-                max_new_tokens=sizes.trace_tokens,
-                batch_size=sizes.batch_size,
-                on_batch=task.advance,
-            )
+        generated = greedy_with_progress(
+            ctx.progress,
+            f"{self.spec.name}: free-running",
+            model.model,
+            model.tokenizer,
+            reference["prompts"],
+            max_new_tokens=sizes.trace_tokens,
+            batch_size=sizes.batch_size,
+        )
         return self._result(ctx, model, reference, free_running=generated)
 
     def _result(self, ctx: EvalContext, model, reference: dict, free_running: list[list[int]]) -> SuiteResult:

@@ -8,9 +8,6 @@ named in the one-line message.
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -19,6 +16,7 @@ from safetensors.torch import load_file, save_file
 
 from quantgate.errors import IncompleteCheckpointError
 from quantgate.intake import intake
+from support.cli import quantgate
 from support.models import write_tiny_model, write_tiny_tokenizer
 
 pytestmark = pytest.mark.unit
@@ -137,11 +135,7 @@ def test_a_persistent_buffer_is_required(tmp_path, policy, refuse):
 def test_cli_build_refuses_an_incomplete_checkpoint_in_one_line(tiny_llama, tmp_path):
     _edit_weights(tiny_llama, drop=["model.layers.1.self_attn.o_proj.weight"])
     out = tmp_path / "out"
-    run = subprocess.run(
-        [sys.executable, "-m", "quantgate.cli", "build", "--checkpoint", str(tiny_llama), "--targets",
-         "hopper-fp8", "--out", str(out)],
-        capture_output=True, text=True, env=os.environ.copy(), check=False,
-    )  # fmt: skip
+    run = quantgate("build", "--checkpoint", str(tiny_llama), "--targets", "hopper-fp8", "--out", str(out))
     assert run.returncode == 2, run.stderr
     lines = [line for line in run.stderr.splitlines() if "model.layers.1.self_attn.o_proj.weight" in line]
     assert len(lines) == 1 and "Fix:" in lines[0] and "Traceback" not in run.stderr

@@ -3,26 +3,19 @@
 from __future__ import annotations
 
 import json
-import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from support.artifacts import MODEL
+from support.cli import quantgate
 
 pytestmark = pytest.mark.unit
 
 
 def _cli(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "quantgate.cli", *args],
-        check=False,
-        capture_output=True,
-        text=True,
-        env={**os.environ, **env},
-    )
+    return quantgate(*args, env=env)
 
 
 def test_publish_json_then_pull_prints_only_the_path_and_refusals_exit_2(

@@ -8,10 +8,10 @@ its own process, so nothing cached in memory (a loaded model, a tokenized set) i
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 
 import pytest
+
+from support.cli import quantgate
 
 pytestmark = pytest.mark.unit
 
@@ -21,12 +21,8 @@ TARGETS = "hopper-fp8,blackwell-nvfp4,draft-int4"  # data-free + KV pass, and bo
 def test_two_builds_in_separate_processes_write_the_same_bytes(tiny_llama, tmp_path):
     files = {}
     for run in ("a", "b"):
-        done = subprocess.run(
-            [sys.executable, "-m", "quantgate.cli", "build", "--checkpoint", str(tiny_llama)]
-            + ["--targets", TARGETS, "--out", str(tmp_path / run)],
-            check=False,
-            capture_output=True,
-            text=True,
+        done = quantgate(
+            "build", "--checkpoint", str(tiny_llama), "--targets", TARGETS, "--out", str(tmp_path / run)
         )
         assert done.returncode == 0, done.stderr[-3000:]
         files[run] = {

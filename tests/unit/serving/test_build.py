@@ -3,10 +3,7 @@ table, and a build that no declared configuration can load is refused with nothi
 
 from __future__ import annotations
 
-import os
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -20,6 +17,7 @@ from quantgate.errors import ServingError
 from quantgate.intake import intake
 from quantgate.quantize.pipeline import build_targets
 from quantgate.serving.check import check_artifact
+from support.cli import quantgate
 
 pytestmark = pytest.mark.unit
 
@@ -111,30 +109,11 @@ def test_quantgate_build_exits_1_when_the_group_size_breaks_every_tp_size(tiny_l
     # tiny Llama's o_proj has K = 64: a group of 64 straddles the shards at TP 2, 4 and 8
     project = _project(tmp_path, repo_root, draft_int4=[2, 4, 8])
     out = tmp_path / "out"
-    env = {**os.environ, "QUANTGATE_CACHE": str(tmp_path / "cache")}
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "quantgate.cli",
-            "build",
-            "--checkpoint",
-            str(tiny_llama),
-            "--targets",
-            "draft-int4",
-            "--out",
-            str(out),
-            "--root",
-            str(project),
-            "--cache-dir",
-            str(tmp_path / "cache"),
-        ],
-        check=False,
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=900,
-    )
+    proc = quantgate(
+        "build", "--checkpoint", str(tiny_llama), "--targets", "draft-int4", "--out", str(out),
+        "--root", str(project), "--cache-dir", str(tmp_path / "cache"),
+        env={"QUANTGATE_CACHE": str(tmp_path / "cache")},
+    )  # fmt: skip
     assert proc.returncode == 1, proc.stderr[-3000:]
     lines = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
     assert len(lines) == 1, proc.stderr[-3000:]

@@ -10,7 +10,10 @@ transformers 5 save keeps the RoPE base only in ``rope_parameters``, and a stack
 would read the default ``rope_theta`` instead. Every JSON and YAML file must load with a safe
 loader (llm-compressor's ``recipe.yaml`` carries ``!!python/object`` tags for enums; it is kept, as
 the record of every default the modifier applied, but rewritten as plain data). Files are 0644 and
-directories 0755, so a server that does not run as the builder's user can read a copy.
+directories 0755, so a server that does not run as the builder's user can read a copy. Expert
+tensors get the source's per-expert names back (``expert_names``: llm-compressor's MoE
+linearization saves Mixtral's ``w1``/``w3``/``w2`` as ``gate_proj``/``up_proj``/``down_proj``, which
+vLLM's Mixtral loader does not match).
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ import yaml
 from quantgate.artifact import SUPPORT_FILES
 from quantgate.errors import BuildError
 from quantgate.hashing import sha256_file
+from quantgate.quantize import expert_names
 
 CONFIG = "config.json"
 # the engine's own: what it quantized and how (never the source's, should the source have one)
@@ -36,6 +40,7 @@ FILE_MODE, DIR_MODE = 0o644, 0o755
 def finish(source: Path, out_dir: Path) -> dict[str, str]:
     """Everything below, in order, for a freshly built ``out_dir``; returns ``source_files``."""
     restore_config_keys(source, out_dir)
+    expert_names.restore(source, out_dir)
     plain_yaml(out_dir)
     source_files = restore_support_files(source, out_dir)
     check_safe_loading(out_dir)

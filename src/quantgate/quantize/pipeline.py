@@ -8,7 +8,8 @@ Order of work, and why:
 3. Targets with identical recipes (hopper-fp8, rocm-cdna3-fp8) are built once; the second gets
    hard links to the first's files and a manifest of its own.
 4. After its engine ran, an artifact gets the source's tokenizer, templates and dropped config
-   keys back, plain YAML and modes 0644/0755 (``finalize``): what was gated is what is served.
+   keys back, expert tensors under the source's names, plain YAML and modes 0644/0755
+   (``finalize``): what was gated is what is served.
 5. The KV cache is the policy's decision (``PlannedBuild.kv_cache``): FP8 builds get calibrated
    ``k_scale``/``v_scale`` and a ``kv_cache_scheme`` (``kv_calibration``: in llm-compressor's
    pass for calibrated recipes, a KV pass over the built artifact for data-free ones, which then
@@ -48,7 +49,7 @@ from quantgate.errors import BuildError, CalibrationError, QuantgateError
 from quantgate.intake import SourceRecord
 from quantgate.memory import peak_rss_bytes
 from quantgate.progress import SILENT, Progress
-from quantgate.quantize import finalize, kv_calibration
+from quantgate.quantize import expert_names, finalize, kv_calibration
 from quantgate.quantize.engines import BuildJob, Engine, engine_class
 from quantgate.serving.check import require_loadable
 
@@ -223,6 +224,8 @@ def build_planned(
         )
         final = out / target.name
         existing = _reusable(final, key)
+        if existing is not None and expert_names.mismatches(Path(source.path), final):
+            existing = None  # built before expert tensors got the source's names back: rebuilt
         if existing is not None and existing.serving != require_loadable(final, target):
             existing = None  # same inputs, another serving contract (or none recorded): rebuilt to record it
         if existing is not None:

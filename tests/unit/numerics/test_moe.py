@@ -86,24 +86,7 @@ def _routing(experts: int, tokens: int = 24, k: int = 2, seed: int = 0):
 # ---------------------------------------------------------------------------- names on disk
 
 
-@pytest.mark.parametrize(
-    "kind, target",
-    [
-        pytest.param(
-            kind,
-            target,
-            marks=pytest.mark.xfail(
-                strict=True,
-                reason="the NVFP4 build (llm-compressor linearize_moe, no load mapping for Mixtral) writes "
-                "experts.N.gate_proj/up_proj/down_proj where vLLM's Mixtral loader matches w1/w3/w2: "
-                "quantize/ must rename them back",
-            ),
-        )
-        if (kind, target) == ("mixtral", "blackwell-nvfp4")
-        else (kind, target)
-        for kind, target in CASES
-    ],
-)
+@pytest.mark.parametrize("kind, target", CASES)
 def test_expert_names_are_what_vllms_moe_loader_matches(moe_artifacts, kind, target):
     built = _built(moe_artifacts, kind)
     tensors = _keys(built.artifacts[target])
@@ -123,6 +106,29 @@ def test_expert_names_are_what_vllms_moe_loader_matches(moe_artifacts, kind, tar
     routers = [k for k in tensors if k.endswith((".gate.weight", "shared_expert_gate.weight"))]
     assert routers and all(tensors[k].dtype == torch.bfloat16 for k in routers)
     assert not [k for k in tensors if ".gate.weight_" in k or "shared_expert_gate.weight_" in k]
+
+
+def test_renamed_nvfp4_experts_hold_the_source_projection_of_their_name(moe_artifacts, ref):
+    """The NVFP4 build's experts are renamed from llm-compressor's gate/up/down to Mixtral's w1/w3/w2:
+    each decodes to the source tensor of its own name (a swapped gate and up would decode to the
+    other one, as far from it as two unrelated random matrices)."""
+    built = _built(moe_artifacts, "mixtral")
+    source = _keys(built.source)
+    raw = read_quantized_tensors(built.artifacts["blackwell-nvfp4"])
+    experts = {name: tensors for name, tensors in raw.items() if expert_key(name) is not None}
+    assert len(experts) == 2 * built.record.num_experts * 3
+    for name, tensors in experts.items():  # names as on disk
+        values, global_scale = _decode_reference(tensors, "blackwell-nvfp4", ref)
+        decoded = values / global_scale
+        expert, own = name.rsplit(".", 1)
+        candidates = {p: source[f"{expert}.{p}.weight"].double() for p in ("w1", "w3", "w2")}
+        errors = {
+            p: ((decoded - w).norm() / w.norm()).item()
+            for p, w in candidates.items()
+            if w.shape == decoded.shape
+        }
+        assert errors[own] < 0.2, (name, errors)
+        assert all(errors[own] < 0.5 * e for p, e in errors.items() if p != own), (name, errors)
 
 
 # ---------------------------------------------------------------------------- numerics of one layer

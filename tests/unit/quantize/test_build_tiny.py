@@ -133,6 +133,31 @@ def test_moe_nvfp4_calibrates_every_expert(tmp_path, catalog, repo_root, calibra
         tensors[n].dtype == torch.bfloat16 for n in tensors if n.endswith("block_sparse_moe.gate.weight")
     )
     assert read_manifest(artifact).calibration.sha256 == calibration.sha256
+    # every source expert keeps its name (w1/w3/w2, as vLLM's Mixtral loader matches), not the
+    # gate_proj/up_proj/down_proj llm-compressor's linearization saved it under
+    experts = {n.removesuffix(".weight") for n in _source_names(source) if ".experts." in n}
+    assert len(experts) == 2 * 4 * 3
+    assert {
+        n.removesuffix(".weight_packed") for n in tensors if n.endswith(".weight_packed") and ".experts." in n
+    } == experts
+
+
+def test_an_artifact_built_before_experts_got_the_source_names_is_rebuilt(
+    tmp_path, catalog, repo_root, calibration
+):
+    """Same build key, intact files, but llm-compressor's expert names: not reused as it is."""
+    from quantgate.artifact import hash_files, write_manifest
+    from quantgate.quantize import expert_names
+
+    source = write_tiny_model(tmp_path / "mixtral", "mixtral")
+    record = intake(source, load_gates(repo_root / "gates.yaml", catalog))
+    built = build_targets(record, ["blackwell-nvfp4"], tmp_path / "out", catalog, calibration)[0]
+    expert_names.rename(built.path, {"w1": "gate_proj", "w3": "up_proj", "w2": "down_proj"})
+    write_manifest(built.path, built.manifest.model_copy(update={"files": hash_files(built.path)}))
+    assert not verify_files(built.path, read_manifest(built.path))  # intact, as an older build left it
+    again = build_targets(record, ["blackwell-nvfp4"], tmp_path / "out", catalog, calibration)[0]
+    assert again.status == "built" and again.manifest.build_key == built.manifest.build_key
+    assert expert_names.mismatches(source, again.path) == []
 
 
 @pytest.mark.parametrize("kind", ["mixtral", "qwen2_moe"])

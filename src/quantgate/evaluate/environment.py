@@ -48,11 +48,18 @@ def threads() -> int:
 
 
 def switches() -> dict[str, str]:
-    """Every evaluation-numerics switch of this process, as plain strings (a cache key's part)."""
+    """Every evaluation-numerics switch of this process, as plain strings (a cache key's part).
+
+    ``kernels`` is the instruction set ATen dispatches to: the CPU's best, or less where
+    ``$ATEN_CPU_CAPABILITY`` caps it (``avx2`` on an AVX-512 machine gives another machine's numbers).
+    """
+    import torch
+
     return {
         "compile": fusion.setting(),
         "threads": str(threads()),
         "cpu": ",".join(cpu_features()) or "unknown",
+        "kernels": torch.backends.cpu.get_cpu_capability(),
         "machine": platform.machine(),
     }
 
@@ -61,9 +68,4 @@ def recorded() -> dict[str, str | int]:
     """``switches()`` and what torch itself reports, for ``run.json``."""
     import torch
 
-    return {
-        **switches(),
-        "torch_threads": torch.get_num_threads(),
-        "cpu_capability": torch.backends.cpu.get_cpu_capability(),
-        "torch": torch.__version__,
-    }
+    return {**switches(), "torch_threads": torch.get_num_threads(), "torch": torch.__version__}

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -117,7 +118,7 @@ def test_two_evaluations_in_separate_processes_write_identical_results(setup, tm
         assert (a / rel).read_bytes() == (b / rel).read_bytes(), rel
     environment = json.loads((a / "run.json").read_text())["environment"]
     assert environment == json.loads((b / "run.json").read_text())["environment"]
-    assert {"compile", "threads", "cpu", "torch_threads", "cpu_capability"} <= set(environment)
+    assert {"compile", "threads", "cpu", "kernels", "torch_threads"} <= set(environment)
 
 
 def test_the_reference_cache_is_keyed_by_the_numerics_switches(setup, monkeypatch):
@@ -131,3 +132,19 @@ def test_the_reference_cache_is_keyed_by_the_numerics_switches(setup, monkeypatc
     assert reference_path(ctx, suites[0], record.content_hash) != one
     monkeypatch.setenv("QUANTGATE_COMPILE", "0")
     assert len({one, reference_path(ctx, suites[0], record.content_hash)}) == 2
+
+
+def test_capped_cpu_kernels_are_another_switch():
+    """ATEN_CPU_CAPABILITY=avx2 on an AVX-512 machine runs other kernels: a fresh process says so."""
+    import subprocess
+    import sys
+
+    code = "from quantgate.evaluate import environment; print(environment.switches()['kernels'])"
+    capped = subprocess.run(
+        [sys.executable, "-c", code],
+        env={**os.environ, "ATEN_CPU_CAPABILITY": "avx2"},
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert capped.stdout.strip() == "AVX2"

@@ -48,15 +48,21 @@ def tiny_qwen_moe(_tiny_models, tmp_path) -> Path:
 
 @pytest.fixture(autouse=True, scope="session")
 def _isolated_cache(tmp_path_factory):
-    """Tests never touch the user's cache; the converted default model is shared per session.
+    """Tests never touch the user's cache or registry; the converted default model is shared per session.
 
     Session-scoped, so that module- and session-scoped fixtures (which run before any
-    function-scoped one) see the same isolated cache as the tests themselves.
+    function-scoped one) see the same isolated cache as the tests themselves. The registry a
+    command finds by default is an absent SQLite file (approved nothing, created by nothing that
+    only looks), so a developer's artifacts_registry/ never feeds a test's gate a baseline;
+    tests that publish name their own.
     """
-    shared = os.environ.get("QUANTGATE_TEST_CACHE") or str(tmp_path_factory.getbasetemp() / "cache")
+    base = tmp_path_factory.getbasetemp()
+    shared = os.environ.get("QUANTGATE_TEST_CACHE") or str(base / "cache")
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("QUANTGATE_CACHE", shared)
         patch.setenv("HF_HUB_OFFLINE", "1")
+        patch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{base / 'no-registry' / 'mlflow.db'}")
+        patch.delenv("QUANTGATE_ARTIFACT_URI", raising=False)
         yield
 
 

@@ -340,13 +340,20 @@ def gate(
     previous: Annotated[
         Path | None,
         typer.Option(
-            "--previous", help="Report directory of the previous approved version, for before/after deltas."
+            "--previous",
+            help="Offline: the report directory of the previous approved version, for before/after deltas, "
+            "instead of the versions the registry (MLFLOW_TRACKING_URI, else artifacts_registry/) approves.",
         ),
     ] = None,
     root: RootOpt = None,
 ) -> None:
-    """Judge every artifact against every tenant's floors; exit 1 if a required artifact passes none."""
+    """Judge every artifact against every tenant's floors; exit 1 if a required artifact passes none.
+
+    Each (artifact, tenant) is compared with the version the registry approves for that tenant
+    today (before/after deltas, max_regression floors); a registry that cannot answer is exit 75.
+    """
     from quantgate.gate.run import gate_results, write_report_json
+    from quantgate.publish.config import RegistryConfig
     from quantgate.report.console import print_table, verdict_table
 
     project = (root or project_root()).resolve()
@@ -361,6 +368,7 @@ def gate(
         model_class=model_class,
         tenants=_split(tenants),
         previous=previous,
+        registry=None if previous is not None else RegistryConfig.from_env(project),
     )
     report = write_report_json(decision, out.resolve())
     written = _render_reports(report)

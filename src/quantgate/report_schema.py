@@ -19,10 +19,15 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 from quantgate.errors import ReportError
 from quantgate.serving.table import ServingTable
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 REPORT_JSON = "report.json"
 
-Status = Literal["pass", "fail", "missing", "uninformative"]
+# pass / fail: decided with evidence. missing: no data (fails). error: items that could not be
+# evaluated (fails). insufficient_evidence: the items cannot tell an artifact at the floor from the
+# source (fails unless the floor is advisory). no_baseline: a max_regression floor with no approved
+# version to compare with (first release; never fails). uninformative: schema 1 only.
+Status = Literal["pass", "fail", "missing", "error", "insufficient_evidence", "no_baseline", "uninformative"]
+STATUS_TEXT = {"insufficient_evidence": "insufficient evidence", "no_baseline": "no approved version"}
 Metrics = dict[str, dict[str, dict[str, Any]]]  # "source" | artifact -> suite -> metric -> value
 
 
@@ -31,22 +36,51 @@ class _Frozen(BaseModel):
 
 
 class FloorResult(_Frozen):
-    """One floor judged for one artifact: estimate, the conservative bound compared, and why."""
+    """One floor judged for one artifact: estimate, the conservative bound compared, its power, and why.
+
+    ``mde`` (minimum detectable effect) and ``tolerance`` are in the floor's units: the smallest
+    departure from ``no_change`` (the value with the artifact equal to the source) that these
+    items show at the tenant's confidence, and the departure the floor allows; a floor whose
+    ``mde`` exceeds its ``tolerance`` cannot tell an artifact at the floor from the source.
+    ``before`` / ``delta``: the same quantity in the version the registry approves for the tenant
+    today, and this estimate minus it.
+    """
 
     suite: str
     metric: str
-    kind_of_floor: str  # max | min | max_delta_pct | min_recovery
+    kind_of_floor: str  # max | min | max_delta_pct | min_recovery | max_regression
     floor: float
     estimate: float | None
-    bound: float | None  # the conservative end that was compared
+    bound: float | None  # the conservative end that was compared; never a bare point estimate
     margin: float | None  # >= 0 when the bound is on the right side of the floor
-    passed: bool | None  # None: uninformative
-    informative: bool
+    passed: bool | None  # None: neither pass nor fail (insufficient evidence, no approved version)
+    informative: bool  # decided with evidence (pass or fail)
     status: Status
-    interval: Literal["paired-bootstrap", "point"] | None
+    interval: Literal["paired-bootstrap", "point"] | None  # point: schema 1 only
     confidence: float
     items: int
     reason: str
+    mde: float | None = None
+    tolerance: float | None = None
+    no_change: float | None = None
+    advisory: bool = False
+    before: float | None = None
+    delta: float | None = None
+    evidence: str | None = None  # insufficient evidence: why, in a few words
+    spread: float | None = None  # the bound's measured machine-to-machine spread (gates.yaml numerics_spread)
+    marginal: bool = (
+        False  # decided, but within ``spread`` of the floor: another machine may decide otherwise
+    )
+
+
+class BaselineRef(_Frozen):
+    """The version the registry approves for one (target, tenant) today, that the gate compared with."""
+
+    registered_model: str | None = None
+    version: str | None = None
+    origin: str  # "registry <tracking URI>", or the report.json given with --previous
+    profile: str | None = None
+    source_hash: str | None = None
 
 
 class Verdict(_Frozen):
@@ -58,10 +92,12 @@ class Verdict(_Frozen):
     reasons: list[str]
     floors: list[FloorResult] = []
     required: bool = False
+    baseline: BaselineRef | None = None  # what before/delta compare with; None: no approved version
+    marginal: bool = False  # a floor that decided it sits within the machine-to-machine spread of its floor
 
 
 class PreviousReport(_Frozen):
-    """What a report compares against: the previous approved version's report, in part."""
+    """What a schema-1 report compared against (``--previous``); schema 2 keeps baselines per verdict."""
 
     model: str | None = None
     source_hash: str | None = None
@@ -71,9 +107,9 @@ class PreviousReport(_Frozen):
 
 
 class Report(_Frozen):
-    """report.json, schema version 1."""
+    """report.json, schema version 2 (version 1, without power, errors and baselines, still reads)."""
 
-    schema_version: Literal[1] = 1  # SCHEMA_VERSION
+    schema_version: Literal[1, 2] = 2  # SCHEMA_VERSION
     model: str
     model_class: str | None = None
     source_hash: str | None = None
@@ -90,7 +126,11 @@ class Report(_Frozen):
     serving: dict[str, ServingTable] = {}
     metrics: Metrics = {}
     suite_notes: dict[str, list[str]] = {}  # suite -> notes (e.g. long-chain bin width)
-    previous: PreviousReport | None = None
+    previous: PreviousReport | None = None  # schema 1 only
+    # suite -> why it carried no evidence on this model (every floor on it, in every verdict, lacked power)
+    no_evidence: dict[str, list[str]] = {}
+    baselines_from: str | None = None  # where approved versions were looked up; None: nowhere
+    baseline_notes: list[str] = []
 
     def role(self, artifact: str) -> str:
         """required, optional, or outside class (built with --targets beyond the class)."""

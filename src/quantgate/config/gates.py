@@ -32,8 +32,8 @@ from quantgate.suggest import did_you_mean, nearest
 if TYPE_CHECKING:
     from quantgate.evaluate.suites import SuiteKind
 
-FloorKind = Literal["max", "min", "max_delta_pct", "min_recovery"]
-FLOOR_KINDS: tuple[str, ...] = ("max", "min", "max_delta_pct", "min_recovery")
+FloorKind = Literal["max", "min", "max_delta_pct", "min_recovery", "max_regression"]
+FLOOR_KINDS: tuple[str, ...] = ("max", "min", "max_delta_pct", "min_recovery", "max_regression")
 RATIO_KINDS = ("max_delta_pct", "min_recovery")
 
 
@@ -94,7 +94,11 @@ class Floor(Frozen):
     """A suite, a metric and exactly one bound, optionally limited to some targets by ``applies_to``.
 
     ``max`` / ``min`` bound the metric's conservative end; ``max_delta_pct`` / ``min_recovery``
-    bound the ratio of a *level* metric with the source's level.
+    bound the ratio of a *level* metric with the source's level; ``max_regression`` bounds how
+    much worse (in the metric's units) the metric may be than in the version the registry
+    approves for the tenant today. ``advisory: true`` marks a floor that some models cannot
+    inform (a suite the model solves nothing of): where its items carry no evidence, it is
+    reported and does not fail the verdict; where they do, it gates like any floor.
     """
 
     suite: str
@@ -103,6 +107,10 @@ class Floor(Frozen):
     min: float | None = None
     max_delta_pct: float | None = Field(None, ge=0)
     min_recovery: float | None = Field(None, gt=0)
+    max_regression: float | None = Field(
+        None, ge=0, description="worse than the approved version by at most this, in the metric's units"
+    )
+    advisory: bool = Field(False, description="insufficient evidence on this floor does not fail the verdict")
     applies_to: list[str] | None = Field(None, description="targets this floor gates; all when absent")
     note: str = ""
 
@@ -186,6 +194,34 @@ class Gates(BaseModel):
     version: Literal[1] = 1
     model_classes: dict[str, ModelClass]
     tenants: dict[str, Tenant] = Field(min_length=1)
+    numerics_spread: dict[str, dict[str, NonNegativeFloat]] = Field(
+        default_factory=dict,
+        description="per floor kind, '<suite>.<metric>' -> how far its bound moves between machines "
+        "(bench/numerics_spread.py), in the floor's units: a bound this close to its floor is marginal",
+    )
+
+    def spread(self, floor: Floor) -> float | None:
+        """The measured machine-to-machine spread of ``floor``'s bound; None where not measured."""
+        return self.numerics_spread.get(floor.kind, {}).get(f"{floor.suite}.{floor.metric}")
+
+    @field_validator("numerics_spread")
+    @classmethod
+    def _spread_kinds(
+        cls, spread: dict[str, dict[str, float]], info: ValidationInfo
+    ) -> dict[str, dict[str, float]]:
+        suites = _suites(info)
+        for kind, by_metric in spread.items():
+            if kind not in FLOOR_KINDS:
+                raise _unknown("floor kind", kind, list(FLOOR_KINDS))
+            for key in by_metric:
+                suite_name, _, metric = key.partition(".")
+                if suites and suite_name not in suites:
+                    raise _unknown("suite", suite_name, sorted(suites))
+                if suites and metric not in suites[suite_name].metrics():
+                    raise _unknown(
+                        f"metric of suite '{suite_name}'", metric, sorted(suites[suite_name].metrics())
+                    )
+        return spread
 
     @field_validator("tenants")
     @classmethod

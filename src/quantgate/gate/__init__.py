@@ -1,6 +1,9 @@
 """The gate: per (artifact, tenant), compare conservative confidence bounds with tenant floors.
 
-- ``verdict.py``: the pure decision (bounds, exact comparisons, missing and uninformative rules).
+- ``verdict.py``: the pure decision (bounds, exact comparisons, power before verdict, missing,
+  error and insufficient-evidence rules).
+- ``baseline.py``: what each tenant is served today (the registry's approved versions, or
+  ``--previous``), for before/after deltas and ``max_regression`` floors.
 - ``run.py``: reads an evaluation directory, decides, writes ``report.json``.
 
 What it reads comes from elsewhere: the floors from ``quantgate.config.gates``; each metric's

@@ -5,7 +5,8 @@ the artifact manifests' ``source.model_class`` or the evaluation's run.json); wh
 every evaluated artifact counts as required. Exit code rule: **a required artifact that passes
 no tenant fails the run** (exit 1), and so does a required target that was not evaluated at all.
 Optional targets (and targets outside the class, built with ``--targets``) that fail are
-reported, never fail the run.
+reported, never fail the run. What each tenant is served today (``baseline.py``) comes from the
+registry, from ``--previous DIR``, or from an orchestrator that looked it up already.
 """
 
 from __future__ import annotations
@@ -19,8 +20,9 @@ from quantgate.atomic import write_json
 from quantgate.config.gates import load_gates, project_suites
 from quantgate.config.targets import Catalog
 from quantgate.errors import InputError, UsageError
-from quantgate.gate.verdict import N_RESAMPLES, SEED, Results, gate
-from quantgate.report_schema import REPORT_JSON, PreviousReport, Report, read_report
+from quantgate.gate.baseline import Baselines, from_registry, from_report_dir
+from quantgate.gate.verdict import N_RESAMPLES, SEED, Results, gate, no_evidence
+from quantgate.report_schema import REPORT_JSON, Report
 from quantgate.serving.table import ServingTable
 from quantgate.suggest import did_you_mean
 
@@ -68,10 +70,17 @@ def gate_results(
     model: str | None = None,
     tenants: list[str] | None = None,
     previous: Path | None = None,
+    registry: Any = None,
+    baselines: Baselines | None = None,
     n_resamples: int = N_RESAMPLES,
     seed: int = SEED,
 ) -> Report:
-    """Gate an evaluation output against gates.yaml; the decision, as report.json will hold it."""
+    """Gate an evaluation output against gates.yaml; the decision, as report.json will hold it.
+
+    What each tenant is served today, in order: ``previous`` (a report directory, offline),
+    ``baselines`` (already looked up), ``registry`` (a ``RegistryConfig``: its approved versions;
+    ``RegistryUnavailableError``, exit 75, when it cannot answer); none of them: not compared.
+    """
     catalog = Catalog(Path(project_root))
     gates = load_gates(Path(policy_path), catalog)
     suites = project_suites(catalog)
@@ -103,8 +112,25 @@ def gate_results(
     for t in required:
         if t not in evaluated:
             notes.append(f"required target {t} was not evaluated: it fails every tenant as missing")
+    source_hash = run_info.get("source_hash") or next(
+        (r.get("source_hash") for r in results.get("source", {}).values() if r.get("source_hash")), None
+    )
+    # the name publish registers under (<model>.<target>), so the lookup finds what it published
+    model = model or run_info.get("model") or architecture or f"source-{(source_hash or 'unknown')[:12]}"
+    if previous is not None:
+        baselines = from_report_dir(previous)
+    elif baselines is None and registry is not None:
+        baselines = from_registry(registry, model, {a: build_key(results, a) for a in artifacts})
     verdicts = gate(
-        results, gates, suites, artifacts, set(required), tenants=tenants, n_resamples=n_resamples, seed=seed
+        results,
+        gates,
+        suites,
+        artifacts,
+        set(required),
+        tenants=tenants,
+        n_resamples=n_resamples,
+        seed=seed,
+        baselines=baselines.for_gate(run_info.get("profile")) if baselines is not None else None,
     )
     approvals = {
         a: [v.tenant for v in verdicts if v.artifact == a and v.verdict == "pass"] for a in artifacts
@@ -112,14 +138,11 @@ def gate_results(
     failing = [a for a in required if not approvals.get(a)]
     if failing:
         notes.append(f"required artifacts passing no tenant: {', '.join(failing)}")
-    source_hash = run_info.get("source_hash") or next(
-        (r.get("source_hash") for r in results.get("source", {}).values() if r.get("source_hash")), None
-    )
     numerics = run_info.get("numerics") or {
         m: next((r["numerics"] for r in res.values() if "numerics" in r), {}) for m, res in results.items()
     }
     return Report(
-        model=model or run_info.get("model") or architecture or f"source-{(source_hash or 'unknown')[:12]}",
+        model=model,
         model_class=model_class,
         source_hash=source_hash,
         profile=run_info.get("profile"),
@@ -134,26 +157,15 @@ def gate_results(
         serving={a: table for a, table in _serving(artifacts_dir).items() if a in artifacts},
         metrics={m: {suite: r.get("metrics", {}) for suite, r in res.items()} for m, res in results.items()},
         suite_notes={suite: r.get("notes", []) for suite, r in results.get("source", {}).items()},
-        previous=_previous(previous),
+        no_evidence=no_evidence(verdicts),
+        baselines_from=baselines.origin if baselines is not None else None,
+        baseline_notes=list(baselines.notes) if baselines is not None else [],
     )
 
 
-def _previous(report_dir: Path | None) -> PreviousReport | None:
-    """What the report compares against: the previous approved version's report.json.
-
-    Only given explicitly (``--previous DIR``): the registry does not look it up yet.
-    """
-    if report_dir is None:
-        return None
-    path = Path(report_dir) / REPORT_JSON
-    old = read_report(path, fix="pass --previous the output directory of an earlier quantgate gate")
-    return PreviousReport(
-        model=old.model,
-        source_hash=old.source_hash,
-        approvals=old.approvals,
-        metrics=old.metrics,
-        report=str(path),
-    )
+def build_key(results: Results, artifact: str) -> str | None:
+    """The build key an artifact's evaluation recorded (None for one not evaluated)."""
+    return next((r["build_key"] for r in results.get(artifact, {}).values() if r.get("build_key")), None)
 
 
 def report_payload(report: Report) -> dict[str, Any]:

@@ -139,7 +139,8 @@ def build_artifact(plan: RunPlan, target: str) -> dict[str, Any]:
 @task(
     name="reference",
     cache_key_fn=_keyed(
-        "reference", lambda p: [p["plan"].source_hash, p["plan"].suites_hash, p["plan"].profile]
+        "reference",
+        lambda p: [p["plan"].source_hash, p["plan"].suites_hash, p["plan"].profile, p["plan"].eval_env],
     ),
     persist_result=True,
     retries=_RETRIES,
@@ -161,7 +162,14 @@ def evaluate_reference(plan: RunPlan) -> dict[str, Any]:
     name="evaluate",
     task_run_name="evaluate-{built[target]}",
     cache_key_fn=_keyed(
-        "evaluate", lambda p: [p["built"], p["plan"].source_hash, p["plan"].suites_hash, p["plan"].profile]
+        "evaluate",
+        lambda p: [
+            p["built"],
+            p["plan"].source_hash,
+            p["plan"].suites_hash,
+            p["plan"].profile,
+            p["plan"].eval_env,
+        ],
     ),
     persist_result=True,
     retries=_RETRIES,
@@ -180,16 +188,37 @@ def evaluate_artifact(plan: RunPlan, built: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+@task(name="baselines", retries=_RETRIES, retry_condition_fn=_only_transient)
+def find_baselines(root: str, model: str, build_keys: dict[str, str | None]) -> dict[str, Any]:
+    """The version the registry approves per (target, tenant) today, with its gate report: looked up
+    on every run (never cached) and handed to the gate, whose cache key includes it. A version
+    with the build key of this run's artifact is this artifact and no baseline, so a repeated run
+    finds what the first found and its gate is served from the cache."""
+    from quantgate.gate.baseline import from_registry
+    from quantgate.publish import RegistryConfig
+
+    return from_registry(RegistryConfig.from_env(Path(root)), model, build_keys).model_dump(mode="json")
+
+
 @task(
     name="gate",
     cache_key_fn=_keyed(
-        "gate", lambda p: [p["plan"].gates_hash, p["plan"].tenants, p["plan"].model_class, p["evaluations"]]
+        "gate",
+        lambda p: [
+            p["plan"].gates_hash,
+            p["plan"].tenants,
+            p["plan"].model_class,
+            p["evaluations"],
+            p["baselines"],
+        ],
     ),
     persist_result=True,
 )
-def gate_run(plan: RunPlan, evaluations: list[dict[str, Any]]) -> dict[str, Any]:
-    """Merge the evaluations, judge every (artifact, tenant), write report.json/md/html."""
+def gate_run(plan: RunPlan, evaluations: list[dict[str, Any]], baselines: dict[str, Any]) -> dict[str, Any]:
+    """Merge the evaluations, judge every (artifact, tenant) (against ``baselines``, the approved
+    versions), write report.json/md/html."""
     from quantgate.evaluate.merge import merge_evaluations
+    from quantgate.gate.baseline import Baselines
 
     merged = merge_evaluations([Path(e["dir"]) for e in evaluations], plan.eval_dir)
     return _gate_and_report(
@@ -201,6 +230,7 @@ def gate_run(plan: RunPlan, evaluations: list[dict[str, Any]]) -> dict[str, Any]
         artifacts_dir=plan.artifacts_dir,
         model=plan.model,
         tenants=plan.tenants,
+        baselines=Baselines.model_validate(baselines),
     )
 
 
@@ -308,7 +338,8 @@ def build_and_gate(
         else:
             eval_failures[future.task_run_id] = future.state.message or "evaluation failed"
     parts = [parts[0], *sorted(parts[1:], key=lambda e: e["name"])]
-    gated = gate_run(plan, parts)
+    baselines = find_baselines(plan.root, plan.model, {b["target"]: b["build_key"] for b in built_results})
+    gated = gate_run(plan, parts, baselines)
     report = gated["report"]
     _report_artifacts(plan, report, gated["paths"])
     # a failed run publishes nothing: no version of it may be mistaken for a release
@@ -362,6 +393,7 @@ def regate(
     is loaded. Aliases move only for tenants the new floors approve.
     """
     from quantgate.paths import project_root
+    from quantgate.publish import RegistryConfig
 
     root = project_root()
     out_dir = Path(out).resolve()
@@ -373,6 +405,7 @@ def regate(
         out_dir / "report",
         artifacts_dir=out_dir / "artifacts",
         tenants=tenants,
+        registry=RegistryConfig.from_env(root),
     )
     report_json, exit_code = gated["paths"]["json"], gated["report"]["exit_code"]
     if publish and exit_code == 0:

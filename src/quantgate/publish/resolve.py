@@ -2,15 +2,19 @@
 
 The approval is the alias ``approved-<tenant>``; a version it does not point at is refused
 unless the caller says ``allow_unapproved``. A version whose upload was never verified
-complete is refused always: no flag makes a partial artifact loadable.
+complete is refused always: no flag makes a partial artifact loadable. ``approved_versions``
+gives the gate what each tenant is served today, with the gate report it was published with.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 
 from quantgate.errors import UnapprovedVersionError, UnknownModelError
 from quantgate.publish import naming, tracking
+from quantgate.publish.config import RegistryConfig
+from quantgate.publish.store import open_store
 from quantgate.suggest import did_you_mean
 
 
@@ -104,3 +108,48 @@ def resolve(mlflow_client, name: str, tenant: str, version: str | None, allow_un
         tags.get(naming.MANIFEST_SHA256, ""),
         approved,
     )
+
+
+@dataclass(frozen=True)
+class Approved:
+    """A version an ``approved-<tenant>`` alias points at, with what the gate compares against."""
+
+    registered_model: str
+    version: str
+    tenants: tuple[str, ...]  # every tenant whose alias points at this version
+    build_key: str | None
+    report: Path | None  # its gate report (reports/report.json), downloaded; None: the store has none
+
+
+def approved_versions(mlflow_client, cfg: RegistryConfig, name: str, dest: Path) -> list[Approved]:
+    """Every version of ``name`` an ``approved-<tenant>`` alias points at, each with the gate report
+    published with it downloaded under ``dest``; [] when ``name`` is not registered. Registry
+    failures are the caller's to type (``tracking.registry_errors``)."""
+    from mlflow.exceptions import MlflowException
+
+    try:
+        model = mlflow_client.get_registered_model(name)
+    except MlflowException as exc:
+        if tracking.not_found(exc):
+            return []
+        raise
+    by_version: dict[str, list[str]] = {}
+    for alias, version in sorted((model.aliases or {}).items()):
+        if alias.startswith(naming.ALIAS_PREFIX):
+            by_version.setdefault(str(version), []).append(alias.removeprefix(naming.ALIAS_PREFIX))
+    found = []
+    for version, tenants in sorted(by_version.items(), key=lambda kv: int(kv[0])):
+        mv = mlflow_client.get_model_version(name, version)
+        run = mlflow_client.get_run(mv.run_id)
+        where = Path(dest) / f"{name}-v{version}"
+        rel = f"{naming.REPORTS_PATH}/report.json"
+        try:
+            open_store(run.info.artifact_uri, cfg).download(
+                {rel: 0}, where, lambda r, p: None, lambda n: None
+            )
+            report: Path | None = where / rel
+        except FileNotFoundError:
+            report = None
+        tags = mv.tags or {}
+        found.append(Approved(name, version, tuple(tenants), tags.get(naming.BUILD_KEY), report))
+    return found

@@ -8,7 +8,7 @@ from typing import Any
 from jinja2 import Environment, StrictUndefined
 
 from quantgate.report import plots
-from quantgate.report.view import View, fmt
+from quantgate.report.view import View, fmt, status_text
 from quantgate.report_schema import Report, as_report
 from quantgate.units import format_bytes
 
@@ -24,9 +24,9 @@ h3{font-size:1rem;margin:.2rem 0;display:inline}
 .ok{background:#dafbe1}.bad{background:#ffebe9}.meta{color:#57606a}
 table{border-collapse:collapse;margin:.4rem 0}th,td{border:1px solid #d0d7de;padding:.25rem .5rem;text-align:left;vertical-align:top}
 th{background:#f6f8fa}td.num{text-align:right;font-variant-numeric:tabular-nums}
-td.pass{background:#dafbe1;color:#1a7f37;font-weight:600}td.fail,td.missing{background:#ffebe9;color:#cf222e;font-weight:600}
+td.pass{background:#dafbe1;color:#1a7f37;font-weight:600}td.fail,td.missing,td.error{background:#ffebe9;color:#cf222e;font-weight:600}
 td a{color:inherit;text-decoration:none}b.pass{color:#1a7f37}b.fail{color:#cf222e}
-td.uninformative{background:#fff8c5;color:#7d4e00}td.none{color:#8c959f}
+td.uninformative,td.insufficient_evidence{background:#fff8c5;color:#7d4e00}td.no_baseline,td.none{color:#8c959f}
 details{margin:.4rem 0;border:1px solid #d0d7de;border-radius:6px;padding:.3rem .6rem}
 td.reason{font-size:12px;color:#57606a;max-width:48rem}img{max-width:100%}
 </style></head><body>
@@ -36,19 +36,31 @@ td.reason{font-size:12px;color:#57606a;max-width:48rem}img{max-width:100%}
 {% for note in r.notes or [] %}<p class="meta">Note: {{ note }}</p>{% endfor %}
 <table id="verdicts"><thead><tr><th>artifact</th><th>role</th><th>numerics</th>{% for t in tenants %}<th>{{ t }}</th>{% endfor %}</tr></thead><tbody>
 {% for a in artifacts %}<tr><th>{{ a }}</th><td>{{ view.role(a) }}</td><td>{{ (numerics.get(a) or {}).get('mode', 'unknown') }}</td>
-{% for t in tenants %}{% set c = view.cell(a, t) %}{% if c %}<td class="{{ c.verdict }}"><a href="#{{ anchors[(a, t)] }}">{{ c.verdict }}</a></td>{% else %}<td class="none">—</td>{% endif %}{% endfor %}</tr>
+{% for t in tenants %}{% set c = view.cell(a, t) %}{% if c %}<td class="{{ c.verdict }}"><a href="#{{ anchors[(a, t)] }}">{{ c.verdict }}</a>{% if c.marginal %} ⚠ marginal{% endif %}</td>{% else %}<td class="none">—</td>{% endif %}{% endfor %}</tr>
 {% endfor %}</tbody></table>
 
 <h2>Floors per artifact and tenant</h2>
 {% for v in verdicts %}<details id="{{ anchors[(v.artifact, v.tenant)] }}"{% if v.verdict != 'pass' %} open{% endif %}>
 <summary><h3>{{ v.artifact }} × {{ v.tenant }}</h3> ({{ view.role(v.artifact) }}): <b class="{{ v.verdict }}">{{ v.verdict }}</b></summary>
 <ul>{% for reason in view.other_reasons(v) %}<li>{{ reason }}</li>{% endfor %}</ul>
-<table><thead><tr><th>suite</th><th>metric</th><th>floor kind</th><th>estimate</th><th>bound</th><th>floor</th><th>margin</th><th>status</th><th>reason</th></tr></thead><tbody>
-{% for f in v.floors %}<tr><td>{{ f.suite }}</td><td>{{ f.metric }}</td><td>{{ f.kind_of_floor }}</td><td class="num">{{ fmt(f.estimate) }}</td>
+{% if v.baseline %}<p class="meta">compared with {% if v.baseline.version %}version {{ v.baseline.version }} of {{ v.baseline.registered_model }}{% else %}{{ v.baseline.origin }}{% endif %}, approved for {{ v.tenant }}</p>{% endif %}
+<table><thead><tr><th>suite</th><th>metric</th><th>floor kind</th><th>estimate</th><th>bound</th><th>floor</th><th>margin</th><th>MDE</th><th>tolerance</th><th>before</th><th>change</th><th>status</th><th>reason</th></tr></thead><tbody>
+{% for f in v.floors %}<tr><td>{{ f.suite }}</td><td>{{ f.metric }}</td><td>{{ f.kind_of_floor }}{% if f.advisory %} (advisory){% endif %}</td><td class="num">{{ fmt(f.estimate) }}</td>
 <td class="num">{{ fmt(f.bound, f.floor) }}</td><td class="num">{{ fmt(f.floor, f.bound) }}</td><td class="num">{{ fmt(f.margin, sign=True) }}</td>
-<td class="{{ f.status }}">{{ f.status }}</td><td class="reason">{{ f.reason }}</td></tr>
+<td class="num">{{ fmt(f.mde) }}</td><td class="num">{{ fmt(f.tolerance) }}</td><td class="num">{{ fmt(f.before) }}</td><td class="num">{{ fmt(f.delta, sign=True) }}</td>
+<td class="{{ f.status }}">{{ status_text(f.status) }}{% if f.marginal %} ⚠ marginal{% endif %}</td><td class="reason">{{ f.reason }}</td></tr>
 {% endfor %}</tbody></table></details>
 {% endfor %}
+
+{% if no_evidence %}<h2 id="no-evidence">Suites with no evidence on this model</h2>
+<ul>{% for suite, why in no_evidence.items() %}<li><b>{{ suite }}</b>: {{ why | join('; ') }}</li>{% endfor %}</ul>{% endif %}
+{% if r.baselines_from or serving_deltas %}<h2 id="serving-deltas">Against what is serving</h2>
+<p class="meta">approved versions looked up in: {{ r.baselines_from or 'nowhere' }}</p>
+{% for note in r.baseline_notes %}<p class="meta">Note: {{ note }}</p>{% endfor %}
+{% if serving_deltas %}<table><thead><tr><th>artifact</th><th>tenant</th><th>approved</th><th>floor</th><th>before</th><th>now</th><th>change</th><th>status</th></tr></thead><tbody>
+{% for a, tenant, version, f in serving_deltas %}<tr><th>{{ a }}</th><td>{{ tenant }}</td><td>{{ version }}</td><td>{{ f.suite }} {{ f.metric }} {{ f.kind_of_floor }} {{ fmt(f.floor) }}</td>
+<td class="num">{{ fmt(f.before) }}</td><td class="num">{{ fmt(f.before + f.delta if f.before is not none and f.delta is not none else none) }}</td><td class="num">{{ fmt(f.delta, sign=True) }}</td><td class="{{ f.status }}">{{ status_text(f.status) }}</td></tr>
+{% endfor %}</tbody></table>{% endif %}{% endif %}
 
 <h2>Metrics against floors</h2>
 {% for tenant, uri in floor_plots %}<p><img alt="floors of tenant {{ tenant }}" src="{{ uri }}"></p>{% endfor %}
@@ -106,6 +118,9 @@ def render_html(report: Report | Mapping[str, Any]) -> str:
         numerics=view.numerics(),
         sizes=view.sizes(),
         fmt=fmt,
+        status_text=status_text,
+        no_evidence=view.no_evidence(),
+        serving_deltas=view.serving_deltas(),
         fmt_bytes=format_bytes,
         floor_plots=floor_plots,
         long_chain=plots.long_chain_figure(bins) if bins else None,

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from quantgate.report.view import View, fmt
+from quantgate.report.view import View, fmt, status_text
 from quantgate.report_schema import FloorResult, Report, as_report
 from quantgate.units import format_bytes
 
@@ -19,11 +19,18 @@ def md(text: Any) -> str:
 
 
 def _floor_line(f: FloorResult) -> str:
-    return (
-        f"- `{md(f.suite)} {md(f.metric)}` ({md(f.kind_of_floor)}, {md(f.status)}): "
-        f"estimate {fmt(f.estimate)}, bound {fmt(f.bound, f.floor)}, floor {fmt(f.floor, f.bound)}, "
+    head = f"- `{md(f.suite)} {md(f.metric)}` ({md(f.kind_of_floor)}, {md(status_text(f.status))})"
+    if f.status in ("missing", "error") or (f.bound is None and f.evidence):
+        return f"{head}: {md(f.reason.split(': ', 1)[-1])}"
+    line = (
+        f"{head}: estimate {fmt(f.estimate)}, bound {fmt(f.bound, f.floor)}, floor {fmt(f.floor, f.bound)}, "
         f"margin {fmt(f.margin, sign=True)}"
     )
+    if f.mde is not None:
+        line += f", MDE {fmt(f.mde)} (tolerance {fmt(f.tolerance)})"
+    if f.marginal:
+        line += f", ⚠ marginal (within the machine-to-machine spread {fmt(f.spread)})"
+    return line + (f": {md(f.evidence)}" if f.evidence else "")
 
 
 def render_markdown(report: Report | Mapping[str, Any]) -> str:
@@ -48,7 +55,12 @@ def render_markdown(report: Report | Mapping[str, Any]) -> str:
     out.append("| --- | --- | --- |" + " --- |" * len(tenants))
     numerics = view.numerics()
     for a in view.artifacts:
-        cells = [MARK.get(cell.verdict, "—") if (cell := view.cell(a, t)) else "—" for t in tenants]
+        cells = [
+            MARK.get(cell.verdict, "—") + (" ⚠ marginal" if cell.marginal else "")
+            if (cell := view.cell(a, t))
+            else "—"
+            for t in tenants
+        ]
         mode = (numerics.get(a) or {}).get("mode", "unknown")
         out.append(f"| {md(a)} | {view.role(a)} | {md(mode)} | " + " | ".join(cells) + " |")
     failing = [v for v in view.verdicts if v.verdict != "pass"]
@@ -60,6 +72,10 @@ def render_markdown(report: Report | Mapping[str, Any]) -> str:
             out.append("")
             out += [_floor_line(f) for f in view.failed_floors(v)]
             out += [f"- {md(r)}" for r in view.other_reasons(v)]
+    marginal = [(v, f) for v in view.verdicts if v.verdict == "pass" for f in v.floors if f.marginal]
+    if marginal:
+        out += ["", "## Marginal passes (within the machine-to-machine spread of a floor)", ""]
+        out += [f"- {md(v.artifact)} × {md(v.tenant)}: {_floor_line(f)[2:]}" for v, f in marginal]
     out += [
         "",
         "## Numerics",
@@ -94,6 +110,29 @@ def render_markdown(report: Report | Mapping[str, Any]) -> str:
             f"| {md(a)} | {md(engine)} | {md(loads)} | {md(refused)} |"
             for a, engine, loads, refused in serving
         ]
+    no_evidence = view.no_evidence()
+    if no_evidence:
+        out += ["", "## Suites with no evidence on this model", ""]
+        out += [f"- `{md(suite)}`: {md('; '.join(why))}" for suite, why in no_evidence.items()]
+    against = view.serving_deltas()
+    if report.baselines_from or against:
+        out += ["", "## Against what is serving", ""]
+        out.append(f"approved versions looked up in: {md(report.baselines_from or 'nowhere')}")
+        out += [f"\n> {md(note)}" for note in report.baseline_notes]
+    if against:
+        out += [
+            "",
+            "| artifact | tenant | approved | floor | before | now | change | status |",
+            "| --- | --- | --- | --- | ---: | ---: | ---: | --- |",
+        ]
+        for artifact, tenant, version, f in against:
+            now = f.before + f.delta if f.before is not None and f.delta is not None else None
+            change = f.delta
+            out.append(
+                f"| {md(artifact)} | {md(tenant)} | {md(version)} | {md(f.suite)} {md(f.metric)} "
+                f"{md(f.kind_of_floor)} {fmt(f.floor)} | {fmt(f.before)} | {fmt(now)} | "
+                f"{fmt(change, sign=True)} | {md(status_text(f.status))} |"
+            )
     deltas = view.previous_deltas()
     if deltas and report.previous is not None:
         out += [

@@ -16,7 +16,7 @@ import matplotlib
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
-from quantgate.report_schema import FloorResult
+from quantgate.report_schema import STATUS_TEXT, FloorResult
 
 if TYPE_CHECKING:
     from matplotlib.typing import RcKeyType  # annotations only: not imported at run time
@@ -67,7 +67,7 @@ def floors_figure(tenant: str, rows: list[tuple[str, FloorResult]]) -> str | Non
                     ax.plot([i], [est], "o", color=color)
                 else:
                     ax.annotate(
-                        "n/a" if f.status == "uninformative" else f.status,
+                        "n/a" if f.status == "uninformative" else STATUS_TEXT.get(f.status, f.status),
                         (i, floor),
                         ha="center",
                         va="bottom",

@@ -7,12 +7,17 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from quantgate.report_schema import FloorResult, Report, Verdict
+from quantgate.report_schema import STATUS_TEXT, FloorResult, Report, Verdict
 
-FAILED = ("fail", "missing")
+FAILED = ("fail", "missing", "error")  # and insufficient evidence on a floor that is not advisory
 _BIN = re.compile(r"^(kld|agreement)_bin(\d+)$")
 # the metric that stands for a suite when its recovery (artifact / source) is shown
 PRIMARY = ("accuracy", "pass_at_1", "acceptance_k4", "top1_agreement")
+
+
+def status_text(status: str) -> str:
+    """A floor status as a reader says it ("insufficient evidence", not "insufficient_evidence")."""
+    return STATUS_TEXT.get(status, status)
 
 
 def fmt(x: float | None, other: float | None = None, *, sign: bool = False) -> str:
@@ -86,11 +91,33 @@ class View:
         )
 
     def failed_floors(self, verdict: Verdict) -> list[FloorResult]:
-        """Floors of a verdict that failed or had no data."""
-        return [f for f in verdict.floors if f.status in FAILED]
+        """Floors that fail a verdict: failed, no data, items not evaluated, or no evidence (not advisory)."""
+        return [
+            f
+            for f in verdict.floors
+            if f.status in FAILED or (f.status == "insufficient_evidence" and not f.advisory)
+        ]
+
+    def no_evidence(self) -> dict[str, list[str]]:
+        """``{suite: [why, ...]}``: suites that carried no evidence on this model."""
+        return dict(self.report.no_evidence)
+
+    def serving_deltas(self) -> list[tuple[str, str, str, FloorResult]]:
+        """(artifact, tenant, approved version, floor) for every floor compared with the version the
+        registry approves for that tenant today (``before`` known), and every regression floor."""
+        rows = []
+        for v in self.verdicts:
+            if v.baseline is None:
+                continue
+            ref = v.baseline
+            version = f"v{ref.version}" if ref.version else ref.origin
+            for f in v.floors:
+                if f.before is not None or f.kind_of_floor == "max_regression":
+                    rows.append((v.artifact, v.tenant, version, f))
+        return rows
 
     def other_reasons(self, verdict: Verdict) -> list[str]:
-        """Reasons of a failing verdict that no failed floor carries (e.g. a suite with no informative floor)."""
+        """Reasons of a verdict that no failing floor carries (e.g. no floor passed with evidence)."""
         carried = {f.reason for f in verdict.floors}
         return [r for r in verdict.reasons if r not in carried]
 

@@ -1,7 +1,8 @@
 """Fixtures for the gate: a trimmed real evaluation output.
 
 ``fixtures/e1`` is ``quantgate eval --profile smoke`` of the default model's source and four
-artifacts (long generated strings trimmed); tests copy it into tmp_path before changing it.
+artifacts (long generated strings trimmed), written by ``fixtures/make_e1.py``; tests copy it into
+tmp_path before changing it.
 """
 
 from __future__ import annotations

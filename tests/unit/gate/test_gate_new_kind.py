@@ -11,8 +11,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -23,6 +21,7 @@ from quantgate.config.targets import Catalog
 from quantgate.errors import ConfigFileError
 from quantgate.evaluate.suites import KINDS
 from quantgate.gate.run import gate_results
+from support.cli import quantgate
 
 pytestmark = pytest.mark.unit
 
@@ -176,31 +175,12 @@ def test_the_kinds_declarations_validate_gates_yaml(world):
 
 
 def test_quantgate_gate_finds_the_kind_in_a_fresh_process(world, tmp_path):
-    env = {
-        **os.environ,
-        "PYTHONPATH": os.pathsep.join(filter(None, [str(world["plugins"]), os.environ.get("PYTHONPATH")])),
-    }
-    run = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "quantgate.cli",
-            "gate",
-            "--results",
-            str(world["results"]),
-            "--out",
-            str(tmp_path / "R"),
-            "--root",
-            str(world["project"]),
-            "--model-class",
-            "any",
-        ],
-        check=False,
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=300,
-    )
+    plugins = os.pathsep.join(filter(None, [str(world["plugins"]), os.environ.get("PYTHONPATH")]))
+    run = quantgate(
+        "gate", "--results", str(world["results"]), "--out", str(tmp_path / "R"),
+        "--root", str(world["project"]), "--model-class", "any",
+        env={"PYTHONPATH": plugins}, timeout=300,
+    )  # fmt: skip
     assert run.returncode == 0, run.stderr[-3000:]
     report = json.loads((tmp_path / "R" / "report.json").read_text())
     assert report["approvals"] == {"hopper-fp8": ["graders"], "rocm-cdna3-fp8": []}

@@ -72,6 +72,17 @@ def test_repository_gates_load(repo_root, catalog):
             "flip_rate",
             "already compares with the source: use max",
         ),
+        (
+            "{suite: wikitext, metric: kld_mean, max_regression: -0.01}",
+            "max_regression",
+            "greater than or equal to 0",
+        ),
+        (
+            "{suite: wikitext, metric: kld_mean, max: 0.05, max_regression: 0.01}",
+            "max_regression",
+            "exactly one of",
+        ),
+        ("{suite: wikitext, metric: kld_mean, max: 0.05, advisory: sometimes}", "advisory", "valid boolean"),
     ],
 )
 def test_floor_mistakes_name_the_line_and_nearest_name(tmp_path, floor, needle, expected):
@@ -84,6 +95,19 @@ def test_floor_mistakes_name_the_line_and_nearest_name(tmp_path, floor, needle, 
     message = str(err.value)
     assert f"{path}:{line_of(path, needle)}:" in message
     assert expected in message
+
+
+def test_repository_floors_bound_lost_answers_and_mark_what_a_small_model_cannot_inform(repo_root, catalog):
+    gates = load_gates(repo_root / "gates.yaml", catalog)
+    floors = [(name, f) for name, t in gates.tenants.items() for f in t.floors]
+    # a gained answer is no regression: no floor bounds flips in both directions
+    assert not [f for _, f in floors if f.metric == "flip_rate"]
+    # GSM8K and HumanEval cannot inform the 135M default: advisory, so they never decide its verdicts
+    assert all(f.advisory for _, f in floors if f.suite in ("gsm8k", "humaneval"))
+    # a floor at the no-change point can never be decided: none is written
+    assert not [f for _, f in floors if f.kind == "max" and f.value == 0]
+    regression = [f for _, f in floors if f.kind == "max_regression"]
+    assert regression and all(f.advisory for f in regression)
 
 
 def test_unknown_tenant_key_and_tenant_level_target(tmp_path, catalog):
@@ -124,3 +148,26 @@ def test_domain_suite_names_an_unknown_tenant(tmp_path, catalog):
         match=r"unknown tenant \(named by eval_suites/support-domain.yaml\) 'support' \(did you mean 'suport'\?\)",
     ):
         load_gates(path, catalog)
+
+
+@pytest.mark.parametrize(
+    "spread, expected",
+    [
+        (
+            "{max: {wikitext.kld_maen: 0.001}}",
+            "unknown metric of suite 'wikitext' 'kld_maen' (did you mean 'kld_mean'?)",
+        ),
+        ("{max: {wikitxt.kld_mean: 0.001}}", "unknown suite 'wikitxt' (did you mean 'wikitext'?)"),
+        ("{maximum: {wikitext.kld_mean: 0.001}}", "unknown floor kind 'maximum'"),
+        ("{max: {wikitext.kld_mean: -0.001}}", "greater than or equal to 0"),
+    ],
+)
+def test_numerics_spread_names_its_mistakes(tmp_path, catalog, spread, expected):
+    path = write(
+        tmp_path,
+        "  chat:\n    description: chat\n    floors:\n      - {suite: traffic, metric: kld_mean, max: 0.05}\n",
+    )
+    path.write_text(path.read_text() + f"numerics_spread: {spread}\n")
+    with pytest.raises(ConfigFileError) as err:
+        load_gates(path, catalog)
+    assert expected in str(err.value) and f"{path}:" in str(err.value)

@@ -37,15 +37,37 @@ def test_real_results(e1, repo_root):
     # optional nvfp4 passes nothing, required FP8 targets pass: the run passes
     assert d.approvals["blackwell-nvfp4"] == [] and d.exit_code == 0
     assert d.required == ["hopper-fp8", "rocm-cdna3-fp8"] and d.optional == ["blackwell-nvfp4"]
-    # the 135M source solves no GSM8K item: the recovery floor is reported uninformative, not passed
+    # the 135M source solves 1 of the 4 smoke GSM8K items: too few for a bound, insufficient evidence, never passed
     gsm = next(
         f
         for f in verdict(d, "hopper-fp8", "batch").floors
         if f.suite == "gsm8k" and f.kind_of_floor == "min_recovery"
     )
-    assert gsm.passed is None and gsm.informative is False
+    assert gsm.status == "insufficient_evidence" and gsm.passed is None and gsm.informative is False
+    assert gsm.evidence == "the source solves 1 of 4 items"
     # a tenant limited to draft targets gives no verdict for others
     assert not [v for v in d.verdicts if v.tenant == "speculative" and v.artifact != "draft-int4"]
+
+
+def test_no_verdict_is_decided_by_a_suite_whose_source_solves_nothing(e1, repo_root):
+    d = decide(e1, repo_root, model_class="draft")
+    assert set(d.no_evidence) == {"gsm8k", "humaneval"}
+    assert d.no_evidence == {
+        "gsm8k": ["the source solves 1 of 4 items (flip_loss_rate, accuracy)"],
+        "humaneval": ["the source solves 0 of 4 items (flip_loss_rate, pass_at_1)"],
+    }
+    for v in d.verdicts:
+        for f in v.floors:
+            if f.suite in ("gsm8k", "humaneval"):
+                assert f.status == "insufficient_evidence" and f.advisory, f.reason
+                assert f.reason not in v.reasons or v.verdict == "pass", f.reason
+    # every other floor decides: the smoke sizes give the default model's suites the power to
+    assert {f.suite for v in d.verdicts for f in v.floors if f.status == "pass"} >= {
+        "wikitext",
+        "traffic",
+        "long-chain",
+        "support-domain",
+    }
 
 
 def test_damaged_artifact_fails_every_tenant(e1, repo_root):
@@ -55,6 +77,7 @@ def test_damaged_artifact_fails_every_tenant(e1, repo_root):
         def damage(r):
             for s in r["samples"]:
                 s.update(kld_mean=2.0, top1_agreement=0.3, nll_sum=s["nll_sum"] * 2)
+                s["kld_top"] = [9.0] * len(s["kld_top"])
             r["metrics"].update(kld_mean=2.0, kld_p99=9.0, top1_agreement=0.3)
 
         edit(art / f"{suite}.json", damage)
@@ -79,10 +102,38 @@ def test_damaged_artifact_fails_every_tenant(e1, repo_root):
     for v in tenants:
         assert any("kld_mean: estimate 2, 95% upper bound 2 > max" in r for r in v.reasons), v.reasons
     assert any(
-        "flip_rate: estimate 1, 95% upper bound 1 > max 0.25: FAIL" in r
+        "kld_p99: estimate 9, 95% upper bound 9 > max 0.5: FAIL" in r
         for r in verdict(d, "hopper-fp8", "chat").reasons
     )
+    assert any(
+        r.startswith("support-domain flip_loss_rate: estimate 1, 95% upper bound 1 > max 0.2: FAIL")
+        for r in verdict(d, "hopper-fp8", "support").reasons
+    )
     assert d.exit_code == 1 and "hopper-fp8" in d.notes[-1]
+
+
+def test_code_floors_without_a_sandbox_are_errors_and_fail_the_tenant(e1, repo_root):
+    """As the HumanEval suite records a run where no sandbox could be built: every item with its
+    reason, no program run. Its floors are errors, and every tenant that names them fails."""
+    why = "no sandbox: user namespaces are disabled here and QUANTGATE_SANDBOX=none forbids running code"
+
+    def no_sandbox(r):
+        for s in r["samples"]:
+            s["error"] = why
+        r["errors"] = {why: len(r["samples"])}
+
+    for model in ("source", "hopper-fp8"):
+        edit(e1 / model / "humaneval.json", no_sandbox)
+    d = decide(e1, repo_root, model_class="dense-reasoner")
+    for tenant in ("chat", "reasoning"):
+        v = verdict(d, "hopper-fp8", tenant)
+        code = [f for f in v.floors if f.suite == "humaneval"]
+        assert code and all(f.status == "error" and f.passed is False for f in code)
+        assert v.verdict == "fail" and any(r.startswith("humaneval ") and why in r for r in v.reasons)
+    assert (
+        verdict(d, "hopper-fp8", "batch").verdict
+        == verdict(decide(e1, repo_root), "hopper-fp8", "batch").verdict
+    )
 
 
 def test_missing_suite_fails(e1, repo_root):
@@ -111,15 +162,29 @@ def test_report_json(e1, repo_root, tmp_path):
     d = decide(e1, repo_root, model_class="draft", model="SmolLM2-135M-Instruct")
     path = write_report_json(d, tmp_path / "R")
     report = json.loads(path.read_text())
-    assert report["schema_version"] == 1 and report["model"] == "SmolLM2-135M-Instruct"
-    assert report["source_hash"].startswith("44b62e61") and report["approvals"]["draft-int4"] == [
+    assert report["schema_version"] == 2 and report["model"] == "SmolLM2-135M-Instruct"
+    assert report["source_hash"].startswith("92a52a5c") and report["approvals"]["draft-int4"] == [
         "speculative"
     ]
     assert report["numerics"]["hopper-fp8"]["mode"] == "emulated"
     first = report["verdicts"][0]
     assert {"artifact", "tenant", "verdict", "reasons", "floors", "required"} <= set(first)
-    assert {"estimate", "bound", "floor", "margin", "passed", "informative", "reason"} <= set(
-        first["floors"][0]
+    assert {
+        "estimate",
+        "bound",
+        "floor",
+        "margin",
+        "passed",
+        "informative",
+        "reason",
+        "mde",
+        "tolerance",
+    } <= set(first["floors"][0])
+    # no floor shows a bound that is not an interval's end
+    assert all(
+        (f["bound"] is None) == (f["interval"] is None) and f["interval"] in (None, "paired-bootstrap")
+        for v in report["verdicts"]
+        for f in v["floors"]
     )
     # deterministic: the same inputs give the same report, byte for byte
     again = write_report_json(

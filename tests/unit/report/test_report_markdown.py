@@ -32,10 +32,14 @@ def test_markdown_content(e1_report):
     text = render_markdown(e1_report)
     assert "PASS (exit 0)" in text and "3 of 4 artifacts approved" in text
     row = next(line for line in text.splitlines() if line.startswith("| rocm-cdna3-fp8 |"))
-    assert row.count("✅ pass") == 2 and row.count("❌ fail") == 2
-    assert ("- `gsm8k flip_rate` (max, fail): estimate 0.125, bound 0.375, floor 0.25, margin -0.125") in text
+    assert row.count("✅ pass") == 1 and row.count("❌ fail") == 3
+    assert (
+        "- `long-chain agreement_at_depth` (min, fail): estimate 0.978873, bound 0.9691, floor 0.97, "
+        "margin -0.000899632, MDE 0.0195457 (tolerance 0.03)"
+    ) in text
+    assert "- `gsm8k`: the source solves 1 of 4 items (flip_loss_rate, accuracy)" in text
     assert "| hopper-fp8 | emulated on cpu |" in text
-    assert "## Size" not in text  # report.json has no sizes (yet)
+    assert "| hopper-fp8 | 166798310 (166.8 MB) | 61.2% |" in text  # bytes against the source's, SI units
 
 
 def test_markdown_sizes_and_hostile_text(e1_report):

@@ -4,14 +4,12 @@ malformed one is refused at the file with exit code 2."""
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 
 import pytest
 
 from quantgate.errors import ReportError
 from quantgate.report_schema import Report, read_report
+from support.cli import quantgate
 
 pytestmark = pytest.mark.unit
 
@@ -44,6 +42,26 @@ def test_a_report_reduced_to_the_decision_still_reads(tmp_path):
     assert report.failed_tenants("a") == [] and report.verdicts[0].floors == []
 
 
+def test_a_schema_1_report_still_reads_and_renders(e1_report, tmp_path):
+    """Reports written before power, errors and baselines: uninformative floors, point estimates."""
+    from quantgate.report import render_markdown
+
+    old = {k: v for k, v in e1_report.items() if k not in ("no_evidence", "baselines_from", "baseline_notes")}
+    old["schema_version"] = 1
+    for v in old["verdicts"]:
+        v.pop("baseline")
+        for f in v["floors"]:
+            for key in ("mde", "tolerance", "no_change", "advisory", "before", "delta", "evidence"):
+                f.pop(key)
+            if f["status"] == "insufficient_evidence":
+                f.update(status="uninformative", passed=None)
+    old["verdicts"][0]["floors"][0].update(interval="point")
+    path = tmp_path / "report.json"
+    path.write_text(json.dumps(old))
+    report = read_report(path)
+    assert report.schema_version == 1 and "report schema 1" in render_markdown(report)
+
+
 @pytest.mark.parametrize(
     ("change", "problem"),
     [
@@ -52,7 +70,7 @@ def test_a_report_reduced_to_the_decision_still_reads(tmp_path):
             lambda r: r["verdicts"][0].update(verdict="maybe"),
             "verdicts.0.verdict: Input should be 'pass' or 'fail'",
         ),
-        (lambda r: r.update(schema_version=2), "schema_version: Input should be 1"),
+        (lambda r: r.update(schema_version=3), "schema_version: Input should be 1 or 2"),
         (lambda r: r.pop("exit_code"), "exit_code: Field required"),
     ],
 )
@@ -77,14 +95,7 @@ def test_unreadable_or_not_json(tmp_path):
 def test_quantgate_report_refuses_a_malformed_report_with_exit_2(e1_report, tmp_path):
     e1_report["verdicts"][0]["floors"][0]["status"] = "great"
     (tmp_path / "report.json").write_text(json.dumps(e1_report))
-    run = subprocess.run(
-        [sys.executable, "-m", "quantgate.cli", "report", "--report", str(tmp_path)],
-        check=False,
-        capture_output=True,
-        text=True,
-        env=os.environ.copy(),
-        timeout=300,
-    )
+    run = quantgate("report", "--report", str(tmp_path), timeout=300)
     assert run.returncode == 2, run.stderr[-2000:]
     assert str(tmp_path / "report.json") in run.stderr and "verdicts.0.floors.0.status" in run.stderr
     assert "Traceback" not in run.stderr and not (tmp_path / "report.md").exists()

@@ -83,17 +83,8 @@ def damaged_report(default_model, default_artifacts, tmp_path_factory, run_cli) 
     for kind, damage in DAMAGES.items():
         _damaged_copy(built / "hopper-fp8", artifacts / f"hopper-fp8-{kind}", damage)
     out = tmp_path_factory.mktemp("damaged-eval")
-    evaluated = run_cli(
-        "eval",
-        "--checkpoint",
-        str(default_model),
-        "--artifacts",
-        str(artifacts),
-        "--out",
-        str(out),
-        "--suites",
-        "wikitext,traffic",
-    )
+    args = ["--checkpoint", str(default_model), "--artifacts", str(artifacts), "--out", str(out)]
+    evaluated = run_cli("eval", *args, "--suites", "wikitext,traffic")
     assert evaluated.returncode == 0, evaluated.stderr[-3000:]
     report = tmp_path_factory.mktemp("damaged-report")
     gated = run_cli("gate", "--results", str(out), "--out", str(report), "--model-class", "dense-reasoner")

@@ -98,19 +98,15 @@ def test_eval_scores_every_artifact_in_its_numerics(evaluation):
 
 def test_a_second_evaluation_never_runs_the_source(evaluation, default_model, run_cli, tmp_path):
     artifacts, out, _ = evaluation
-    again = run_cli(
-        "eval",
+    args = [
         "--checkpoint",
         str(default_model),
         "--artifacts",
         str(artifacts),
         "--out",
         str(tmp_path / "again"),
-        "--targets",
-        "hopper-fp8",
-        "--suites",
-        "wikitext,long-chain",
-    )
+    ]
+    again = run_cli("eval", *args, "--targets", "hopper-fp8", "--suites", "wikitext,long-chain")
     assert again.returncode == 0, again.stderr[-3000:]
     meta = json.loads((tmp_path / "again" / "run.json").read_text())
     assert meta["source_forward_passes"] == 0

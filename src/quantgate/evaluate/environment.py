@@ -12,6 +12,7 @@ are not merged into one evaluation.
 
 from __future__ import annotations
 
+import functools
 import os
 import platform
 from pathlib import Path
@@ -23,17 +24,20 @@ KERNEL_FLAGS = ("avx2", "fma", "avx512f", "avx512_bf16", "avx512_vnni", "avx512_
 THREADS_ENV = "OMP_NUM_THREADS"
 
 
-def cpu_features(cpuinfo: Path = Path("/proc/cpuinfo")) -> list[str]:
-    """The kernel-selecting flags of this CPU, sorted; empty where the platform does not say."""
+@functools.cache
+def cpu_features(cpuinfo: Path = Path("/proc/cpuinfo")) -> tuple[str, ...]:
+    """The kernel-selecting flags of this CPU, sorted; empty where the platform does not say.
+
+    Read once per process: every reference lookup keys on it, and the CPU does not change."""
     try:
         text = cpuinfo.read_text(errors="replace")
     except OSError:
-        return []
+        return ()
     for line in text.splitlines():
         if line.startswith("flags"):
             flags = set(line.partition(":")[2].split())
-            return sorted(f for f in KERNEL_FLAGS if f in flags)
-    return []
+            return tuple(sorted(f for f in KERNEL_FLAGS if f in flags))
+    return ()
 
 
 def threads() -> int:

@@ -224,7 +224,8 @@ def evaluate_floor(
         if status == "insufficient_evidence" and floor.advisory:
             reason += " (advisory: does not fail the verdict)"
         marginal = margin is not None and spread is not None and abs(margin) <= spread
-        if margin is not None and spread is not None and marginal:
+        if marginal:
+            assert margin is not None and spread is not None
             reason += (
                 f" [MARGINAL: the bound is {_fmt(abs(margin))} from the floor, within the measured "
                 f"machine-to-machine spread {_fmt(spread)}; another machine may decide otherwise]"

@@ -152,6 +152,16 @@ class DestinationError(InputError):
     """``--dest`` exists and is not a pulled artifact quantgate may replace."""
 
 
+class UnsafePathError(InputError):
+    """A file name read from data (a manifest, an index, a store listing, an S3 key) that is not a
+    normalized relative path inside its root: joined to a directory it would leave it."""
+
+
+class SignatureError(InputError):
+    """An artifact's manifest signature is missing, malformed, or by no trusted key; or the
+    signing or trusted keys are not configured: nothing is installed or published."""
+
+
 class TransientError(QuantgateError):
     """A failure that may pass on retry (I/O, network): exit code 75 (EX_TEMPFAIL).
 
@@ -160,6 +170,11 @@ class TransientError(QuantgateError):
     """
 
     exit_code = 75
+
+
+class DiskFullError(TransientError):
+    """The disk filled up (ENOSPC, or a quota): exit 75, nothing half-written was kept; free space
+    (or shrink the pull cache) and retry."""
 
 
 class StepFailed(QuantgateError):

@@ -2,20 +2,18 @@
 
 The recipe's ``recipe:`` block is handed to ``oneshot`` verbatim. One engine instance serves every
 calibrated target of a build: the source is loaded and the calibration set tokenized once, and
-each target quantizes its own copy, so N calibrated targets cost one load. MoE models load with
-one Linear per expert (``load_quantizable_moe``) and calibrate every expert on every token: an
-expert a small calibration set never routes to would otherwise get no activation statistics.
+each target quantizes its own copy, so N calibrated targets cost one load. MoE models get one
+Linear per expert (llm-compressor's ``linearize_moe``) and calibrate every expert on every token:
+an expert a small calibration set never routes to would otherwise get no activation statistics.
 """
 
 from __future__ import annotations
 
 import copy
-from collections.abc import Iterator
-from contextlib import contextmanager
 from typing import Any
 
 from quantgate.config.targets import KVCache, Recipe
-from quantgate.errors import CalibrationError
+from quantgate.errors import BuildError, CalibrationError
 from quantgate.intake import SourceRecord
 from quantgate.quantize.engines import BuildJob, register
 from quantgate.quantize.engines._logs import quiet
@@ -23,26 +21,56 @@ from quantgate.quantize.kv_calibration import with_kv_cache_scheme
 from quantgate.quantize.preflight import check_group_sizes
 
 
-@contextmanager
-def _conversion_mappings_restored() -> Iterator[None]:
-    """Put transformers' process-wide checkpoint conversion table back as it was.
+def _linearize(model: Any) -> None:
+    """Replace every fused experts module of a loaded model by one Linear per expert, in place.
 
-    ``load_quantizable_moe`` registers its save mapping (one Linear per expert on disk) for the
-    model type and leaves it there; every later load or intake check of that model type in the
-    process would then read per-expert names as the in-memory layout. The loaded model keeps
-    its own copy (``_weight_conversions``), which is what ``save_pretrained`` reverts through.
-    A load that fails also leaves its module patch mapping registered: cleared here as well.
+    Not ``load_quantizable_moe``: for the model types it has per-expert load mappings for
+    (Qwen2/Qwen3-MoE, DeepSeek-V3, ...) it loads through transformers' ``apply_patches``, which
+    calls ``dir()`` on every ``transformers.*`` module in ``sys.modules`` outside its try block;
+    the ``image_processing_*_fast`` aliases import their target on ``dir()``, and those import
+    torchvision, so the load failed without it. It also left its save mapping registered for the
+    model type process-wide. The post-load split (``linearize_moe``, what it does itself for the
+    types without mappings, Mixtral) copies the same bf16 values, registers nothing, and saves
+    the experts as ``experts.N.gate_proj/up_proj/down_proj`` (``quantize/expert_names.py`` renames
+    them where the source's own names differ).
     """
-    from transformers import conversion_mapping
-    from transformers.monkey_patching import clear_patch_mapping
+    from llmcompressor.modeling.moe.linearize import get_linearized_moes, linearize_moe
 
-    conversion_mapping.get_checkpoint_conversion_mapping("llama")  # builds the table if not yet built
-    saved = copy.deepcopy(conversion_mapping._checkpoint_conversion_mapping_cache)
-    try:
-        yield
-    finally:
-        conversion_mapping._checkpoint_conversion_mapping_cache = saved
-        clear_patch_mapping()
+    linearize_moe(model)
+    if not get_linearized_moes(model):
+        raise BuildError(
+            f"{model.name_or_path}/config.json: a mixture-of-experts model whose experts module "
+            f"({model.config.model_type}) llm-compressor cannot split into one Linear per expert; "
+            "build it with a data-free target (hopper-fp8) or register the module with llm-compressor"
+        )
+
+
+def _latent_inputs_as_tokens(model: Any) -> None:
+    """Hand multi-head latent attention's ``kv_b_proj`` its input as ``[batch, tokens, rank]``.
+
+    transformers 5.17's DeepSeek-V3 attention (``expand_kv``) views the cached latent as one
+    head, ``[batch, 1, tokens, kv_lora_rank]``, and calls ``kv_b_proj`` on that. llm-compressor's
+    activation observers take a Linear's input as ``[batch, tokens, hidden]``
+    (``observers/helpers.py`` ``_flatten_activation`` merges the first two dims), so for this
+    input the NVFP4 ``static_minmax`` observer kept one statistic per token position, and the
+    second calibration sample, of another length, failed to combine with the first ("size of
+    tensor a (379) must match ... b (512)"). A pre-hook, registered before llm-compressor's and
+    so run first, drops the head dim: the same values, and the observer sees tokens as tokens.
+    ``expand_kv`` reshapes the output by ``view(batch, tokens, heads, dims)``, which takes it
+    either way. Samples keep their lengths: the calibration data is the same as every model's.
+    """
+    if getattr(model.config, "kv_lora_rank", None) is None:
+        return
+
+    def as_tokens(_module: Any, args: tuple[Any, ...]) -> tuple[Any, ...] | None:
+        x = args[0]
+        if x.dim() == 4 and x.shape[1] == 1:
+            return (x.flatten(1, 2), *args[1:])
+        return None
+
+    for name, module in model.named_modules():
+        if name.endswith(".kv_b_proj"):
+            module.register_forward_pre_hook(as_tokens)
 
 
 @register("llmcompressor.oneshot")
@@ -64,14 +92,10 @@ class OneshotEngine:
             import torch
             from transformers import AutoModelForCausalLM, AutoTokenizer
 
-            kwargs = {"dtype": torch.bfloat16}
+            model = AutoModelForCausalLM.from_pretrained(source.path, dtype=torch.bfloat16)
             if source.moe:
-                from llmcompressor.modeling.moe.linearize import load_quantizable_moe
-
-                with load_quantizable_moe(), _conversion_mappings_restored():
-                    model = AutoModelForCausalLM.from_pretrained(source.path, **kwargs)
-            else:
-                model = AutoModelForCausalLM.from_pretrained(source.path, **kwargs)
+                _linearize(model)
+            _latent_inputs_as_tokens(model)
             model.eval()
             tokenizer = AutoTokenizer.from_pretrained(source.path)
             self._loaded = {source.content_hash: (model, tokenizer)}  # one source at a time

@@ -14,7 +14,7 @@ import os
 from pathlib import Path
 from typing import Literal, TypedDict, Unpack
 
-from pydantic import BaseModel, ConfigDict, Field, PositiveInt
+from pydantic import BaseModel, ConfigDict, Field, PositiveFloat, PositiveInt
 
 from quantgate.config.loader import load_model
 from quantgate.units import GB
@@ -36,6 +36,13 @@ class TransferSettings(_Frozen):
     concurrency: PositiveInt = 8  # files in flight at once, and ranged parts per large file
     multipart_threshold_mb: PositiveInt = 16  # files this large or larger go in parts
     multipart_chunksize_mb: PositiveInt = 16
+    # Retries, so that a flaky store costs a bounded wait and then exit 75 (a re-run resumes):
+    # every S3 request is tried at most max_attempts times in all (botocore's "standard" mode:
+    # connection errors, 5xx, throttling and timeouts, with jittered exponential backoff), and a
+    # file whose stored copy does not match after upload is sent again, at most max_attempts times.
+    max_attempts: int = Field(default=5, ge=1, le=20)
+    connect_timeout_s: PositiveFloat = 10.0
+    read_timeout_s: PositiveFloat = 60.0  # a response that stalls this long is retried
 
 
 class RegistrySettings(_Frozen):
@@ -94,8 +101,10 @@ class RegistryConfig(_Frozen):
         Environment: ``MLFLOW_TRACKING_URI``, ``MLFLOW_REGISTRY_URI``, ``QUANTGATE_ARTIFACT_URI``
         (e.g. ``s3://bucket/prefix``), ``MLFLOW_S3_ENDPOINT_URL`` (any S3-compatible endpoint;
         boto3 itself also honours ``AWS_ENDPOINT_URL_S3``), ``QUANTGATE_PULL_CACHE_MAX_GB``,
-        ``QUANTGATE_TRANSFER_CONCURRENCY``. Credentials are boto3's usual chain and are never
-        read or stored here.
+        ``QUANTGATE_TRANSFER_CONCURRENCY``, ``QUANTGATE_S3_MAX_ATTEMPTS``. Credentials are boto3's
+        usual chain and are never read or stored here. The MLflow client's retries are MLflow's own
+        ``MLFLOW_HTTP_REQUEST_MAX_RETRIES``, ``MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR`` and
+        ``MLFLOW_HTTP_REQUEST_TIMEOUT`` (by default 7 retries over about 4 minutes, then exit 75).
         """
         env = os.environ if environ is None else environ
         root = Path(project_root).resolve()
@@ -104,8 +113,12 @@ class RegistryConfig(_Frozen):
         tracking = env.get("MLFLOW_TRACKING_URI") or settings.tracking_uri
         artifact = env.get("QUANTGATE_ARTIFACT_URI") or settings.artifact_uri
         transfer = settings.transfer
-        if env.get("QUANTGATE_TRANSFER_CONCURRENCY"):
-            transfer = transfer.model_copy(update={"concurrency": int(env["QUANTGATE_TRANSFER_CONCURRENCY"])})
+        for var, field in (
+            ("QUANTGATE_TRANSFER_CONCURRENCY", "concurrency"),
+            ("QUANTGATE_S3_MAX_ATTEMPTS", "max_attempts"),
+        ):
+            if env.get(var):  # validated as the file's values are
+                transfer = TransferSettings.model_validate({**transfer.model_dump(), field: env[var]})
         common: _Overrides = {
             "registry_uri": env.get("MLFLOW_REGISTRY_URI") or None,
             "s3_endpoint_url": env.get("MLFLOW_S3_ENDPOINT_URL") or settings.s3_endpoint_url,

@@ -30,17 +30,30 @@ def make_client(cfg: RegistryConfig):
     """One boto3 S3 client (thread-safe) with a connection pool sized for the transfers.
 
     Endpoint from the config (``MLFLOW_S3_ENDPOINT_URL``) or boto3's own environment;
-    credentials from boto3's usual chain. Tests wrap this function to inject S3 faults.
+    credentials from boto3's usual chain. Retries are botocore's "standard" mode, each request
+    tried at most ``transfer.max_attempts`` times in all (botocore's ``total_max_attempts``; its
+    ``max_attempts`` would count retries only). Tests wrap this function to inject S3 faults.
     """
     import boto3
     from botocore.config import Config
 
-    pool = max(10, 2 * cfg.transfer.concurrency)
+    t = cfg.transfer
     return boto3.session.Session().client(
         "s3",
         endpoint_url=cfg.s3_endpoint_url,
-        config=Config(max_pool_connections=pool, retries={"max_attempts": 5, "mode": "standard"}),
+        config=Config(
+            max_pool_connections=max(10, 2 * t.concurrency),
+            retries={"total_max_attempts": t.max_attempts, "mode": "standard"},
+            connect_timeout=t.connect_timeout_s,
+            read_timeout=t.read_timeout_s,
+        ),
     )
+
+
+# Refusals that mean the bytes were damaged on the way, not that the request was wrong: S3
+# rejects a body whose checksum, payload hash or length differs from what the client declared.
+# Sending the file again is the fix, so they are transient, never a configuration error.
+DAMAGED_IN_TRANSIT = {"BadDigest", "XAmzContentSHA256Mismatch", "IncompleteBody", "InvalidChunkSizeError"}
 
 
 @contextlib.contextmanager
@@ -49,6 +62,7 @@ def s3_errors(uri: str) -> Iterator[None]:
     the file), a refusal (credentials, permissions, bucket) is a configuration error, and an
     unreachable or failing endpoint is transient (retry; uploads and pulls resume)."""
     from botocore.exceptions import BotoCoreError, ClientError
+    from s3transfer.exceptions import RetriesExceededError
 
     try:
         yield
@@ -57,7 +71,7 @@ def s3_errors(uri: str) -> Iterator[None]:
         status = exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode", 0)
         if code in ("404", "NoSuchKey"):
             raise FileNotFoundError(str(exc)) from exc
-        if status >= 500 or code in ("SlowDown", "RequestTimeout", "Throttling"):
+        if status >= 500 or code in ("SlowDown", "RequestTimeout", "Throttling", *DAMAGED_IN_TRANSIT):
             raise RegistryUnavailableError(
                 uri, f"the S3 store failed ({code or status})", "retry; the transfer resumes where it stopped"
             ) from exc
@@ -71,6 +85,12 @@ def s3_errors(uri: str) -> Iterator[None]:
             uri,
             f"the S3 store cannot be reached ({exc})",
             "check MLFLOW_S3_ENDPOINT_URL (or AWS_ENDPOINT_URL_S3) and the AWS_* credentials; retry",
+        ) from exc
+    except RetriesExceededError as exc:  # s3transfer's own download retries (bodies cut short)
+        raise RegistryUnavailableError(
+            uri,
+            f"downloads from the S3 store kept failing ({exc.last_exception})",
+            "retry; files already verified are kept and the pull resumes",
         ) from exc
 
 
@@ -103,10 +123,12 @@ class S3Store:
         self.prefix = parsed.path.strip("/")
         self.client = make_client(cfg)
         t = cfg.transfer
+        self.max_attempts = t.max_attempts
         self.config = TransferConfig(
             multipart_threshold=t.multipart_threshold_mb * MB,
             multipart_chunksize=t.multipart_chunksize_mb * MB,
             max_concurrency=t.concurrency,
+            num_download_attempts=t.max_attempts,  # s3transfer's own retries of bodies cut short
         )
 
     def key(self, rel: str) -> str:
@@ -157,19 +179,52 @@ class S3Store:
         check = head.get("ChecksumSHA256")
         return head["ContentLength"], check.split("-")[0] if check else None
 
-    def upload(self, files: dict[str, tuple[Path, Digest]], on_bytes: OnBytes) -> None:
-        """Upload, with SHA-256 checksums, every file whose object is not already there intact."""
-        from boto3.s3.transfer import create_transfer_manager
+    def _intact(self, rel: str, digest: Digest) -> bool:
+        return self._stored_check(rel) == (digest.bytes, digest.store_check)
 
+    def upload(self, files: dict[str, tuple[Path, Digest]], on_bytes: OnBytes) -> None:
+        """Upload, with SHA-256 checksums, every file whose object is not already there intact.
+
+        A file whose stored copy does not match once its upload returns (its body cut short or
+        damaged on the way: S3 refuses most such bodies, a proxy or a lenient store may keep
+        them) is sent again, at most ``transfer.max_attempts`` times in all; after that the
+        store is failing, which is transient (exit 75): nothing is registered, and a re-run
+        sends only what is still not intact.
+        """
         todo = {}
         for rel, (path, digest) in files.items():
-            if self._stored_check(rel) == (digest.bytes, digest.store_check):
+            if self._intact(rel, digest):
                 on_bytes(digest.bytes)  # already there intact: a re-run resumes here
             else:
                 todo[rel] = path
+        for _ in range(self.max_attempts):
+            refused = self._transfer(todo, on_bytes)
+            todo = {
+                rel: path
+                for rel, path in todo.items()
+                if rel in refused or not self._intact(rel, files[rel][1])
+            }
+            if not todo:
+                return
+        rel = min(todo)
+        more = f" (and {len(todo) - 1} more files)" if len(todo) > 1 else ""
+        raise RegistryUnavailableError(
+            self.uri,
+            f"{rel}{more} arrived damaged in the S3 store {self.max_attempts} times in a row "
+            f"({refused.get(rel, 'size or SHA-256 checksum differs')})",
+            "retry; files already stored intact are not sent again",
+        )
+
+    def _transfer(self, todo: dict[str, Path], on_bytes: OnBytes) -> dict[str, str]:
+        """One parallel upload of ``todo``; returns the files S3 refused as damaged in transit
+        (with the store's error code); any other failure raises as ``s3_errors`` types it."""
+        from boto3.s3.transfer import create_transfer_manager
+        from botocore.exceptions import ClientError
+
+        refused = {}
         with s3_errors(self.uri), create_transfer_manager(self.client, self.config) as manager:
-            futures = [
-                manager.upload(
+            futures = {
+                rel: manager.upload(
                     str(path),
                     self.bucket,
                     self.key(rel),
@@ -177,9 +232,16 @@ class S3Store:
                     subscribers=[_Subscriber(on_bytes).instance],
                 )
                 for rel, path in todo.items()
-            ]
-            for future in futures:
-                future.result()
+            }
+            for rel, future in futures.items():
+                try:
+                    future.result()
+                except ClientError as exc:
+                    code = exc.response.get("Error", {}).get("Code", "")
+                    if code not in DAMAGED_IN_TRANSIT:
+                        raise
+                    refused[rel] = code
+        return refused
 
     def verify(self, expected: dict[str, Digest]) -> list[str]:
         """One HEAD per file: size and stored checksum against the local digest."""

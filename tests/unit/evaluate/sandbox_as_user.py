@@ -3,11 +3,13 @@
 Why a script: the test suite runs as root (CI), where the sandbox takes its root path; this
 shows the user-namespace path, the one a developer's workstation takes, for real. Run by root
 as ``python sandbox_as_user.py REQUEST.json``; prints one JSON object on stdout. Standard library
-only, and it loads ``sandbox.py`` by path: the non-root user cannot read the project's
-virtual environment, so the interpreter is one that user can execute (the test picks it).
+only, and it loads the ``sandbox`` package by path: the non-root user cannot read the
+project's virtual environment, so the interpreter is one that user can execute (the test picks
+it).
 
-The request: ``uid`` (the user to become), ``sandbox`` (path of sandbox.py), ``programs``
-(``{name: {"program": ..., "kwargs": {...}}}``), ``host_reads`` (paths this user must be able
+The request: ``uid`` (the user to become), ``sandbox`` (path of the package's
+``__init__.py``), ``programs`` (``{name: {"program": ..., "kwargs": {...}}}``, run by
+``run_untrusted``, or with ``"check": {"tests": ..., "entry_point": ...}`` by ``run_check``), ``host_reads`` (paths this user must be able
 to read outside the sandbox, so that the sandbox, not file permissions, is what hides them),
 and optionally ``max_user_namespaces``: first enter a user namespace of root's own (every id
 mapped to itself) with that limit on further user namespaces, so that 0 forbids them (as a
@@ -76,7 +78,11 @@ def main(request: dict) -> dict:
         if not os.access(path, mode):
             return {"skip": f"uid {uid} cannot {'execute' if mode == os.X_OK else 'read'} {path}"}
     unreadable = [p for p in request.get("host_reads", []) if not os.access(p, os.R_OK)]
-    spec = importlib.util.spec_from_file_location("quantgate_sandbox", request["sandbox"])
+    spec = importlib.util.spec_from_file_location(
+        "quantgate_sandbox",
+        request["sandbox"],
+        submodule_search_locations=[os.path.dirname(request["sandbox"])],
+    )
     assert spec is not None and spec.loader is not None
     sandbox = importlib.util.module_from_spec(spec)
     sys.modules["quantgate_sandbox"] = sandbox
@@ -84,7 +90,11 @@ def main(request: dict) -> dict:
     out: dict = {"euid": os.geteuid(), "mode": sandbox.mode(), "unreadable_on_host": unreadable, "runs": {}}
     before = _pids_of(uid)
     for name, run in request["programs"].items():
-        result = sandbox.run_untrusted(run["program"], **run.get("kwargs", {}))
+        if "check" in run:
+            check = sandbox.Check(**run["check"])
+            result = sandbox.run_check(run["program"], check, **run.get("kwargs", {}))
+        else:
+            result = sandbox.run_untrusted(run["program"], **run.get("kwargs", {}))
         out["runs"][name] = {
             "status": result.status,
             "returncode": result.returncode,

@@ -1,4 +1,4 @@
-"""HumanEval programs as lm-eval logs them: a right completion passes in the sandbox, a wrong one fails.
+"""HumanEval solutions as lm-eval logs them: a right completion passes its tests in the sandbox, a wrong one fails.
 
 The language model here is a fake (``CannedLM``, an lm-eval ``LM`` that answers each prompt
 with a fixed completion) so that the answer is known; everything after it is real: lm-eval's
@@ -11,12 +11,12 @@ import pytest
 from lm_eval.api.model import LM
 
 from quantgate.evaluate.lmeval import run_task_on
-from quantgate.evaluate.sandbox import run_untrusted, unavailable
+from quantgate.evaluate.sandbox import run_check, unavailable
 from quantgate.evaluate.suites.humaneval import (
     HumanEvalSuite,
+    check_for,
     problems,
     problems_file,
-    program_for,
     solution_of,
 )
 
@@ -64,9 +64,9 @@ def test_canonical_completions_pass_and_wrong_ones_fail_through_lm_evals_log_fak
     # lm-eval logs the filter's output per request, a list: formatting it whole defines nothing
     assert isinstance(right[0]["filtered_resps"][0], list)
     for log in right:
-        result = run_untrusted(program_for(solution_of(log), log["doc"]))
+        result = run_check(solution_of(log), check_for(log["doc"]))
         assert result.passed, (log["doc"]["task_id"], result)
     for log in _logs(tmp_path, lambda p: "    return None\n"):
-        result = run_untrusted(program_for(solution_of(log), log["doc"]))
+        result = run_check(solution_of(log), check_for(log["doc"]))
         assert result.status == "failed" and result.returncode == 1, result
         assert result.stderr_tail.splitlines()[-1].startswith(("AssertionError", "TypeError")), result

@@ -217,19 +217,30 @@ def test_fork_bomb_is_contained():
     # the autouse fixture checks that no process of the sandbox uid is left
 
 
-def test_daemons_that_leave_the_process_group_are_killed():
+def test_new_processes_are_refused_and_threads_allowed():
+    """Seccomp: each process would have its own RLIMIT_AS, so the program gets none; threads share it."""
     program = (
-        "import os, time\n"
-        "for _ in range(3):\n"
-        "    if os.fork() == 0:\n"
-        "        os.setsid()\n"
-        "        if os.fork() == 0:\n"
-        "            time.sleep(60)\n"
-        "        os._exit(0)\n"
-        "print('left daemons behind')\n"
+        "import os, subprocess, threading\n"
+        "seen = []\n"
+        "for name, start in (('fork', os.fork), ('subprocess', lambda: subprocess.run(['/bin/true'])),\n"
+        "                    ('posix_spawn', lambda: os.posix_spawn('/bin/true', ['true'], {}))):\n"
+        "    try:\n"
+        "        if start() == 0:\n"
+        "            os._exit(0)\n"
+        "        seen.append(name + ' STARTED')\n"
+        "    except PermissionError:\n"
+        "        seen.append(name + ' refused')\n"
+        "thread = threading.Thread(target=lambda: seen.append('thread ran'))\n"
+        "thread.start()\n"
+        "thread.join()\n"
+        "print(seen)\n"
     )
     result = run_untrusted(program)
-    assert result.passed  # exit code 0 is a pass; the daemons die with the sandbox
+    assert result.passed, result
+    assert (
+        result.stdout_tail
+        == f"{['fork refused', 'subprocess refused', 'posix_spawn refused', 'thread ran']}\n"
+    )
 
 
 @pytest.mark.parametrize(
@@ -246,11 +257,8 @@ def test_memory_bomb_hits_the_limit(program):
 
 def test_endless_loop_times_out_and_leaves_nothing_running():
     program = (
-        "import os, time\n"
-        "if os.fork() == 0:\n"
-        "    os.setsid()\n"
-        "    while True:\n"
-        "        time.sleep(1)\n"
+        "import threading, time\n"
+        "threading.Thread(target=lambda: time.sleep(600), daemon=False).start()\n"
         "while True:\n"
         "    pass\n"
     )
@@ -300,7 +308,7 @@ def test_deleting_host_files_fails(where, tmp_path, visible_dir):
 def test_parent_backstop_kills_the_whole_namespace(monkeypatch):
     """Should the supervisor not end the run, the caller kills it and everything under it."""
     monkeypatch.setattr(sandbox, "_BACKSTOP_GRACE_S", -4.0)  # the caller gives up after 1 s
-    program = "import os\nif os.fork() == 0:\n    os.setsid()\nwhile True:\n    pass\n"
+    program = "import threading\nthreading.Thread(target=lambda: None).start()\nwhile True:\n    pass\n"
     result = run_untrusted(program, timeout_s=5)
     assert result.status == "timeout" and not result.passed
     assert result.seconds < 4

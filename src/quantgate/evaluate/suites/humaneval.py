@@ -48,7 +48,11 @@ class HumanEvalSizes(Frozen):
 
 
 class SandboxLimits(Frozen):
-    """Limits of each sandboxed program: wall-clock seconds, address space (SI MB), processes."""
+    """Limits of each sandboxed run: wall-clock seconds, address space (SI MB), threads.
+
+    ``max_processes`` is ``RLIMIT_NPROC``, which counts threads: the sandbox refuses new
+    processes outright (each would have an address space of its own).
+    """
 
     timeout_s: PositiveFloat = 10.0
     memory_mb: PositiveInt = 512

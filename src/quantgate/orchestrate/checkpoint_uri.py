@@ -4,7 +4,9 @@ Training pushes checkpoints to object storage; a deployment receives the URI. Th
 goes into the cache under a key made of the objects' names, sizes and ETags, so a re-run on the
 same push downloads nothing, and a new push to the same prefix (new ETags) is new work. The
 copy is staged and renamed into place, so a killed download never looks like a checkpoint.
-Intake then hashes the *content*, which is what every later cache key uses.
+Intake then hashes the *content*, which is what every later cache key uses. Object names are
+data, not paths: each one goes through ``safe_path`` before it names a file (a key with ``..``,
+an absolute or unnormalized name is refused, exit 2, before anything is downloaded).
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from urllib.parse import urlparse
 
 from quantgate.atomic import install_dir, staged_dir
 from quantgate.errors import InputError, TransientError
+from quantgate.safe_path import safe_relpath
 
 
 def local_checkpoint(uri: str, cache: Path) -> Path:
@@ -65,6 +68,8 @@ def _from_s3(bucket: str, prefix: str, cache: Path) -> Path:
             f"s3://{bucket}/{prefix}", "no objects under this prefix", "push the checkpoint there first"
         )
     identity = sorted((o["Key"][len(prefix) :], o["Size"], o.get("ETag", "")) for o in objects)
+    for rel, _, _ in identity:
+        safe_relpath(rel, f"s3://{bucket}/{prefix}{rel}")
     key = hashlib.sha256(repr((bucket, prefix, identity)).encode()).hexdigest()[:24]
     final = cache / key
     if final.is_dir():
@@ -73,10 +78,6 @@ def _from_s3(bucket: str, prefix: str, cache: Path) -> Path:
         with staged_dir(final) as staging:
             for rel, _, _ in identity:
                 dest = staging / rel
-                if ".." in Path(rel).parts:
-                    raise InputError(
-                        f"s3://{bucket}/{prefix}{rel}", "object name escapes the checkpoint", "rename it"
-                    )
                 dest.parent.mkdir(parents=True, exist_ok=True)
                 client.download_file(bucket, prefix + rel, str(dest))
             install_dir(staging, final, replace=False)  # a concurrent download of the same objects may win

@@ -2,11 +2,18 @@
 
 Layout under ``<cache>/pull/``: ``<content-hash>/`` is an installed artifact (its files and
 ``manifest.json``), present only once every file was verified, because it is renamed into
-place whole; ``.partial/<content-hash>/`` is a pull in progress, whose verified files survive
-an interruption (that is what makes pulls resumable); ``index.json`` remembers the last
-version each (registry URI, registered model, alias or version) resolved to, for ``--offline``.
-Least recently used entries go first when the total passes the limit; an entry's directory
-mtime is its last use.
+place whole; ``.records/<content-hash>.json`` is its install record (the manifest's sha256, its
+signature, and each file's size, mtime, ctime and inode as installed); ``.partial/<content-hash>/``
+is a pull in progress, whose verified files survive an interruption (that is what makes pulls
+resumable); ``index.json`` remembers the last version each (registry URI, registered model, alias
+or version) resolved to, for ``--offline``. Least recently used entries go first when the total
+passes the limit; an entry's directory mtime is its last use.
+
+Why records: an entry is served again and again, long after it was verified, from a disk that
+anyone with root (or a ``--dest --link`` hard link) can write. ``problem`` checks an entry
+against its manifest and record before it is served: by content (every file re-hashed against
+the manifest's sha256) or, when the fleet chooses ``pull_verify: offline`` for online hits, by
+each file's stat, whose ctime no write can leave unchanged.
 """
 
 from __future__ import annotations
@@ -21,14 +28,23 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-from quantgate.artifact import MANIFEST, read_manifest
+from quantgate.artifact import MANIFEST, Manifest
 from quantgate.atomic import install_dir, remove_dir, write_json
+from quantgate.hashing import content_hash as files_hash
+from quantgate.hashing import file_problem, sha256_file
+from quantgate.safe_path import path_problem
 
-_ENTRY = re.compile(r"^[0-9a-f]{64}$")
+ENTRY = re.compile(r"^[0-9a-f]{64}$")
+RECORDS = ".records"
 
 
 def _tree_bytes(path: Path) -> int:
     return sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
+
+
+def _stat(path: Path) -> list[int]:
+    st = os.lstat(path)
+    return [st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino]
 
 
 class PullCache:
@@ -40,39 +56,81 @@ class PullCache:
 
     def entry(self, content_hash: str) -> Path:
         """Where the installed entry of ``content_hash`` is (or would be)."""
+        if not ENTRY.match(content_hash):  # it becomes a directory name: never a path
+            raise ValueError(f"not a content hash: {content_hash!r}")
         return self.root / content_hash
+
+    def record_path(self, content_hash: str) -> Path:
+        """The install record of ``content_hash``'s entry."""
+        return self.root / RECORDS / f"{self.entry(content_hash).name}.json"
 
     def staging(self, content_hash: str) -> Path:
         """The pull-in-progress directory of ``content_hash``, created if needed."""
-        path = self.root / ".partial" / content_hash
+        path = self.root / ".partial" / self.entry(content_hash).name
         path.mkdir(parents=True, exist_ok=True)
         return path
+
+    def discard_staging(self, content_hash: str) -> None:
+        """Drop a pull in progress and what it downloaded (the disk is full: keep nothing)."""
+        shutil.rmtree(self.root / ".partial" / self.entry(content_hash).name, ignore_errors=True)
 
     @contextlib.contextmanager
     def lock(self, content_hash: str) -> Iterator[None]:
         """One pull per content hash at a time on this node (two would share one staging dir)."""
         (self.root / ".partial").mkdir(parents=True, exist_ok=True)
-        with open(self.root / ".partial" / f"{content_hash}.lock", "w") as fh:
+        with open(self.root / ".partial" / f"{self.entry(content_hash).name}.lock", "w") as fh:
             fcntl.flock(fh, fcntl.LOCK_EX)
             try:
                 yield
             finally:
                 fcntl.flock(fh, fcntl.LOCK_UN)
 
-    def lookup(self, content_hash: str) -> Path | None:
-        """The installed entry, if whole: every manifest file there with its size (a stat per
-        file, not a re-hash: entries are verified when installed and kept read-only)."""
-        path = self.entry(content_hash)
-        manifest = read_manifest(path) if path.is_dir() else None
-        if manifest is None:
+    def record(self, content_hash: str) -> dict | None:
+        """The install record, or None when there is none (or it is unreadable)."""
+        try:
+            found = json.loads(self.record_path(content_hash).read_text())
+        except (OSError, ValueError):
             return None
-        for rel, entry in manifest.files.items():
+        return found if isinstance(found, dict) else None
+
+    def problem(self, content_hash: str, rehash: bool) -> tuple[str, str] | None:
+        """(file, why) when the installed entry is not what was installed, None when it is.
+
+        Always: the install record is there, ``manifest.json`` has the sha256 it was installed
+        with and its file table hashes to the entry's name, every name is safe, and the entry
+        holds exactly the manifest's files, regular files at their sizes. Then each file is
+        re-hashed (``rehash``) or its stat compared with the record's (size, mtime, ctime, inode).
+        """
+        path = self.entry(content_hash)
+        record = self.record(content_hash)
+        if record is None or not isinstance(record.get("files"), dict):
+            return MANIFEST, "has no install record (installed by an older quantgate, or damaged)"
+        if sha256_file(path / MANIFEST).sha256 != record.get("manifest_sha256"):
+            return MANIFEST, "differs from the manifest that was verified and installed"
+        try:
+            manifest = Manifest.model_validate_json((path / MANIFEST).read_text())
+        except ValueError:
+            return MANIFEST, "is not a valid manifest"
+        if files_hash(manifest.files) != path.name:
+            return MANIFEST, "does not match the entry's content hash"
+        for rel in manifest.files:
+            if (why := path_problem(rel)) is not None:
+                return rel, f"unsafe file name: {why}"
+        present = {
+            p.relative_to(path).as_posix() for p in path.rglob("*") if p.is_file() or p.is_symlink()
+        }
+        if extra := sorted(present - set(manifest.files) - {MANIFEST}):
+            return extra[0], "is not in the manifest"
+        for rel, entry in sorted(manifest.files.items()):
             file = path / rel
-            if not file.is_file() or file.stat().st_size != entry.bytes:
-                self.remove(content_hash)  # damaged on disk: pull it again
-                return None
-        self.touch(path)
-        return path
+            if file.is_symlink() or not file.is_file():
+                return rel, "missing, or not a regular file"
+            if rehash:
+                if (why := file_problem(file, entry)) is not None:
+                    return rel, why
+            elif _stat(file) != record["files"].get(rel):
+                return rel, "changed on disk since it was verified (size, mtime, ctime or inode)"
+        return None
 
     @staticmethod
     def touch(path: Path) -> None:
@@ -80,37 +138,53 @@ class PullCache:
         now = time.time()
         os.utime(path, (now, now))
 
-    def install(self, content_hash: str, staged: Path) -> Path:
-        """Rename a verified staging directory into place and enforce the size limit."""
+    def install(self, content_hash: str, staged: Path, extra: dict[str, str]) -> Path:
+        """Record and rename a verified staging directory into place; enforce the size limit.
+
+        ``extra``: what else the record keeps (the manifest's signature, the key that signed it).
+        """
+        target = self.entry(content_hash)
         for file in staged.rglob("*"):
             if file.is_file():
                 file.chmod(0o444)
-        target = self.entry(content_hash)
-        if not install_dir(staged, target, replace=False):  # installed meanwhile by another pull
-            if read_manifest(target) is None:
-                raise FileExistsError(f"{target} exists and is not a pulled artifact: remove it")
-            shutil.rmtree(staged)
+        manifest = Manifest.model_validate_json((staged / MANIFEST).read_text())
+        record = {
+            **extra,
+            "manifest_sha256": sha256_file(staged / MANIFEST).sha256,
+            "files": {rel: _stat(staged / rel) for rel in manifest.files},
+        }
+        write_json(self.record_path(content_hash), record, sort_keys=True)
+        try:
+            installed = install_dir(staged, target, replace=False)
+        except BaseException:
+            self.record_path(content_hash).unlink(missing_ok=True)
+            raise
+        if not installed:  # a leftover without a valid record: replace it with the verified copy
+            remove_dir(target)
+            install_dir(staged, target, replace=False)
         self.touch(target)
         self.evict(keep=content_hash)
         return target
 
     def remove(self, content_hash: str) -> None:
-        """Drop an entry: gone from the cache at once, its bytes deleted next."""
+        """Drop an entry: gone from the cache at once, its bytes deleted next, its record too."""
         remove_dir(self.entry(content_hash))
+        self.record_path(content_hash).unlink(missing_ok=True)
 
     def entries(self) -> list[tuple[float, int, str]]:
         """(last use, bytes, content hash) of every installed entry, least recent first."""
         found = []
         if self.root.is_dir():
             for path in self.root.iterdir():
-                if _ENTRY.match(path.name) and (path / MANIFEST).exists():
+                if ENTRY.match(path.name) and (path / MANIFEST).exists():
                     found.append((path.stat().st_mtime, _tree_bytes(path), path.name))
         return sorted(found)
 
-    def evict(self, keep: str) -> list[str]:
-        """Remove least recently used entries until the total fits; never ``keep``."""
+    def evict(self, keep: str, incoming: int = 0) -> list[str]:
+        """Remove least recently used entries until the total (plus ``incoming`` bytes about to
+        be downloaded) fits; never ``keep``."""
         entries = self.entries()
-        total = sum(size for _, size, _ in entries)
+        total = sum(size for _, size, _ in entries) + incoming
         evicted = []
         for _, size, name in entries:
             if total <= self.max_bytes:
@@ -131,6 +205,8 @@ class PullCache:
     def index(self) -> dict[str, dict[str, str]]:
         """Every remembered resolution; empty when there is none or the file is unreadable."""
         try:
-            return json.loads((self.root / "index.json").read_text())
+            found = json.loads((self.root / "index.json").read_text())
         except (OSError, ValueError):
             return {}
+        return found if isinstance(found, dict) else {}
+

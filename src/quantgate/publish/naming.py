@@ -32,6 +32,7 @@ QUANTGATE_VERSION = "quantgate.version"
 REPORT_SHA256 = "quantgate.report_sha256"
 APPROVED_TENANTS = "quantgate.approved_tenants"  # comma-separated, as of the latest publish
 GATE = "quantgate.gate"  # "approved" or "failed" (recorded for audit, never aliased)
+SIGNED_BY = "quantgate.signed_by"  # key id (signing.key_id) of the key that signed manifest.json
 
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]*$")
 _ALIAS = re.compile(r"^[\w\-]*$")  # MLflow's own rule for alias names

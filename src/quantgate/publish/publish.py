@@ -1,32 +1,39 @@
 """Publish a gated build: one MLflow run and model version per artifact, aliases per tenant.
 
-The order is the guarantee. For each artifact: verify the local files against the manifest;
-find a version with the same content hash (publishing twice creates no second version); else
-find the run an interrupted publish left behind, or create one; upload (skipping objects
-already there intact); verify the store's copy; mark the run complete; only then register
-the version, with its lineage tags in the same call. Aliases and the gate's tags come last,
-aliases only for tenants the gate approved, so no alias can ever point at a version whose
-bytes were not verified.
+The order is the guarantee. Before anything reaches the registry, every file name in every
+manifest must be a safe relative path (``safe_path``) naming a regular file inside its artifact,
+and the signing key must be there. For each artifact: verify the local files against the
+manifest; find a version with the same content hash (publishing twice creates no second
+version); else find the run an interrupted publish left behind, or create one; sign the
+manifest; upload it, its signature and the files (skipping objects already there intact);
+verify the store's copy; mark the run complete; only then register the version, with its
+lineage tags in the same call. Two publishes of the same content racing past the first check
+each register a version; the one with the higher number then sees the lower one and deletes its
+own, so one version remains. Aliases and the gate's tags come last, aliases only for tenants the
+gate approved, so no alias can ever point at a version whose bytes were not verified.
 """
 
 from __future__ import annotations
 
 import contextlib
+import shutil
 import sys
+import tempfile
 from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
 from quantgate.artifact import MANIFEST, Manifest, read_manifest, verify_files
-from quantgate.errors import ArtifactAlteredError, ReportError, UploadIncompleteError
+from quantgate.errors import ArtifactAlteredError, ReportError, UnsafePathError, UploadIncompleteError
 from quantgate.hashing import content_hash, sha256_file
 from quantgate.progress import SILENT, Progress
-from quantgate.publish import aliases, naming, tracking
+from quantgate.publish import aliases, naming, signing, tracking
 from quantgate.publish.config import RegistryConfig
 from quantgate.publish.lineage import lineage_tags, run_metrics, run_params
 from quantgate.publish.store import ArtifactStore, Digest, join, open_store
 from quantgate.report_schema import Report, read_report
+from quantgate.safe_path import safe_relpath
 
 REPORT_FILES = ("report.json", "report.md", "report.html")
 
@@ -93,7 +100,9 @@ def publish_report(
                 f"artifact '{artifact}' has no valid manifest",
                 "pass --artifacts the directory quantgate build wrote for this report",
             )
+        _check_names(Path(artifacts_dir) / artifact, manifest)
         manifests[artifact] = manifest
+    signing.signing_key(cfg)  # refused (or a SQLite registry's own pair made) before any registry call
     reports = {
         f"{naming.REPORTS_PATH}/{name}": report_json.parent / name
         for name in REPORT_FILES
@@ -109,6 +118,27 @@ def publish_report(
             job = _Job(artifact, Path(artifacts_dir) / artifact, manifest, report, reports, report_sha256)
             published.append(_publish_one(job, mlflow_client, cfg, progress))
     return PublishOutcome(tracking_uri=cfg.tracking_uri, model=report.model, artifacts=published)
+
+
+def _check_names(directory: Path, manifest: Manifest) -> None:
+    """Every name in the manifest: a safe relative path (exit 2 otherwise) to a regular file that
+    is inside ``directory``, reached through no symbolic link, so publish reads nothing outside
+    the artifact and writes nothing outside the store's artifact directory."""
+    where = directory / MANIFEST
+    root = directory.resolve()
+    for rel in manifest.files:
+        safe_relpath(rel, str(where))
+        if rel in (MANIFEST, signing.SIGNATURE):
+            raise UnsafePathError(
+                where, f"file name {rel!r} is reserved for quantgate's own files", "rebuild the artifact"
+            )
+        path = directory / rel
+        if path.is_symlink() or not path.resolve().is_relative_to(root):
+            raise ArtifactAlteredError(
+                path,
+                "is a symbolic link or reached through one that leaves the artifact directory",
+                "rebuild the artifact with quantgate build; publish reads only regular files inside it",
+            )
 
 
 class _Job:
@@ -138,8 +168,15 @@ def _publish_one(job: _Job, mlflow_client, cfg: RegistryConfig, progress: Progre
     )
     version = _complete_version(mlflow_client, job)
     created = version is None
-    if created:
+    if version is None:
         version = _upload_and_register(job, mlflow_client, cfg, progress)
+        first = _complete_version(mlflow_client, job)  # a concurrent publish of the same content
+        if first is not None and str(first.version) != str(version.version):
+            mlflow_client.delete_model_version(job.name, version.version)
+            progress.log(
+                f"{job.name}: version {first.version} holds this content; version {version.version} removed"
+            )
+            version, created = first, False
     else:  # the approval must still be about these bytes: the local copy must match its manifest
         problems = verify_files(job.directory, job.manifest)
         if problems:
@@ -151,6 +188,8 @@ def _publish_one(job: _Job, mlflow_client, cfg: RegistryConfig, progress: Progre
         progress.log(
             f"{job.name}: content {job.content_hash[:12]} already registered as version {version.version}"
         )
+        if naming.SIGNED_BY not in (version.tags or {}):  # published before manifests were signed
+            _sign_existing(job, mlflow_client, cfg, version)
     moved = aliases.apply(
         mlflow_client, cfg, job.name, version, job.approved, job.report.failed_tenants(job.artifact)
     )
@@ -226,7 +265,7 @@ def _local_digests(job: _Job, store: ArtifactStore) -> dict[str, tuple[Path, Dig
             "file not listed in the manifest",
             "rebuild the artifact with quantgate build; never edit an artifact by hand",
         )
-    files = {}
+    files: dict[str, tuple[Path, Digest]] = {}
     for rel, entry in job.manifest.files.items():
         path = job.directory / rel
         digest = store.digest(path) if path.is_file() else None
@@ -237,8 +276,6 @@ def _local_digests(job: _Job, store: ArtifactStore) -> dict[str, tuple[Path, Dig
                 "rebuild the artifact with quantgate build; never edit an artifact by hand",
             )
         files[f"{naming.ARTIFACT_PATH}/{rel}"] = (path, digest)
-    manifest_path = job.directory / MANIFEST
-    files[f"{naming.ARTIFACT_PATH}/{MANIFEST}"] = (manifest_path, store.digest(manifest_path))
     for rel, path in job.reports.items():
         files[rel] = (path, store.digest(path))
     return files
@@ -251,39 +288,69 @@ def _end_run(mlflow_client, run_id: str, status: str) -> None:
         mlflow_client.set_terminated(run_id, status)
 
 
-def _upload_and_register(job: _Job, mlflow_client, cfg: RegistryConfig, progress: Progress):
-    run, resumed = _find_or_create_run(mlflow_client, cfg, job)
-    run_id = run.info.run_id
-    store = open_store(run.info.artifact_uri, cfg)
-    files = _local_digests(job, store)
-    total = sum(d.bytes for _, d in files.values())
-    progress.log(f"{job.name}: {'resuming' if resumed else 'uploading'} {len(files)} files to {store.uri}")
-    try:
-        with progress.task(f"upload {job.name}", total) as bar:
-            store.upload(files, bar.advance)
-        problems = store.verify({rel: digest for rel, (_, digest) in files.items()})
-        if problems:
-            raise UploadIncompleteError(
-                f"{job.name}: the store's copy does not match the manifest after upload: "
-                f"{'; '.join(problems[:5])}. No version or alias was created. "
-                "Fix: run quantgate publish again; it re-uploads what differs"
-            )
-    except BaseException:
-        _end_run(mlflow_client, run_id, "FAILED")
-        raise
-    mlflow_client.set_tag(run_id, naming.UPLOAD, naming.UPLOAD_COMPLETE)
-    _end_run(mlflow_client, run_id, "FINISHED")
-    if files[f"{naming.ARTIFACT_PATH}/{MANIFEST}"][1].sha256 != job.manifest_sha256:
+def _signed_manifest(job: _Job, cfg: RegistryConfig, tmp: Path) -> tuple[Path, Path, str]:
+    """A copy of the manifest with exactly the bytes the version registers, its signature file
+    beside it (both named as in the store), and the signing key's id."""
+    manifest = tmp / MANIFEST
+    shutil.copyfile(job.directory / MANIFEST, manifest)
+    if sha256_file(manifest).sha256 != job.manifest_sha256:
         raise ArtifactAlteredError(
             job.directory / MANIFEST,
             "changed while it was being published",
             "publish again once nothing writes to the artifact",
         )
+    signature = tmp / signing.SIGNATURE
+    signature.write_bytes(signing.sign(manifest, cfg))
+    return manifest, signature, signing.key_id(signing.signing_key(cfg))
+
+
+def _sign_existing(job: _Job, mlflow_client, cfg: RegistryConfig, version) -> None:
+    """Sign a version registered before manifests were signed: its signature goes beside its
+    manifest in the store (verified there), then the tag that says who signed."""
+    store = open_store(version.source, cfg)
+    with tempfile.TemporaryDirectory(prefix="quantgate-sign-") as tmp:
+        _, signature, key = _signed_manifest(job, cfg, Path(tmp))
+        digest = store.digest(signature)
+        store.upload({signing.SIGNATURE: (signature, digest)}, lambda n: None)
+        problems = store.verify({signing.SIGNATURE: digest})
+        if problems:
+            raise UploadIncompleteError(f"{job.name}: {problems[0]}. Fix: run quantgate publish again")
+    mlflow_client.set_model_version_tag(job.name, version.version, naming.SIGNED_BY, key)
+
+
+def _upload_and_register(job: _Job, mlflow_client, cfg: RegistryConfig, progress: Progress):
+    run, resumed = _find_or_create_run(mlflow_client, cfg, job)
+    run_id = run.info.run_id
+    store = open_store(run.info.artifact_uri, cfg)
+    files = _local_digests(job, store)
+    with tempfile.TemporaryDirectory(prefix="quantgate-sign-") as tmp:
+        manifest, signature, key = _signed_manifest(job, cfg, Path(tmp))
+        for path in (manifest, signature):
+            files[f"{naming.ARTIFACT_PATH}/{path.name}"] = (path, store.digest(path))
+        total = sum(d.bytes for _, d in files.values())
+        progress.log(
+            f"{job.name}: {'resuming' if resumed else 'uploading'} {len(files)} files to {store.uri}"
+        )
+        try:
+            with progress.task(f"upload {job.name}", total) as bar:
+                store.upload(files, bar.advance)
+            problems = store.verify({rel: digest for rel, (_, digest) in files.items()})
+            if problems:
+                raise UploadIncompleteError(
+                    f"{job.name}: the store's copy does not match the manifest after upload: "
+                    f"{'; '.join(problems[:5])}. No version or alias was created. "
+                    "Fix: run quantgate publish again; it re-uploads what differs"
+                )
+        except BaseException:
+            _end_run(mlflow_client, run_id, "FAILED")
+            raise
+    mlflow_client.set_tag(run_id, naming.UPLOAD, naming.UPLOAD_COMPLETE)
+    _end_run(mlflow_client, run_id, "FINISHED")
     version = mlflow_client.create_model_version(
         job.name,
         source=join(run.info.artifact_uri, naming.ARTIFACT_PATH),
         run_id=run_id,
-        tags={**job.tags, naming.UPLOAD: naming.UPLOAD_COMPLETE},
+        tags={**job.tags, naming.UPLOAD: naming.UPLOAD_COMPLETE, naming.SIGNED_BY: key},
         description=f"{job.artifact} of {job.report.model}, content {job.content_hash[:12]}",
     )
     progress.log(f"{job.name}: registered version {version.version}")

@@ -4,30 +4,48 @@ Resolving the alias takes two tracking-server calls (the model's aliases, the ve
 the bytes come from the local content-addressed cache when this content was pulled before,
 else from the store: the manifest first, checked against the sha256 the version recorded at
 publish (a manifest swapped in the store is caught) and for support files (tokenizer, templates)
-that are the source's, as the build recorded them, then every file in parallel, each re-hashed
-against it. Only a wholly verified set is installed; a failed pull installs nothing
-and keeps the files it verified, so the next attempt resumes. ``offline`` skips the tracking
-server and uses the version this node last resolved for the same alias.
+that are the source's, as the build recorded them, and whose signature (``manifest.sig``) is by a key the
+fleet trusts (``signing``), then every file in parallel, each re-hashed against it. Every name
+from the manifest, the registry's tags or the cache index passes ``safe_path`` first. Only a
+wholly verified set is installed; a failed pull installs nothing and keeps the files it
+verified, so the next attempt resumes; a full disk (exit 75) keeps nothing. ``offline`` skips
+the tracking server and uses the version this node last resolved for the same alias.
+
+A cache hit is checked before it is served (``PullCache.problem``): re-hashed on every pull
+(``pull_verify: always``, the default) or on ``--offline`` pulls only (``offline``: online hits
+compare stats), and its signature verified again against today's trusted keys. A damaged entry
+is evicted: online it is downloaded again, offline the pull is refused naming the file.
 """
 
 from __future__ import annotations
 
+import contextlib
+import errno
+from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
 from pydantic import ValidationError
 
 from quantgate.artifact import MANIFEST, Manifest
-from quantgate.errors import TamperedArtifactError, UnapprovedVersionError, UsageError
+from quantgate.errors import (
+    DiskFullError,
+    SignatureError,
+    TamperedArtifactError,
+    UnapprovedVersionError,
+    UnsafePathError,
+    UsageError,
+)
 from quantgate.hashing import FileEntry, content_hash, file_problem, sha256_file
 from quantgate.paths import cache_dir as default_cache_dir
 from quantgate.progress import SILENT, Progress
-from quantgate.publish import naming, tracking
-from quantgate.publish.cache import PullCache
+from quantgate.publish import naming, signing, tracking
+from quantgate.publish.cache import ENTRY, PullCache
 from quantgate.publish.config import RegistryConfig
 from quantgate.publish.dest import materialize
 from quantgate.publish.resolve import Resolved, resolve
 from quantgate.publish.store import ArtifactStore, open_store
+from quantgate.safe_path import safe_relpath
 
 HASH_THREADS = 2  # hashing overlaps the downloads still in flight
 
@@ -44,35 +62,100 @@ def pull(
     *,
     version: str | None = None,
     offline: bool = False,
+    link: bool = False,
 ) -> Path:
-    """Return the local path of the verified artifact (``dest`` if given, else the cache entry)."""
+    """Return the local path of the verified artifact (``dest`` if given, else the cache entry).
+
+    ``link``: ``dest`` gets hard links into the cache instead of copies (see ``dest``).
+    """
     name = naming.registered_model_name(model, target)
     cache = PullCache(Path(cache_dir or default_cache_dir()) / "pull", cfg.cache_max_bytes)
     key = f"{cfg.model_registry_uri} {name} {version or naming.alias_for(tenant)}"
-    if offline:
-        path = _offline(cache, key, allow_unapproved)
-    else:
-        with tracking.registry_errors(cfg):
-            resolved = resolve(tracking.client(cfg), name, tenant, version, allow_unapproved)
-        cache.remember(
-            key,
-            {
-                "version": resolved.version,
-                "content_hash": resolved.content_hash,
-                "approved": str(resolved.approved).lower(),
-            },
+    with _disk_full(cache, name):
+        if offline:
+            path = _offline(cache, key, allow_unapproved, cfg)
+        else:
+            with tracking.registry_errors(cfg):
+                resolved = resolve(tracking.client(cfg), name, tenant, version, allow_unapproved)
+            if not ENTRY.match(resolved.content_hash):
+                raise _tampered(MANIFEST, resolved, "has a content hash tag that is not a sha256")
+            cache.remember(
+                key,
+                {
+                    "version": resolved.version,
+                    "content_hash": resolved.content_hash,
+                    "approved": str(resolved.approved).lower(),
+                },
+            )
+            hit = _checked_hit(cache, resolved.content_hash, cfg, cfg.pull_verify == "always", progress)
+            if hit is None:
+                progress.log(
+                    f"{name} version {resolved.version}: not cached, downloading from {resolved.source}"
+                )
+            path = hit if hit is not None else _fetch(resolved, cache, cfg, progress)
+        return materialize(path, dest, link=link) if dest is not None else path
+
+
+@contextlib.contextmanager
+def _disk_full(cache: PullCache, name: str) -> Iterator[None]:
+    """A full disk (or quota) anywhere in a pull: exit 75 in one line, with nothing partial kept
+    (the staging directories of this pull are dropped to give the space back)."""
+    try:
+        yield
+    except OSError as exc:
+        if exc.errno not in (errno.ENOSPC, errno.EDQUOT):
+            raise
+        partial = cache.root / ".partial"
+        for staged in partial.iterdir() if partial.is_dir() else []:
+            if staged.is_dir() and ENTRY.match(staged.name):
+                cache.discard_staging(staged.name)
+        where = exc.filename or cache.root
+        raise DiskFullError(
+            f"{where}: no space left on device while pulling {name}; nothing was installed. Fix: free "
+            "space there (or lower QUANTGATE_PULL_CACHE_MAX_GB) and pull again"
+        ) from None
+
+
+def _checked_hit(
+    cache: PullCache, content: str, cfg: RegistryConfig, rehash: bool, progress: Progress
+) -> Path | None:
+    """The cache entry of ``content`` if it is installed and intact, else None (online: a damaged
+    entry is evicted, to be downloaded again)."""
+    path = cache.entry(content)
+    if not (path / MANIFEST).is_file():
+        return None
+    damage = _damage(cache, content, cfg, rehash)
+    if damage is None:
+        cache.touch(path)
+        return path
+    cache.remove(content)
+    progress.log(f"{path / damage[0]}: {damage[1]}; the cached copy was evicted, downloading it again")
+    return None
+
+
+def _damage(cache: PullCache, content: str, cfg: RegistryConfig, rehash: bool) -> tuple[str, str] | None:
+    """(file, why) when the entry is not what was verified and installed, or its signature is by
+    no key trusted today; None when it may be served."""
+    signing.trusted_keys(cfg)  # none configured is the configuration's problem, not the entry's
+    found = cache.problem(content, rehash)
+    if found is not None:
+        return found
+    manifest = cache.entry(content) / MANIFEST
+    signature = (cache.record(content) or {}).get("signature")
+    try:
+        signing.verify(
+            manifest, signature.encode() if isinstance(signature, str) else None, cfg, str(manifest)
         )
-        hit = cache.lookup(resolved.content_hash)
-        if hit is None:
-            progress.log(f"{name} version {resolved.version}: not cached, downloading from {resolved.source}")
-        path = hit if hit is not None else _fetch(resolved, cache, cfg, progress)
-    return materialize(path, dest) if dest is not None else path
+    except SignatureError as exc:
+        return MANIFEST, exc.problem
+    return None
 
 
-def _offline(cache: PullCache, key: str, allow_unapproved: bool) -> Path:
+def _offline(cache: PullCache, key: str, allow_unapproved: bool, cfg: RegistryConfig) -> Path:
     record = cache.index().get(key)
-    path = cache.lookup(record["content_hash"]) if record else None
-    if record is None or path is None:
+    content = record.get("content_hash") if isinstance(record, dict) else None
+    path = cache.entry(content) if isinstance(content, str) and ENTRY.match(content) else None
+    if record is None or path is None or not (path / MANIFEST).is_file():
         raise UsageError(
             "--offline",
             f"this node has no cached pull for {key.split(' ', 1)[1]}",
@@ -81,9 +164,18 @@ def _offline(cache: PullCache, key: str, allow_unapproved: bool) -> Path:
     if record.get("approved") != "true" and not allow_unapproved:
         raise UnapprovedVersionError(
             None,
-            f"the cached version {record['version']} was not approved when pulled",
+            f"the cached version {record.get('version')} was not approved when pulled",
             "pass --allow-unapproved, or pull online",
         )
+    damage = _damage(cache, path.name, cfg, rehash=True)  # offline: always by content
+    if damage is not None:
+        cache.remove(path.name)
+        raise TamperedArtifactError(
+            path / damage[0],
+            f"{damage[1]} (cached copy of version {record.get('version')})",
+            "the copy on this node was altered and has been evicted; pull online to download it again",
+        )
+    cache.touch(path)
     return path
 
 
@@ -96,29 +188,40 @@ def _tampered(rel: str, resolved: Resolved, problem: str) -> TamperedArtifactErr
     )
 
 
-def _safe_rel(rel: str) -> bool:
-    return (
-        bool(rel)
-        and not rel.startswith("/")
-        and "\\" not in rel
-        and ".." not in rel.split("/")
-        and rel != MANIFEST
-    )
-
-
-def _manifest(store: ArtifactStore, staging: Path, resolved: Resolved) -> Manifest:
-    """The manifest from the store, trusted only if it is the one the version registered."""
+def _manifest(
+    store: ArtifactStore, staging: Path, resolved: Resolved, cfg: RegistryConfig
+) -> tuple[Manifest, bytes]:
+    """The manifest from the store and its signature, trusted only if it is the one the version
+    registered, signed by a trusted key, and every file name in it is safe."""
+    signing.trusted_keys(cfg)  # refused before a byte is downloaded when none are configured
     try:
         store.download({MANIFEST: 0}, staging, lambda rel, path: None, lambda n: None)
     except FileNotFoundError:
         raise _tampered(MANIFEST, resolved, "missing from the store") from None
     if sha256_file(staging / MANIFEST).sha256 != resolved.manifest_sha256:
         raise _tampered(MANIFEST, resolved, "differs from the manifest registered at publish")
+    signature = None
+    try:
+        store.download({signing.SIGNATURE: 0}, staging, lambda rel, path: None, lambda n: None)
+        signature = (staging / signing.SIGNATURE).read_bytes()
+    except FileNotFoundError:
+        pass
+    finally:
+        (staging / signing.SIGNATURE).unlink(missing_ok=True)  # kept in the install record only
+    signing.verify(staging / MANIFEST, signature, cfg, f"{resolved.source}/{MANIFEST}")
+    assert signature is not None  # verify refuses an unsigned manifest
     try:
         manifest = Manifest.model_validate_json((staging / MANIFEST).read_text())
     except ValidationError:
         raise _tampered(MANIFEST, resolved, "is not a valid manifest") from None
-    if content_hash(manifest.files) != resolved.content_hash or not all(map(_safe_rel, manifest.files)):
+    for rel in manifest.files:  # a bad name from the store is tampering, not the caller's input
+        try:
+            safe_relpath(rel, f"{resolved.source}/{MANIFEST}")
+        except UnsafePathError as exc:
+            raise _tampered(MANIFEST, resolved, exc.problem) from None
+        if rel in (MANIFEST, signing.SIGNATURE):
+            raise _tampered(MANIFEST, resolved, f"file name {rel!r} is reserved")
+    if content_hash(manifest.files) != resolved.content_hash:
         raise _tampered(MANIFEST, resolved, "does not match the version's content hash")
     # the tokenizer and templates must be the source's, as the build recorded them; each file is
     # then checked against manifest.files, so the bytes installed are the source's
@@ -129,7 +232,7 @@ def _manifest(store: ArtifactStore, staging: Path, resolved: Resolved) -> Manife
             raise _tampered(
                 rel, resolved, f"is not the source's ({found}, the source's is sha256 {source_sha})"
             )
-    return manifest
+    return manifest, signature
 
 
 def _problem(path: Path, entry: FileEntry) -> str | None:
@@ -138,15 +241,16 @@ def _problem(path: Path, entry: FileEntry) -> str | None:
 
 def _fetch(resolved: Resolved, cache: PullCache, cfg: RegistryConfig, progress: Progress) -> Path:
     with cache.lock(resolved.content_hash):
-        hit = cache.lookup(resolved.content_hash)  # installed by a concurrent pull meanwhile
+        hit = _checked_hit(cache, resolved.content_hash, cfg, False, progress)  # a concurrent pull's
         if hit is not None:
             return hit
         staging = cache.staging(resolved.content_hash)
         store = open_store(resolved.source, cfg)
-        manifest = _manifest(store, staging, resolved)
-        for stray in [p for p in staging.rglob("*") if p.is_file()]:
-            if stray.relative_to(staging).as_posix() not in {*manifest.files, MANIFEST}:
+        manifest, signature = _manifest(store, staging, resolved, cfg)
+        for stray in [p for p in staging.rglob("*") if p.is_file() or p.is_symlink()]:
+            if stray.is_symlink() or stray.relative_to(staging).as_posix() not in {*manifest.files, MANIFEST}:
                 stray.unlink()
+        cache.evict(keep=resolved.content_hash, incoming=manifest.total_bytes)  # room first
         # files verified by an interrupted pull stay; only the rest is downloaded
         todo = {rel: e.bytes for rel, e in manifest.files.items() if _problem(staging / rel, e) is not None}
         checks: dict[str, Future] = {}
@@ -171,4 +275,4 @@ def _fetch(resolved: Resolved, cache: PullCache, cfg: RegistryConfig, progress: 
             rel, problem = next(iter(sorted(bad.items())))
             more = f"; {len(bad) - 1} more file(s) too" if len(bad) > 1 else ""
             raise _tampered(rel, resolved, problem + more)
-        return cache.install(resolved.content_hash, staging)
+        return cache.install(resolved.content_hash, staging, {"signature": signature.decode()})

@@ -17,6 +17,7 @@ from quantgate.errors import (
 )
 from quantgate.publish import publish_report, pull
 from quantgate.publish.local_store import local_path
+from quantgate.publish.signing import SIGNATURE
 from support.artifacts import MODEL, write_artifact, write_report
 
 pytestmark = pytest.mark.unit
@@ -125,10 +126,11 @@ def test_an_interrupted_pull_resumes_keeping_verified_files(published, registry,
     real_copy = local_store.copy_atomic
 
     def die_after_first_file(src, dst):  # fault injection: the node loses power mid-pull
-        if dst.name != MANIFEST and copied:
+        own = dst.name in (MANIFEST, SIGNATURE)
+        if not own and copied:
             raise OSError("injected: interrupted")
         real_copy(src, dst)
-        if dst.name != MANIFEST:
+        if not own:
             copied.append(dst)
 
     monkeypatch.setattr(local_store, "copy_atomic", die_after_first_file)
@@ -143,12 +145,14 @@ def test_an_interrupted_pull_resumes_keeping_verified_files(published, registry,
     assert len(copied) == 1
 
 
-def test_dest_gets_hard_links_and_refuses_a_foreign_directory(published, registry, pull_cache, tmp_path):
+def test_dest_with_link_gets_hard_links_and_refuses_a_foreign_directory(
+    published, registry, pull_cache, tmp_path
+):
     dest = tmp_path / "serving" / "model"
-    got = pull(MODEL, "hopper-fp8", "chat", registry, cache_dir=pull_cache, dest=dest)
+    got = pull(MODEL, "hopper-fp8", "chat", registry, cache_dir=pull_cache, dest=dest, link=True)
     assert got == dest and hash_files(dest) == hash_files(pull_cache / "pull" / published.content_hash)
     assert (dest / "model.safetensors").stat().st_nlink == 2
-    assert pull(MODEL, "hopper-fp8", "chat", registry, cache_dir=pull_cache, dest=dest) == dest
+    assert pull(MODEL, "hopper-fp8", "chat", registry, cache_dir=pull_cache, dest=dest, link=True) == dest
     foreign = tmp_path / "home"
     foreign.mkdir()
     (foreign / "notes.txt").write_text("mine")

@@ -1,0 +1,144 @@
+"""Manifest signatures: publish signs, pull accepts only what a trusted key signed.
+
+Why the manifest: it holds the sha256 of every file, and pull checks every file against it, so a
+signature over ``manifest.json``'s bytes covers the whole artifact for the price of signing a
+few kilobytes. The registry's ``quantgate.manifest_sha256`` tag already binds a version to its
+manifest, but anyone who can write the registry can rewrite the tag; a signature needs the
+publisher's private key, which the registry never sees.
+
+Format: sigstore's ``model-signing`` library with an elliptic-curve key pair (P-256, P-384 or
+P-521), offline (no Fulcio, no Rekor): a Sigstore bundle (DSSE envelope over an in-toto
+statement naming the manifest's sha256), stored as ``manifest.sig`` beside ``manifest.json``
+in the version's artifact directory; anyone can check one with ``model_signing verify key``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import tempfile
+from pathlib import Path
+
+from quantgate.atomic import write_bytes
+from quantgate.errors import SignatureError
+from quantgate.publish.config import RegistryConfig
+
+SIGNATURE = "manifest.sig"  # beside manifest.json in the store's artifact directory
+
+
+def key_id(key: Path) -> str:
+    """A short name for a key pair (sha256 of the public key's DER), recorded on the versions it
+    signed; the same from the private or the public key's PEM file."""
+    from cryptography.hazmat.primitives import serialization
+
+    data = Path(key).read_bytes()
+    try:
+        public = serialization.load_pem_private_key(data, password=None).public_key()
+    except (ValueError, TypeError):
+        public = serialization.load_pem_public_key(data)
+    der = public.public_bytes(serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo)
+    return hashlib.sha256(der).hexdigest()[:16]
+
+
+def generate_key_pair(private_key: Path) -> Path:
+    """A new P-256 key pair: ``private_key`` (PKCS#8 PEM, mode 0600) and ``<stem>.pub`` beside it."""
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    public = Path(private_key).with_suffix(".pub")
+    write_bytes(
+        public,
+        key.public_key().public_bytes(
+            serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
+        ),
+    )
+    pem = key.private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+    )
+    write_bytes(Path(private_key), pem, mode=0o600)  # last: its presence means the pair is whole
+    return public
+
+
+def signing_key(cfg: RegistryConfig) -> Path:
+    """The private key publish signs with; a SQLite registry's own pair is made on first use."""
+    key = cfg.signing_key
+    if key is None:
+        raise SignatureError(
+            "QUANTGATE_SIGNING_KEY",
+            "no signing key is configured for this registry, and publish signs every manifest",
+            "set QUANTGATE_SIGNING_KEY (or signing_key in artifacts_registry/registry.yaml) to a PEM EC "
+            "private key; give the fleet its public key in QUANTGATE_TRUSTED_KEYS",
+        )
+    if not key.is_file():
+        if not cfg.generate_signing_key:
+            raise SignatureError(key, "the signing key does not exist", "point QUANTGATE_SIGNING_KEY at it")
+        generate_key_pair(key)
+    return key
+
+
+def sign(manifest: Path, cfg: RegistryConfig) -> bytes:
+    """The signature (a Sigstore bundle, JSON) of ``manifest``'s bytes with the signing key."""
+    from model_signing import signing
+
+    key = signing_key(cfg)
+    with tempfile.TemporaryDirectory(prefix="quantgate-sign-") as tmp:
+        out = Path(tmp) / SIGNATURE
+        try:
+            signing.Config().use_elliptic_key_signer(private_key=key).sign(manifest, out)
+        except ValueError as exc:
+            raise SignatureError(
+                key, f"cannot sign with this key ({exc})", "use a PEM EC P-256 key"
+            ) from None
+        return out.read_bytes()
+
+
+def trusted_keys(cfg: RegistryConfig) -> tuple[Path, ...]:
+    """The public keys pull accepts; a missing file or none configured is refused (fail closed)."""
+    if not cfg.trusted_keys:
+        raise SignatureError(
+            "QUANTGATE_TRUSTED_KEYS",
+            "no trusted keys are configured, so no artifact can be accepted",
+            "set QUANTGATE_TRUSTED_KEYS (or trusted_keys in artifacts_registry/registry.yaml) to the "
+            "publisher's public key file(s)",
+        )
+    for key in cfg.trusted_keys:
+        if not key.is_file():
+            raise SignatureError(
+                key,
+                "trusted public key file does not exist",
+                "copy the publisher's public key there, or fix QUANTGATE_TRUSTED_KEYS",
+            )
+    return cfg.trusted_keys
+
+
+def verify(manifest: Path, signature: bytes | None, cfg: RegistryConfig, where: str) -> str:
+    """The ``key_id`` of the trusted key that signed ``manifest``'s bytes; SignatureError (naming
+    ``where``) when unsigned, malformed, or signed by no trusted key."""
+    from model_signing import verifying
+
+    keys = trusted_keys(cfg)
+    if signature is None:
+        raise SignatureError(
+            where,
+            "the artifact is not signed (no manifest.sig)",
+            "re-publish it with a quantgate that signs, with a key the fleet trusts",
+        )
+    with tempfile.TemporaryDirectory(prefix="quantgate-verify-") as tmp:
+        sig = Path(tmp) / SIGNATURE
+        sig.write_bytes(signature)
+        reasons = []
+        for key in keys:
+            try:
+                verifying.Config().use_elliptic_key_verifier(public_key=key).verify(manifest, sig)
+                return key_id(key)
+            except Exception as exc:  # noqa: BLE001  model-signing raises ValueError, or its parsers' own
+                reasons.append(str(exc).splitlines()[0][:120] if str(exc) else type(exc).__name__)
+    unknown = all("Key mismatch" in r for r in reasons)
+    raise SignatureError(
+        where,
+        "signed by a key the fleet does not trust"
+        if unknown
+        else f"the signature does not verify ({reasons[0]})",
+        "pull only artifacts published with a trusted key; add the publisher's public key to "
+        "QUANTGATE_TRUSTED_KEYS if it should be trusted",
+    )

@@ -108,10 +108,18 @@ def moto_s3(bucket: str = "quantgate-registry", timeout_s: float = 30) -> Iterat
 
 @contextlib.contextmanager
 def mlflow_server(
-    backend_uri: str, artifact_root: str, s3_endpoint: str | None = None, timeout_s: float = 90
+    backend_uri: str,
+    artifact_root: str,
+    s3_endpoint: str | None = None,
+    timeout_s: float = 90,
+    port: int | None = None,
 ) -> Iterator[str]:
-    """``mlflow server`` (one worker) on loopback; yields its tracking URI."""
-    port = free_port()
+    """``mlflow server`` (one worker) on loopback; yields its tracking URI.
+
+    ``port``: a given one, so that a server stopped mid-test can be started again where its
+    clients look for it (same port, same backend); by default a free one.
+    """
+    port = port or free_port()
     url = f"http://127.0.0.1:{port}"
     env = {**os.environ, **TEST_CREDENTIALS}
     if s3_endpoint:

@@ -51,9 +51,18 @@ def make_client(cfg: RegistryConfig):
 
 
 # Refusals that mean the bytes were damaged on the way, not that the request was wrong: S3
-# rejects a body whose checksum, payload hash or length differs from what the client declared.
-# Sending the file again is the fix, so they are transient, never a configuration error.
-DAMAGED_IN_TRANSIT = {"BadDigest", "XAmzContentSHA256Mismatch", "IncompleteBody", "InvalidChunkSizeError"}
+# rejects a body whose checksum, payload hash or length differs from what the client declared,
+# and a multipart upload whose parts did not arrive as sent (s3transfer sends every part but
+# the last at 5 MiB or more, so a part "too small" lost bytes in transit). Sending the file
+# again is the fix, so they are transient, never a configuration error.
+DAMAGED_IN_TRANSIT = {
+    "BadDigest",
+    "XAmzContentSHA256Mismatch",
+    "IncompleteBody",
+    "InvalidChunkSizeError",
+    "EntityTooSmall",
+    "InvalidPart",
+}
 
 
 @contextlib.contextmanager

@@ -24,7 +24,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
-from quantgate.artifact import MANIFEST, Manifest, read_manifest, verify_files
+from quantgate.artifact import MANIFEST, Manifest, read_manifest, require_manifest, verify_files
 from quantgate.errors import ArtifactAlteredError, ReportError, UnsafePathError, UploadIncompleteError
 from quantgate.hashing import content_hash, sha256_file
 from quantgate.progress import SILENT, Progress
@@ -94,6 +94,8 @@ def publish_report(
     manifests = {}
     for artifact in report.approvals:
         manifest = read_manifest(Path(artifacts_dir) / artifact)
+        if manifest is None and (Path(artifacts_dir) / artifact / MANIFEST).is_file():
+            require_manifest(Path(artifacts_dir) / artifact)  # there but invalid: names its problem
         if manifest is None:
             raise ReportError(
                 Path(artifacts_dir) / artifact / MANIFEST,

@@ -102,16 +102,17 @@ def _disk_full(cache: PullCache, name: str) -> Iterator[None]:
     (the staging directories of this pull are dropped to give the space back)."""
     try:
         yield
-    except OSError as exc:
-        if exc.errno not in (errno.ENOSPC, errno.EDQUOT):
+    except (OSError, DiskFullError) as exc:
+        if isinstance(exc, OSError) and exc.errno not in (errno.ENOSPC, errno.EDQUOT):
             raise
         partial = cache.root / ".partial"
         for staged in partial.iterdir() if partial.is_dir() else []:
             if staged.is_dir() and ENTRY.match(staged.name):
                 cache.discard_staging(staged.name)
-        where = exc.filename or cache.root
+        if isinstance(exc, DiskFullError):
+            raise  # already one line naming the path (atomic's writes)
         raise DiskFullError(
-            f"{where}: no space left on device while pulling {name}; nothing was installed. Fix: free "
+            f"{exc.filename or cache.root}: no space left on device while pulling {name}; nothing was installed. Fix: free "
             "space there (or lower QUANTGATE_PULL_CACHE_MAX_GB) and pull again"
         ) from None
 

@@ -124,3 +124,32 @@ def test_link_shares_inodes_and_an_edit_through_them_is_refused_offline(
     # online the entry is fetched again and the destination relinked to intact bytes
     pull(MODEL, "hopper-fp8", "chat", registry, cache_dir=pull_cache, dest=dest, link=True)
     assert hash_files(dest) == hash_files(artifacts / "hopper-fp8")
+
+
+def test_a_full_disk_during_pull_is_transient_and_leaves_nothing_partial(published, registry, tmp_path):
+    from quantgate.errors import DiskFullError
+    from support.tmpfs import files_under, small_tmpfs
+
+    with small_tmpfs(tmp_path / "small-cache", size_kib=200) as cache:  # the artifact is ~300 kB
+        with pytest.raises(DiskFullError) as err:
+            pull(MODEL, "hopper-fp8", "chat", registry, cache_dir=cache)
+        assert err.value.exit_code == 75 and "\n" not in str(err.value)
+        assert "no space left" in str(err.value).lower() or "full" in str(err.value).lower()
+        left = files_under(cache)
+        assert not [f for f in left if published.content_hash in f and not f.endswith(".lock")], left
+        assert not [f for f in left if f.startswith("pull/.records")], left
+
+
+def test_a_full_disk_at_dest_is_transient_and_leaves_no_partial_dest(
+    published, registry, pull_cache, tmp_path
+):
+    from quantgate.errors import DiskFullError
+    from support.tmpfs import files_under, small_tmpfs
+
+    with small_tmpfs(tmp_path / "small-serving", size_kib=200) as serving:
+        with pytest.raises(DiskFullError) as err:
+            pull(MODEL, "hopper-fp8", "chat", registry, cache_dir=pull_cache, dest=serving / "model")
+        assert err.value.exit_code == 75
+        assert files_under(serving) == []
+    # the cache entry itself is whole and serves the next pull
+    assert pull(MODEL, "hopper-fp8", "chat", registry, cache_dir=pull_cache).is_dir()

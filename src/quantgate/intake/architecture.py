@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from quantgate.errors import CheckpointConfigError, RemoteCodeError, ShapeMismatchError
+from quantgate.intake import bounded_json
 from quantgate.intake.completeness import Loaded
 from quantgate.intake.safetensors_header import TensorInfo
 
@@ -23,29 +24,58 @@ _EXPERT = re.compile(r"^(.*\.experts)\.(\d+)\.")
 
 
 def read_json(path: Path, rel: str) -> dict[str, Any]:
-    """A JSON object from ``path``; CheckpointConfigError naming the file otherwise."""
+    """A JSON object from ``path``, read within ``bounded_json``'s limits; CheckpointConfigError
+    naming the file otherwise."""
+    fix = f"repair or re-export {rel}"
+    limit = bounded_json.CONFIG_BYTES if rel == "config.json" else bounded_json.SIDE_CONFIG_BYTES
     try:
-        value = json.loads(path.read_text(encoding="utf-8"))
+        value = bounded_json.parse(bounded_json.read_bytes(path, limit).decode("utf-8"))
+    except bounded_json.JsonRefused as exc:
+        raise CheckpointConfigError(path, f"{rel} {exc.problem}", fix) from None
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise CheckpointConfigError(
-            path, f"{rel} is not valid JSON ({exc})", f"repair or re-export {rel}"
-        ) from None
+        raise CheckpointConfigError(path, f"{rel} is not valid JSON ({exc})", fix) from None
     if not isinstance(value, dict):
-        raise CheckpointConfigError(path, f"{rel} is not a JSON object", f"repair or re-export {rel}")
+        raise CheckpointConfigError(path, f"{rel} is not a JSON object", fix)
     return value
 
 
 def refuse_auto_map(root: Path, files: list[str]) -> None:
-    """``auto_map`` in any top-level *config.json means the model needs remote code."""
+    """``auto_map`` anywhere in a top-level *config.json means the model needs remote code.
+
+    Nested ones count too: transformers builds ``text_config`` (and every other sub-config) with
+    the same machinery as the top level, so an ``auto_map`` there asks for remote code as well.
+    """
     for rel in files:
         if "/" in rel or not rel.endswith("config.json"):
             continue
-        if "auto_map" in read_json(root / rel, rel):
+        where = _auto_map_at(read_json(root / rel, rel))
+        if where is not None:
+            place = "" if not where else f" in {'.'.join(where)}"
             raise RemoteCodeError(
                 root / rel,
-                "'auto_map' points transformers at remote code, which quantgate refuses",
-                "use an architecture transformers supports natively and remove 'auto_map'",
+                f"'auto_map'{place} points transformers at remote code, which quantgate refuses",
+                f"use an architecture transformers supports natively and remove 'auto_map'{place}",
             )
+
+
+def _auto_map_at(value: Any, path: tuple[str, ...] = ()) -> tuple[str, ...] | None:
+    """The key path of the first object holding ``auto_map`` (``()`` for the top level), else None.
+
+    Recursion is bounded: ``read_json`` refused anything nested deeper than ``bounded_json.MAX_DEPTH``.
+    """
+    if isinstance(value, dict):
+        if "auto_map" in value:
+            return path
+        children = [(str(k), v) for k, v in value.items()]
+    elif isinstance(value, list):
+        children = [(f"[{i}]", v) for i, v in enumerate(value)]
+    else:
+        return None
+    for key, child in children:
+        found = _auto_map_at(child, (*path, key))
+        if found is not None:
+            return found
+    return None
 
 
 def load_config(root: Path, raw: dict[str, Any]):
@@ -67,11 +97,11 @@ def load_config(root: Path, raw: dict[str, Any]):
 
     try:
         return AutoConfig.for_model(**raw)
-    except (ValueError, KeyError, TypeError) as exc:
+    except Exception as exc:  # noqa: BLE001  a config class's own checks (say, x % 0) are the config's fault
         raise CheckpointConfigError(
             path,
-            f"transformers cannot build a config for model_type '{model_type}' ({exc})",
-            "use a model_type that this transformers version supports, or upgrade transformers",
+            f"transformers cannot build a config for model_type '{model_type}' ({type(exc).__name__}: {exc})",
+            "fix the field it names, or use a model_type that this transformers version supports",
         ) from None
 
 

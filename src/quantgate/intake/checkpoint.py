@@ -3,19 +3,31 @@
 Everything after intake trusts the source, so intake refuses anything unsafe or inconsistent
 before a weight is quantized, each refusal its own error type naming the file, the problem and
 the fix. The most dangerous problems come first and cheap checks before expensive ones: directory
-entries (symlinks, pickles, code), config.json, shard index and headers, shapes and names against
-a meta-device skeleton (nothing missing, nothing extra), a NaN/Inf scan, the content hash. Intake
+entries (symlinks, pickles, code, names), config.json and chat templates, shard index and headers
+(one file set: the weights transformers would load, and no other top-level weight file), source
+dtypes, the config's counts bounded by the tensors present (before transformers computes with
+them), shapes and names against a meta-device skeleton (nothing missing, nothing extra), a NaN/Inf
+scan, the content hash. Every JSON file is read within size, depth and integer bounds. Intake
 writes nothing but its stat cache; its one ``intake:`` log line is how a run's logs show the
 checkpoint was taken in once.
 """
 
 from __future__ import annotations
 
+import errno
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from quantgate.config.gates import Gates
-from quantgate.errors import CheckpointConfigError, CheckpointError, EmptyCheckpointError
-from quantgate.intake import architecture, completeness, tree, weights
+from quantgate.errors import (
+    CheckpointConfigError,
+    CheckpointError,
+    EmptyCheckpointError,
+    SymlinkEscapeError,
+    TransientError,
+)
+from quantgate.intake import architecture, bounds, chat_template, completeness, tree, weights
 from quantgate.intake.record import SourceRecord
 from quantgate.intake.stat_cache import StatCache
 from quantgate.progress import SILENT, Progress
@@ -26,9 +38,13 @@ def intake(path: Path, policy: Gates, progress: Progress = SILENT, cache: Path |
 
     With ``cache`` (a directory), files unchanged since an earlier intake (by stat) are neither
     scanned nor hashed again: ``stat_cache``. Raises a ``CheckpointError`` subclass (exit code 2)
-    on the first problem found.
+    on the first problem found; a file that cannot be read is one too (``_read_errors``).
     """
-    root = Path(path).expanduser().resolve()
+    with _read_errors():
+        return _intake(_resolved(path), policy, progress, cache)
+
+
+def _intake(root: Path, policy: Gates, progress: Progress, cache: Path | None) -> SourceRecord:
     files = tree.list_files(root)
     tree.refuse_pickles(root, files)
     tree.refuse_code(root, files)
@@ -45,7 +61,7 @@ def intake(path: Path, policy: Gates, progress: Progress = SILENT, cache: Path |
         )
     raw = architecture.read_json(root / "config.json", "config.json")
     architecture.refuse_auto_map(root, files)
-    config = architecture.load_config(root, raw)
+    chat_template.check(root, files)
 
     shards = weights.model_files(root, files)
     if not shards:
@@ -62,6 +78,11 @@ def intake(path: Path, policy: Gates, progress: Progress = SILENT, cache: Path |
             "the checkpoint's safetensors files hold no tensors",
             "re-save the model with save_pretrained",
         )
+    weights.check_source_dtypes(root, tensors)
+    # counts bounded by the tensors present before transformers sees the config: its config
+    # classes compute with them and the skeleton is built from them (bounds.py)
+    bounds.check(root, raw, tensors)
+    config = architecture.load_config(root, raw)
     experts = architecture.num_experts(config)
     model = architecture.skeleton(root, config)
     loaded = completeness.memory_names(model, tensors)
@@ -92,6 +113,7 @@ def intake(path: Path, policy: Gates, progress: Progress = SILENT, cache: Path |
         bytes=sum(e.bytes for e in entries.values()),
         context_length=context,
         model_class=policy.classify(moe=moe, params=params, context=context),
+        weight_files=shards,
         tie_word_embeddings=bool(
             getattr(text, "tie_word_embeddings", getattr(config, "tie_word_embeddings", False))
         ),
@@ -111,6 +133,11 @@ def confirm(record: SourceRecord, progress: Progress = SILENT, cache: Path | Non
     check of intake holds for the same bytes, so only the bytes are confirmed, by a stat per file
     that intake's stat cache knows and a hash of each file it does not.
     """
+    with _read_errors():
+        return _confirm(record, progress, cache)
+
+
+def _confirm(record: SourceRecord, progress: Progress, cache: Path | None) -> SourceRecord:
     root = Path(record.path)
     files = tree.list_files(root)
     fix = (
@@ -126,3 +153,36 @@ def confirm(record: SourceRecord, progress: Progress = SILENT, cache: Path | Non
             raise CheckpointError(root / rel, "differs from the file intake hashed (sha256 differs)", fix)
     seen.save(entries)
     return record
+
+
+# a file the checkpoint's owner made unreadable, or a path that cannot be followed: the input's
+# fault (exit 2); any other read failure (EIO, a network filesystem's timeout) may pass on retry
+_INPUT_ERRNOS = frozenset(
+    {errno.EACCES, errno.EPERM, errno.ENOENT, errno.ELOOP, errno.EISDIR, errno.ENOTDIR, errno.ENAMETOOLONG}
+)
+
+
+@contextmanager
+def _read_errors() -> Iterator[None]:
+    """A file intake cannot read becomes a one-line error naming it, never a traceback."""
+    try:
+        yield
+    except OSError as exc:
+        where = tree.shown(exc.filename) if exc.filename else None
+        if exc.errno in _INPUT_ERRNOS:
+            raise CheckpointError(
+                where,
+                f"cannot read this checkpoint file ({exc.strerror})",
+                "make it readable by the user quantgate runs as, or remove it from the checkpoint",
+            ) from None
+        raise TransientError(f"{where}: reading the checkpoint failed ({exc.strerror}); retry") from None
+
+
+def _resolved(path: Path) -> Path:
+    """The checkpoint directory as an absolute path with symlinks resolved."""
+    try:
+        return Path(path).expanduser().resolve()
+    except RuntimeError:  # Python 3.11: a symlink loop (later versions raise OSError: ELOOP)
+        raise SymlinkEscapeError(
+            path, "the checkpoint path is a symlink loop", "pass the directory itself"
+        ) from None

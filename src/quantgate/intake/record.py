@@ -3,7 +3,8 @@
 It is a result, not a config: built once by ``intake`` from a checkpoint that passed every
 check, immutable afterwards, and keyed by ``content_hash`` so that builds and evaluations
 can be cached per source content rather than per path (the same checkpoint copied
-elsewhere hashes the same; one changed byte in any file hashes differently).
+elsewhere hashes the same; one changed byte in any file hashes differently). ``weight_files`` is
+the one file set of the checkpoint: engines read those files and no other weight file.
 """
 
 from __future__ import annotations
@@ -24,6 +25,11 @@ class SourceRecord(BaseModel):
         description="sha256 over the sorted (relative path, file sha256) pairs of every file",
     )
     files: dict[str, FileEntry] = Field(description="relative POSIX path -> content of every file")
+    weight_files: list[str] = Field(
+        min_length=1,
+        description="the model's safetensors files (the index's shards, or model.safetensors): the "
+        "files intake validated and scanned, and the only weight files an engine may read",
+    )
     architecture: str = Field(description="config.architectures[0], e.g. LlamaForCausalLM")
     model_type: str
     params: NonNegativeInt = Field(description="parameters counted from the safetensors headers")

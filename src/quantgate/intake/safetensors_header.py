@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from quantgate.errors import CorruptSafetensorsError
+from quantgate.intake import bounded_json
 
 # The safetensors library refuses headers larger than this (``MAX_HEADER_SIZE``).
 MAX_HEADER_BYTES = 100_000_000
@@ -113,9 +114,11 @@ def read_header(path: Path) -> SafetensorsHeader:
     except UnicodeDecodeError as exc:
         raise fail(f"header is not valid UTF-8 (byte {exc.start})") from None
     try:
-        parsed = json.loads(text, object_pairs_hook=_no_duplicate_keys)
+        parsed = bounded_json.parse(text, object_pairs_hook=_no_duplicate_keys)
     except _DuplicateKey as exc:
         raise fail(f"header names '{exc.key}' twice") from None
+    except bounded_json.JsonRefused as exc:
+        raise fail(f"header {exc.problem}") from None
     except json.JSONDecodeError as exc:
         raise fail(f"header is not valid JSON ({exc.msg} at character {exc.pos})") from None
     if not isinstance(parsed, dict):

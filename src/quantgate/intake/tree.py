@@ -25,6 +25,8 @@ from quantgate.progress import SILENT, Progress
 
 PICKLE_SUFFIXES = frozenset({".bin", ".pt", ".pth", ".pkl", ".pickle", ".ckpt"})
 CODE_SUFFIXES = frozenset({".py", ".pyc", ".pyw"})
+# names tools read as files by pattern: a directory so named is refused
+_FILE_SUFFIXES = (".safetensors", ".json")
 
 
 def list_files(root: Path) -> list[str]:
@@ -32,9 +34,11 @@ def list_files(root: Path) -> list[str]:
 
     ``root`` must be resolved. A symlink whose target resolves inside ``root`` is kept (a
     symlinked file counts as a file, hashed by its target's content; a symlinked directory
-    is not descended, its target is already in the tree). One that points outside, or at
-    nothing, is refused. Anything that is neither a file nor a directory is refused too,
-    since reading a FIFO or a device would hang or read forever.
+    is not descended, its target is already in the tree). One that points outside, at
+    nothing, or round in a loop is refused. Anything that is neither a file nor a directory is
+    refused too, since reading a FIFO or a device would hang or read forever; so are names that
+    are not UTF-8 (they cannot be recorded or printed as they are) and directories named like
+    the files tools look for by pattern (``*.safetensors``, ``*.json``).
     """
     if not root.is_dir():
         problem = "does not exist" if not root.exists() else "is not a directory"
@@ -52,13 +56,25 @@ def list_files(root: Path) -> list[str]:
         here = Path(dirpath)
         for name in (*dirnames, *filenames):
             entry = here / name
-            mode = entry.lstat().st_mode
+            _check_name(entry, name)
+            try:
+                mode = entry.lstat().st_mode
+            except OSError as exc:  # removed or renamed while walking
+                raise CheckpointError(
+                    shown(entry), f"cannot read checkpoint entry ({exc.strerror})", "fix or remove it"
+                ) from None
             if stat.S_ISLNK(mode):
-                if _check_symlink(root, entry).is_file():
+                target = _check_symlink(root, entry)
+                if target.is_file():
                     files.append(entry.relative_to(root).as_posix())
+                elif name.endswith(_FILE_SUFFIXES):
+                    _refuse_directory_named_like_a_file(entry, name)
             elif stat.S_ISREG(mode):
                 files.append(entry.relative_to(root).as_posix())
-            elif not stat.S_ISDIR(mode):
+            elif stat.S_ISDIR(mode):
+                if name.endswith(_FILE_SUFFIXES):
+                    _refuse_directory_named_like_a_file(entry, name)
+            else:
                 raise CheckpointError(
                     entry,
                     "not a regular file, directory or symlink",
@@ -67,8 +83,42 @@ def list_files(root: Path) -> list[str]:
     return sorted(files)
 
 
+def shown(path: Path | str) -> str:
+    """``path`` as text an error message can print: bytes that are not UTF-8 as ``\\xNN`` escapes."""
+    return os.fsencode(path).decode("utf-8", "backslashreplace")
+
+
+def _check_name(entry: Path, name: str) -> None:
+    """Refuse a name that is not UTF-8: it cannot be hashed, recorded in JSON or printed as it is."""
+    try:
+        name.encode("utf-8")
+    except UnicodeEncodeError:
+        raise CheckpointError(
+            shown(entry),
+            "file name is not valid UTF-8",
+            "rename it with a UTF-8 name, or remove it from the checkpoint directory",
+        ) from None
+
+
+def _refuse_directory_named_like_a_file(entry: Path, name: str) -> None:
+    """A directory named ``*.safetensors`` or ``*.json``: every tool that globs for weights or
+    configs would try to read it as one."""
+    raise CheckpointError(
+        entry,
+        f"a directory named like a {Path(name).suffix} file",
+        "rename or remove the directory",
+    )
+
+
 def _check_symlink(root: Path, link: Path) -> Path:
-    target = link.resolve(strict=False)
+    try:
+        target = link.resolve(strict=False)
+    except (RuntimeError, OSError):  # Python 3.11 raises RuntimeError on a loop, later versions OSError
+        raise SymlinkEscapeError(
+            link,
+            "symlink loop (following it never reaches a file)",
+            "remove the link, or point it at the file it stands for",
+        ) from None
     if not target.is_relative_to(root):
         raise SymlinkEscapeError(
             link,

@@ -17,8 +17,15 @@ from pathlib import Path, PurePosixPath
 
 import torch
 
-from quantgate.errors import CorruptSafetensorsError, MissingShardError, NonFiniteWeightsError
+from quantgate.errors import (
+    CheckpointError,
+    CorruptSafetensorsError,
+    IncompleteCheckpointError,
+    MissingShardError,
+    NonFiniteWeightsError,
+)
 from quantgate.hashing import per_file
+from quantgate.intake import bounded_json
 from quantgate.intake.safetensors_header import DTYPES, SafetensorsHeader, TensorInfo, read_header
 from quantgate.progress import SILENT, Progress
 
@@ -28,26 +35,68 @@ _SCANNED = frozenset(
 )
 _NATIVE = (torch.float16, torch.bfloat16, torch.float32, torch.float64, torch.complex64)
 BLOCK_BYTES = 16 * 1024 * 1024
+INDEX = "model.safetensors.index.json"  # the only index transformers reads
+SINGLE = "model.safetensors"  # what transformers reads when there is no index
+# what a source weight may be stored as: the dtypes quantization reads (fp8_channel.SOURCE_DTYPES)
+SOURCE_DTYPES = frozenset({"BF16", "F16", "F32"})
 
 Tensors = dict[str, tuple[str, TensorInfo]]
 
 
 def model_files(root: Path, files: list[str]) -> list[str]:
-    """The files holding the model's weights: the index's shards, or top-level *.safetensors."""
-    indexes = [rel for rel in files if "/" not in rel and rel.endswith(".safetensors.index.json")]
+    """The files holding the model's weights, the one set intake checks and every engine reads.
+
+    transformers loads ``model.safetensors.index.json``'s shards when it exists, else
+    ``model.safetensors``; ``model_free_ptq`` and a directory glob read every ``*.safetensors``
+    file instead. A top-level weight file outside the first set would be validated by nobody and
+    converted by some engines (the NaN copy an artifact's index ended up pointing at), so it is
+    refused: one file set per checkpoint. Weight files in subdirectories are not the model and
+    are read by no engine (their headers are still validated).
+    """
+    top = [rel for rel in files if "/" not in rel]
+    weights = [rel for rel in top if rel.endswith(".safetensors")]
+    indexes = [rel for rel in top if rel.endswith(".safetensors.index.json")]
+    for rel in indexes:
+        if rel != INDEX:
+            raise MissingShardError(
+                root / rel,
+                f"shard index '{rel}' is not the one transformers reads ({INDEX})",
+                f"rename it to {INDEX}, or remove it together with the shards it names",
+            )
     if not indexes:
-        return [rel for rel in files if "/" not in rel and rel.endswith(".safetensors")]
+        if weights and weights != [SINGLE]:
+            if len(weights) == 1:
+                problem = f"the weights are in '{weights[0]}', but without a shard index transformers loads only {SINGLE}"
+                fix = f"rename it to {SINGLE}"
+            else:
+                problem = (
+                    f"{len(weights)} weight files ({', '.join(weights[:3])}{', ...' if len(weights) > 3 else ''}) "
+                    f"but no {INDEX}: transformers would load only {SINGLE} and other tools every file"
+                )
+                fix = (
+                    f"add the {INDEX} that save_pretrained writes, or remove the files that are not the model"
+                )
+            raise IncompleteCheckpointError(root / weights[0], problem, fix)
+        return weights
     present = set(files)
     shards: set[str] = set()
-    for rel in indexes:
-        for shard in _weight_map(root, rel).values():
-            if shard not in present:
-                raise MissingShardError(
-                    root / rel,
-                    f"the index names shard '{shard}', which does not exist in the checkpoint",
-                    "copy the missing shard into the checkpoint, or regenerate the index (save_pretrained)",
-                )
-            shards.add(shard)
+    for shard in _weight_map(root, INDEX).values():
+        if shard not in present:
+            raise MissingShardError(
+                root / INDEX,
+                f"the index names shard '{shard}', which does not exist in the checkpoint",
+                "copy the missing shard into the checkpoint, or regenerate the index (save_pretrained)",
+            )
+        shards.add(shard)
+    unindexed = sorted(set(weights) - shards)
+    if unindexed:
+        raise IncompleteCheckpointError(
+            root / unindexed[0],
+            f"weight file '{unindexed[0]}' is not named by {INDEX}"
+            + (f" (nor are {len(unindexed) - 1} more)" if len(unindexed) > 1 else "")
+            + ": transformers would ignore it but other tools would convert it, unchecked",
+            f"remove it (or move it into a subdirectory), or regenerate {INDEX} so that it names every shard",
+        )
     return sorted(shards)
 
 
@@ -57,7 +106,9 @@ def _weight_map(root: Path, rel: str) -> dict[str, str]:
         "regenerate the index with save_pretrained (it must hold a 'weight_map' of tensor name -> shard file)"
     )
     try:
-        index = json.loads(path.read_text(encoding="utf-8"))
+        index = bounded_json.parse(bounded_json.read_bytes(path, bounded_json.INDEX_BYTES).decode("utf-8"))
+    except bounded_json.JsonRefused as exc:
+        raise MissingShardError(path, f"shard index {exc.problem}", fix) from None
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise MissingShardError(path, f"shard index is not valid JSON ({exc})", fix) from None
     weight_map = index.get("weight_map") if isinstance(index, dict) else None
@@ -92,15 +143,33 @@ def collect_tensors(
                     "keep each tensor in exactly one shard: re-save the checkpoint with save_pretrained",
                 )
             tensors[name] = (rel, info)
-    for index in (rel for rel in files if "/" not in rel and rel.endswith(".safetensors.index.json")):
-        for name, shard in _weight_map(root, index).items():
+    if INDEX in files:
+        for name, shard in _weight_map(root, INDEX).items():
             if name not in headers[shard].tensors:
                 raise MissingShardError(
-                    root / index,
+                    root / INDEX,
                     f"the index places tensor '{name}' in '{shard}', but that shard does not hold it",
                     "regenerate the index with save_pretrained, or copy the right shard",
                 )
     return tensors
+
+
+def check_source_dtypes(root: Path, tensors: Tensors) -> None:
+    """Refuse a checkpoint whose weights are not stored in bf16, fp16 or fp32.
+
+    Every target quantizes from high precision: an int8 or FP8 ``*.weight`` means the source is
+    already quantized (or mislabelled), and an engine would fail on it after the output directory
+    exists. Refused here, before anything is written. Other tensors (integer buffers, say) are
+    not weights and may hold any dtype.
+    """
+    for name, (rel, info) in sorted(tensors.items()):
+        if name.endswith(".weight") and info.dtype not in SOURCE_DTYPES:
+            raise CheckpointError(
+                root / rel,
+                f"weight '{name}' is stored as {DTYPES[info.dtype][1]}: quantgate builds from bf16, fp16 or "
+                "fp32 weights, and this checkpoint looks already quantized",
+                "pass the unquantized (bf16/fp16/fp32) checkpoint the model was trained or released as",
+            )
 
 
 def count_params(tensors: Tensors) -> int:

@@ -25,6 +25,7 @@ from quantgate.errors import (
     ShapeMismatchError,
     SymlinkEscapeError,
 )
+from quantgate.intake import weights
 
 pytestmark = pytest.mark.unit
 
@@ -239,14 +240,16 @@ def test_non_finite_weights(tiny_llama, refuse, value):
     assert ("1 NaN" in str(err)) == math.isnan(value)
 
 
-def test_non_finite_fp8_weights(tiny_llama, refuse):
-    path = tiny_llama / "model.safetensors"
-    tensors = load_file(path)
-    norm = torch.ones(64, dtype=torch.float32)  # a declared tensor, stored in FP8 with one NaN
+def test_non_finite_fp8_values_are_found_by_the_scan(tmp_path):
+    """An FP8 source weight is refused for its dtype before the scan (test_hostile_checkpoints), but
+    the scan itself still reads FP8 as FP8: a NaN code there is found, not passed as a byte."""
+    norm = torch.ones(64, dtype=torch.float32)
     norm[2] = float("nan")
-    tensors["model.layers.0.input_layernorm.weight"] = norm.to(torch.float8_e4m3fn)
-    save_file(tensors, path, metadata={"format": "pt"})
-    refuse(tiny_llama, NonFiniteWeightsError, "model.layers.0.input_layernorm.weight")
+    save_file({"norm.weight": norm.to(torch.float8_e4m3fn)}, tmp_path / "x.safetensors")
+    headers = weights.read_headers(tmp_path, ["x.safetensors"])
+    tensors = weights.collect_tensors(tmp_path, ["x.safetensors"], ["x.safetensors"], headers)
+    with pytest.raises(NonFiniteWeightsError, match="'norm.weight' holds 1 NaN"):
+        weights.scan_finite(tmp_path, tensors, headers)
 
 
 def test_intermediate_size_disagrees_with_weights(tiny_llama, refuse):
@@ -336,4 +339,7 @@ def test_malformed_index(tiny_llama, refuse, content):
 def test_tensor_stored_in_two_shards(tiny_llama, refuse):
     tensors = load_file(tiny_llama / "model.safetensors")
     save_file({"lm_head.weight": tensors["lm_head.weight"]}, tiny_llama / "model-extra.safetensors")
+    weight_map = dict.fromkeys(tensors, "model.safetensors")
+    weight_map["lm_head.weight"] = "model-extra.safetensors"  # the index names both shards
+    _index(tiny_llama, weight_map)
     refuse(tiny_llama, CorruptSafetensorsError, "lm_head.weight", "stored twice")

@@ -26,6 +26,7 @@ from quantgate.config.targets import Recipe
 from quantgate.errors import ConfigFileError, RecipeIncompatibleError
 from quantgate.intake import SourceRecord
 from quantgate.intake.safetensors_header import SafetensorsHeader, TensorInfo, read_header
+from quantgate.intake.weights import model_files
 from quantgate.quantize.engines import BuildJob, register
 from quantgate.quantize.engines._shard_io import DTYPES, OutTensor, ShardWriter, read_into
 from quantgate.quantize.engines.fp8_config import SCHEME, quantization_config
@@ -89,9 +90,18 @@ def targeted(name: str, ignore: list[str]) -> bool:
     )
 
 
-def plan(source: Path, ignore: list[str]) -> tuple[dict[str, SafetensorsHeader], list[Item], bool]:
-    """Source headers by shard, every tensor's fate in file order, and whether experts are fused."""
-    headers = {p.name: read_header(p) for p in sorted(source.glob("*.safetensors"))}
+def plan(
+    source: Path, ignore: list[str], shards: list[str] | None = None
+) -> tuple[dict[str, SafetensorsHeader], list[Item], bool]:
+    """Source headers by shard, every tensor's fate in file order, and whether experts are fused.
+
+    ``shards``: the weight files to read, intake's ``SourceRecord.weight_files``; by default the
+    same rule intake applies to the directory (``weights.model_files``), never a glob: a weight
+    file intake did not check is never converted.
+    """
+    if shards is None:
+        shards = model_files(source, sorted(p.name for p in source.iterdir() if p.is_file()))
+    headers = {shard: read_header(source / shard) for shard in shards}
     items: list[Item] = []
     fused = False
     for shard, header in headers.items():
@@ -227,6 +237,7 @@ def stream(
     try:
         for shard, layout in layouts.items():
             src_fds[shard] = os.open(source / shard, os.O_RDONLY)
+            (out_dir / shard).parent.mkdir(parents=True, exist_ok=True)  # an index may name sub/x.safetensors
             writers[shard] = ShardWriter(out_dir / shard, layout, {"format": "pt"})
         if readahead > 0:
             reader.start()
@@ -272,12 +283,14 @@ def build_fp8(
     ignore: list[str],
     workers: int | None = None,
     readahead: int = READAHEAD_BYTES,
+    shards: list[str] | None = None,
 ) -> int:
     """The whole artifact from a checkpoint directory; returns how many weights were quantized.
 
-    Callable without a recipe or a source record, so that benchmarks time exactly this.
+    Callable without a recipe or a source record, so that benchmarks time exactly this
+    (``shards`` as in ``plan``).
     """
-    headers, items, _ = plan(source, ignore)
+    headers, items, _ = plan(source, ignore, shards)
     quantized = sum(it.quantize for it in items)
     with ThreadPoolExecutor(1, thread_name_prefix="stream-fp8-config") as side:
         config = side.submit(quantization_config, ignore, quantized > 0)
@@ -295,12 +308,12 @@ class StreamFp8Engine:
 
     def preflight(self, source: SourceRecord, recipe: Recipe) -> None:
         """Refuse any recipe but FP8_DYNAMIC on Linear weights, and targeted tensors that are not 2-D."""
-        plan(Path(source.path), _ignore(recipe))
+        plan(Path(source.path), _ignore(recipe), source.weight_files)
 
     def build(self, job: BuildJob) -> None:
         """Stream the artifact into ``job.out_dir``; fused-expert checkpoints go to ``model_free``."""
         source, ignore = Path(job.source.path), _ignore(job.recipe)
-        _, items, fused = plan(source, ignore)
+        _, items, fused = plan(source, ignore, job.source.weight_files)
         if fused:
             from quantgate.quantize.engines.model_free import ModelFreeEngine
 
@@ -310,4 +323,4 @@ class StreamFp8Engine:
             ModelFreeEngine().build(job)
             return
         with job.progress.task(f"{job.recipe.name}: streaming {len(items)} tensors", total=None):
-            build_fp8(source, job.out_dir, ignore, self.workers)
+            build_fp8(source, job.out_dir, ignore, self.workers, shards=job.source.weight_files)

@@ -38,6 +38,12 @@ PARAMS = (
 KV_PARAMS = ("k_scale", "v_scale", "q_scale", "k_zero_point", "v_zero_point", "q_zero_point")
 
 _ATTN = re.compile(r"^(?P<block>.*\.layers\.(?P<layer>\d+))\.self_attn\.(?P<proj>[qkvo])_proj$")
+# multi-head latent attention (DeepSeek-V2/V3): the projections vLLM's deepseek_v2.py builds
+_MLA = re.compile(
+    r"^(?P<block>.*\.layers\.(?P<layer>\d+))\.self_attn\.(?P<proj>q_a_proj|q_b_proj|kv_a_proj_with_mqa|kv_b_proj)$"
+)
+_MLA_ROLE = {"q_a_proj": "q_a", "q_b_proj": "q_b", "kv_a_proj_with_mqa": "kv_a", "kv_b_proj": "kv_b"}
+MLA_ROLES = ("q_a", "q_b", "kv_a", "kv_b")
 _MLP = re.compile(
     r"^(?P<mlp>.*\.layers\.(?P<layer>\d+)\.mlp(?:\.shared_experts?)?)\.(?P<proj>gate|up|down)_proj$"
 )
@@ -99,6 +105,27 @@ class Layer:
 
 
 @dataclass(frozen=True)
+class Latent:
+    """Multi-head latent attention's sizes (DeepSeek-V2/V3), as vLLM's deepseek_v2.py reads them.
+
+    ``DeepseekV2DecoderLayer.__init__`` takes each with ``getattr(config, name, 0)`` (None here:
+    absent or not an integer); ``q_lora_rank`` None means no query compression (one ``q_proj``).
+    """
+
+    q_lora_rank: int | None
+    kv_lora_rank: int | None
+    qk_nope_head_dim: int | None
+    qk_rope_head_dim: int | None
+    v_head_dim: int | None
+
+    @property
+    def qk_head_dim(self) -> int | None:
+        """A query head: the part without rotary embedding and the rotary part."""
+        n, r = self.qk_nope_head_dim, self.qk_rope_head_dim
+        return n + r if n is not None and r is not None else None
+
+
+@dataclass(frozen=True)
 class Dims:
     """The architecture sizes the engine allocates from (text config of multimodal models)."""
 
@@ -113,6 +140,7 @@ class Dims:
     experts: int | None
     tied: bool
     dtype: str  # the activations' dtype: the config's dtype, as vLLM's --dtype auto takes it
+    latent: Latent | None = None  # MLA models: config.json has kv_lora_rank (vLLM caches one latent)
 
 
 @dataclass
@@ -133,6 +161,11 @@ class Layout:
         for layer in self.layers.values():
             groups.setdefault(layer.fused or layer.name, []).append(layer)
         return groups
+
+
+def is_latent_projection(name: str) -> bool:
+    """A module named as one of multi-head latent attention's projections (q_a, q_b, kv_a, kv_b)."""
+    return _MLA.match(name) is not None
 
 
 def _int(cfg: dict[str, Any], *keys: str) -> int | None:
@@ -160,10 +193,15 @@ def dims_of(config: dict[str, Any]) -> Dims:
         or config.get("torch_dtype")
         or "bfloat16"
     )
+    latent = None
+    if "kv_lora_rank" in text and text["kv_lora_rank"] is not None:
+        # vLLM's MLAAttention caches one latent per token: num_kv_heads = 1 (mla_attention.py)
+        names = ("q_lora_rank", "kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim")
+        latent = Latent(*(_int(text, name) for name in names))
     return Dims(
         hidden=hidden,
         heads=heads,
-        kv_heads=_int(text, "num_key_value_heads") or heads,
+        kv_heads=1 if latent else (_int(text, "num_key_value_heads") or heads),
         head_dim=_int(text, "head_dim") or (hidden // heads if hidden and heads else None),
         intermediate=_int(text, "intermediate_size"),
         moe_intermediate=moe if moe is not None else (_int(text, "intermediate_size") if experts else None),
@@ -172,16 +210,31 @@ def dims_of(config: dict[str, Any]) -> Dims:
         experts=experts if experts and experts > 1 else None,
         tied=bool(text.get("tie_word_embeddings", config.get("tie_word_embeddings", False))),
         dtype=str(dtype).removeprefix("torch."),
+        latent=latent,
     )
 
 
-def _classify(layer: Layer) -> None:
+def _classify(layer: Layer, dims: Dims) -> None:
     name = layer.name
-    if m := _ATTN.match(name):
+    if dims.latent is not None and (m := _MLA.match(name)):
+        # deepseek_v2.py DeepseekV2MLAAttention: with q_lora_rank, q_a_proj and kv_a_proj_with_mqa
+        # are the two shards of fused_qkv_a_proj (MergedColumnParallelLinear, disable_tp: every rank
+        # holds all of it); without, kv_a_proj_with_mqa is a ReplicatedLinear. q_b_proj and
+        # kv_b_proj are ColumnParallelLinear (split by heads).
+        layer.block, layer.role = int(m["layer"]), _MLA_ROLE[m["proj"]]
+        if layer.role in ("q_a", "kv_a"):
+            layer.parallel = "replicated"
+            if dims.latent.q_lora_rank is not None:
+                layer.fused = f"{m['block']}.self_attn.fused_qkv_a_proj"
+        else:
+            layer.parallel = "column"
+    elif m := _ATTN.match(name):
         layer.block, proj = int(m["layer"]), m["proj"]
         layer.role = proj
-        layer.fused = None if proj == "o" else f"{m['block']}.self_attn.qkv_proj"
         layer.parallel = "row" if proj == "o" else "column"
+        if dims.latent is None:
+            layer.fused = None if proj == "o" else f"{m['block']}.self_attn.qkv_proj"
+        # MLA without q_lora_rank: q_proj is a ColumnParallelLinear of its own; o_proj as usual
     elif m := _EXPERT.match(name):
         layer.block, layer.expert = int(m["layer"]), int(m["expert"])
         layer.role = "expert-" + _EXPERT_ROLE[m["proj"]]
@@ -240,11 +293,12 @@ def read_layout(directory: Path) -> Layout:
                 modules.setdefault(module, {})[param] = tensor
             else:
                 others[name] = tensor
+    dims = dims_of(config)
     layers: dict[str, Layer] = {}
     for module, params in sorted(modules.items()):
         if _is_linear(module, params):
             layer = Layer(module, params)
-            _classify(layer)
+            _classify(layer, dims)
             layers[module] = layer
         else:
             others.update({f"{module}.{p}": t for p, t in params.items()})
@@ -252,7 +306,7 @@ def read_layout(directory: Path) -> Layout:
         directory,
         config,
         quant if isinstance(quant, dict) else None,
-        dims_of(config),
+        dims,
         layers,
         kv_scales,
         others,
@@ -262,6 +316,8 @@ def read_layout(directory: Path) -> Layout:
 def expected_nk(layer: Layer, dims: Dims) -> tuple[int | None, int | None]:
     """(output, input) features the engine allocates for ``layer`` from the config, where known."""
     d, role = dims, layer.role
+    if d.latent is not None and role in ("q", "o", *MLA_ROLES):
+        return _latent_nk(role, d, d.latent)
     q = d.heads * d.head_dim if d.heads and d.head_dim else None
     kv = d.kv_heads * d.head_dim if d.kv_heads and d.head_dim else None
     inter = d.intermediate
@@ -281,3 +337,29 @@ def expected_nk(layer: Layer, dims: Dims) -> tuple[int | None, int | None]:
         "expert-down": (d.hidden, d.moe_intermediate),
     }
     return table.get(role, (None, None))
+
+
+def _mul(*values: int | None) -> int | None:
+    out = 1
+    for v in values:
+        if v is None:
+            return None
+        out *= v
+    return out
+
+
+def _latent_nk(role: str, d: Dims, lat: Latent) -> tuple[int | None, int | None]:
+    """MLA's [N, K] as deepseek_v2.py ``DeepseekV2MLAAttention.__init__`` allocates them."""
+    kv_a = lat.kv_lora_rank + lat.qk_rope_head_dim if lat.kv_lora_rank and lat.qk_rope_head_dim else None
+    kv_b = _mul(
+        d.heads, lat.qk_nope_head_dim + lat.v_head_dim if lat.qk_nope_head_dim and lat.v_head_dim else None
+    )
+    table: dict[str, tuple[int | None, int | None]] = {
+        "q": (_mul(d.heads, lat.qk_head_dim), d.hidden),  # no q_lora_rank: one q_proj
+        "q_a": (lat.q_lora_rank, d.hidden),
+        "q_b": (_mul(d.heads, lat.qk_head_dim), lat.q_lora_rank),
+        "kv_a": (kv_a, d.hidden),  # the latent and the shared rotary key
+        "kv_b": (kv_b, lat.kv_lora_rank),  # per head: the key without rotary, and the value
+        "o": (d.hidden, _mul(d.heads, lat.v_head_dim)),
+    }
+    return table[role]

@@ -10,12 +10,13 @@ but with other numbers than the evaluation used; missing tensors would be uninit
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 from quantgate.serving.kernels import PLATFORMS, Platform, Shard, choose
-from quantgate.serving.layout import Layer, Layout, expected_nk
+from quantgate.serving.layout import MLA_ROLES, Layer, Layout, expected_nk, is_latent_projection
 from quantgate.serving.schemes import (
     Group,
     Scheme,
@@ -187,7 +188,7 @@ def kv_scales(art: Artifact) -> Iterator[Finding]:
     attention = {
         layer.block: layer.name.rsplit(".", 1)[0]
         for layer in _layers(art)
-        if layer.role in ("q", "k", "v", "o") and layer.block is not None
+        if layer.role in ("q", "k", "v", "o", *MLA_ROLES) and layer.block is not None
     }
     for block, where in sorted(attention.items()):
         scales = art.layout.kv_scales.get(block, {})
@@ -251,24 +252,36 @@ def _args_key(scheme: Scheme) -> str:
     "layers-complete", f"{V33} model_executor/model_loader/default_loader.py:DefaultModelLoader.load_weights"
 )
 def layers_complete(art: Artifact) -> Iterator[Finding]:
-    """Every decoder layer has q/k/v/o and a whole MLP (every expert); lm_head unless tied.
+    """Every decoder layer has its attention (q/k/v/o, or MLA's) and a whole MLP (every expert);
+    lm_head unless tied.
 
     For a quantized model vLLM does not check that every parameter came from the checkpoint
     (``load_weights`` tracks weights only for unquantized models): it would serve uninitialized
-    memory.
+    memory. Multi-head latent attention (models/deepseek_v2.py ``DeepseekV2MLAAttention``) has
+    q_a_proj, q_a_layernorm and q_b_proj (one q_proj when ``q_lora_rank`` is null),
+    kv_a_proj_with_mqa, kv_a_layernorm, kv_b_proj and o_proj.
     """
     dims = art.layout.dims
+    attention = ["q", "k", "v", "o"]
+    norms: list[str] = []
+    if dims.latent is not None:
+        q_lora = dims.latent.q_lora_rank is not None
+        attention = ["q_a", "q_b", "kv_a", "kv_b", "o"] if q_lora else ["q", "kv_a", "kv_b", "o"]
+        norms = ["q_a_layernorm", "kv_a_layernorm"] if q_lora else ["kv_a_layernorm"]
     by_block: dict[int, list[Layer]] = {}
     for layer in art.layout.layers.values():
         if layer.block is not None:
             by_block.setdefault(layer.block, []).append(layer)
     if not by_block:
         return
-    prefix = re.sub(r"\.layers\.\d+\..*$", ".layers", next(iter(art.layout.layers)))
+    # the decoder layers' prefix ("model.layers"), from a layer inside one (lm_head sorts first)
+    inside = next(layer.name for layer in art.layout.layers.values() if layer.block is not None)
+    prefix = re.sub(r"\.layers\.\d+\..*$", ".layers", inside)
     for block in range(dims.layers or (max(by_block) + 1)):
         layers = by_block.get(block, [])
         roles = {layer.role for layer in layers}
-        missing = [r for r in "qkvo" if r not in roles]
+        missing = [r for r in attention if r not in roles]
+        missing += [n for n in norms if f"{prefix}.{block}.self_attn.{n}.weight" not in art.layout.others]
         experts = [layer for layer in layers if layer.expert is not None]
         if experts and dims.experts:
             for index in range(dims.experts):
@@ -403,6 +416,117 @@ def nvfp4_global_scales(art: Artifact) -> Iterator[Finding]:
                             "loads them with one shared scale, not the per-shard scales the gate evaluated"
                         ),
                     )
+
+
+MLA_DIMS = ("kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim")
+
+
+@rule(
+    "mla-config",
+    f"{V33} model_executor/models/deepseek_v2.py:DeepseekV2DecoderLayer.__init__ "
+    "(getattr(config, ..., 0); use_mha); DeepseekV2MLAAttention.__init__",
+)
+def mla_config(art: Artifact) -> Iterator[Finding]:
+    """A checkpoint with latent attention projections states the sizes vLLM builds them from.
+
+    vLLM reads ``kv_lora_rank``, ``qk_nope_head_dim``, ``qk_rope_head_dim`` and ``v_head_dim``
+    from the config (0 where absent, or transformers' class default), and with no positive head
+    dims builds ordinary attention (``use_mha``: q/k/v_proj), which nothing in this checkpoint
+    loads into. Without them quantgate cannot check the layers' shapes either.
+    """
+    latent = [layer for layer in _layers(art) if is_latent_projection(layer.name)]
+    if not latent:
+        return
+    text = art.layout.config.get("text_config") or art.layout.config
+    bad = [
+        k
+        for k in MLA_DIMS
+        if not (isinstance(text.get(k), int) and not isinstance(text.get(k), bool) and text[k] > 0)
+    ]
+    if bad:
+        yield (
+            "config.json",
+            (
+                f"the checkpoint has latent attention ({latent[0].name}) but config.json does not give "
+                f"{', '.join(bad)} as positive integers: vLLM would build its layers from other sizes"
+            ),
+        )
+
+
+E4M3_MAX = 448.0
+_E2M1 = (0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0)
+
+
+def _e4m3(x: float) -> float:
+    """float32 -> e4m3fn, saturating at 448 (the conversions vLLM's quantization kernels use)."""
+    import torch
+
+    return float(torch.tensor(min(x, E4M3_MAX), dtype=torch.float32).to(torch.float8_e4m3fn).float())
+
+
+def _e2m1(x: float) -> float:
+    """Non-negative float -> e2m1, nearest, ties to the even code, saturating at 6."""
+    x = min(x, 6.0)
+    best = min(range(len(_E2M1)), key=lambda i: (abs(_E2M1[i] - x), i % 2))
+    return _E2M1[best]
+
+
+def identity_roundtrip(scheme: Scheme, layer: Layer) -> float | None:
+    """What 1.0 comes back as through the layer's static input quantization (None: no static scale).
+
+    NVFP4 (``scaled_fp4_quant``): a block holding one 1.0 gets the scale e4m3(G / 6) under the
+    stored global scale G, the value e2m1(G / scale), dequantized by scale / G. FP8 with a static
+    ``input_scale`` s: e4m3(1 / s) * s. Dynamic per-token FP8 maps a row's largest value to the
+    top of the grid exactly, so it returns 1.0 up to float32 rounding and is not checked.
+    """
+    import torch
+
+    if scheme.inputs is None:
+        return None
+    name = "input_global_scale" if scheme.kind == "nvfp4" else "input_scale"
+    t = layer.tensors.get(name)
+    if scheme.kind not in ("nvfp4", "fp8") or t is None or t.dtype != "F32" or t.numel != 1:
+        return None  # no static scale, or a malformed one that other rules name
+    value = torch.tensor(t.scalars()[0], dtype=torch.float32)
+    if scheme.kind == "fp8":
+        return _e4m3(float(1.0 / value)) * float(value)
+    block = _e4m3(float(value * (1.0 / 6.0)))
+    if block == 0.0 or not math.isfinite(float(value)):
+        return 0.0
+    q = _e2m1(float(1.0 / (torch.tensor(block) * (1.0 / value))))
+    return q * block / float(value)
+
+
+@rule(
+    "mla-kv-b-dequant",
+    f"{V33} model_executor/layers/attention/mla_attention.py:MLAAttention.process_weights_after_loading "
+    "(split_kv_b_proj); model_executor/layers/quantization/utils/quant_utils.py:get_and_maybe_dequant_weights",
+)
+def mla_kv_b_dequant(art: Artifact) -> Iterator[Finding]:
+    """A quantized ``kv_b_proj`` must give its weights back exactly when vLLM runs it on an identity.
+
+    MLA decodes with W_UK and W_UV absorbed from ``kv_b_proj``; a compressed-tensors layer has no
+    dequantization vLLM knows, so ``get_and_maybe_dequant_weights`` multiplies an identity matrix
+    through the layer's own scheme ("quantizing 1.0 may lead to over/underflows"). With static
+    input quantization (NVFP4 W4A4's input_global_scale on Blackwell, static FP8) 1.0 comes back
+    as e4m3 rounding allows: every decode step would use weights scaled by that factor (the
+    key's non-rotary logits and the values), which the gate, running the layer as prefill does,
+    never evaluated. Unquantized, weight-only or dynamic per-token FP8 layers come back exact.
+    """
+    for layer in _layers(art):
+        scheme = art.scheme(layer.name)
+        if layer.role != "kv_b" or scheme is None:
+            continue
+        back = identity_roundtrip(scheme, layer)
+        if back is not None and abs(back - 1.0) > 2.0**-20:
+            yield (
+                layer.name,
+                (
+                    f"its {scheme.kind} input quantization returns 1.0 as {back:.6g}: decoding would use "
+                    f"kv_b_proj's weights x{back:.6g}, not those evaluated; keep kv_b_proj unquantized "
+                    "(the recipe's ignore list) or quantize its inputs dynamically"
+                ),
+            )
 
 
 def _kind(art: Artifact, layer: Layer) -> str:
@@ -547,19 +671,27 @@ def wna16_kernel(art: Artifact, d: Deployment) -> Iterator[Finding]:
     for fused, shards in sorted(art.layout.by_fused().items(), key=lambda kv: natural(kv[0])):
         head = shards[0]
         scheme = art.scheme(head.name)
-        if scheme is None or scheme.kind != "wna16" or head.parallel in ("experts", "replicated", "vocab"):
+        if scheme is None or scheme.kind != "wna16" or head.parallel in ("experts", "vocab"):
             continue
         found = [art.nk.get(s.name) for s in shards]
         nks = [nk for nk in found if nk is not None]
         if len(nks) != len(found):
             continue
         k_full = nks[0][1]
-        if head.role in ("q", "k", "v") and dims.heads and dims.kv_heads and dims.head_dim:
+        if (
+            head.role in ("q", "k", "v")
+            and dims.latent is None
+            and dims.heads
+            and dims.kv_heads
+            and dims.head_dim
+        ):
             if dims.heads % d.tp or (dims.kv_heads % d.tp if dims.kv_heads >= d.tp else d.tp % dims.kv_heads):
                 continue  # the head rules refuse this TP already
             n = (dims.heads // d.tp + 2 * max(1, dims.kv_heads // d.tp)) * dims.head_dim
         elif head.parallel == "column":
             n = sum(nk[0] for nk in nks) // d.tp
+        elif head.parallel == "replicated":  # every rank holds all of it (MLA's fused_qkv_a_proj)
+            n = sum(nk[0] for nk in nks)
         else:
             n = nks[0][0]
         k = _partition_k(head, k_full, d.tp)

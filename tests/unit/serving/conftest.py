@@ -13,6 +13,8 @@ def build(tmp_path):
 
     def make(kind: str, *, group: int = 64, bits: int = 4, quant: dict | None = None, edit=None, **dims):
         ignore = ("lm_head", r"re:.*mlp\.gate$") if dims.get("experts") else ("lm_head",)
+        if dims.get("mla") is not None and kind == "nvfp4":
+            ignore = (*ignore, r"re:.*\.kv_b_proj$")  # as recipes/nvfp4.yaml
         cfg = model_config(quant=quant or quant_config(kind, group=group, bits=bits, ignore=ignore), **dims)
         tensors = model_tensors(cfg, kind, group=group, bits=bits)
         if edit is not None:

@@ -99,6 +99,16 @@ def quant_config(
     }
 
 
+# DeepSeek-V3's latent attention, scaled down: 4 heads of 16+16 (query/key), 16 (value), latent 64
+MLA_DIMS = {
+    "q_lora_rank": 64,
+    "kv_lora_rank": 64,
+    "qk_nope_head_dim": 16,
+    "qk_rope_head_dim": 16,
+    "v_head_dim": 16,
+}
+
+
 def model_config(
     *,
     hidden=128,
@@ -111,8 +121,10 @@ def model_config(
     experts=None,
     moe_inter=None,
     quant=None,
+    mla: dict | None = None,
 ) -> dict:
-    """A Llama-shaped config.json (Qwen-MoE-shaped with ``experts``)."""
+    """A Llama-shaped config.json (Qwen-MoE-shaped with ``experts``; DeepSeek-V3-shaped, multi-head
+    latent attention, with ``mla``: its q_lora_rank, kv_lora_rank and head dims)."""
     cfg: dict[str, Any] = {
         "architectures": ["Qwen2MoeForCausalLM" if experts else "LlamaForCausalLM"],
         "model_type": "qwen2_moe" if experts else "llama",
@@ -128,6 +140,8 @@ def model_config(
     }
     if experts:
         cfg.update(num_experts=experts, moe_intermediate_size=moe_inter, num_experts_per_tok=2)
+    if mla is not None:
+        cfg.update(architectures=["DeepseekV3ForCausalLM"], model_type="deepseek_v3", **{**MLA_DIMS, **mla})
     if quant is not None:
         cfg["quantization_config"] = quant
     return cfg
@@ -175,8 +189,16 @@ def model_tensors(cfg: dict, kind: str | None, *, group: int = 64, bits: int = 4
         p = f"model.layers.{i}"
         out[f"{p}.input_layernorm.weight"] = torch.ones(h, dtype=torch.bfloat16)
         out[f"{p}.post_attention_layernorm.weight"] = torch.ones(h, dtype=torch.bfloat16)
-        for proj, n, k in (("q", heads * hd, h), ("k", kv * hd, h), ("v", kv * hd, h), ("o", h, heads * hd)):
-            out |= linear(f"{p}.self_attn.{proj}_proj", kind, n, k, group=group, bits=bits)
+        if "kv_lora_rank" in cfg:
+            out |= latent_attention(cfg, f"{p}.self_attn", kind, group=group, bits=bits)
+        else:
+            for proj, n, k in (
+                ("q", heads * hd, h),
+                ("k", kv * hd, h),
+                ("v", kv * hd, h),
+                ("o", h, heads * hd),
+            ):
+                out |= linear(f"{p}.self_attn.{proj}_proj", kind, n, k, group=group, bits=bits)
         if cfg.get("num_experts"):
             m = cfg["moe_intermediate_size"]
             out |= linear(f"{p}.mlp.gate", None, cfg["num_experts"], h)  # the router stays bf16
@@ -187,6 +209,28 @@ def model_tensors(cfg: dict, kind: str | None, *, group: int = 64, bits: int = 4
             inter = cfg["intermediate_size"]
             for proj, n, k in (("gate", inter, h), ("up", inter, h), ("down", h, inter)):
                 out |= linear(f"{p}.mlp.{proj}_proj", kind, n, k, group=group, bits=bits)
+    return out
+
+
+def latent_attention(cfg: dict, prefix: str, kind: str | None, **args) -> dict[str, torch.Tensor]:
+    """One DeepSeek-V3 attention block's tensors (vLLM deepseek_v2.py DeepseekV2MLAAttention's shapes):
+    kv_b_proj unquantized under NVFP4, as the recipe keeps it."""
+    h, heads, q_lora, kv_lora = (
+        cfg[k] for k in ("hidden_size", "num_attention_heads", "q_lora_rank", "kv_lora_rank")
+    )
+    nope, rope, v = cfg["qk_nope_head_dim"], cfg["qk_rope_head_dim"], cfg["v_head_dim"]
+    shapes = {"kv_a_proj_with_mqa": (kv_lora + rope, h), "kv_b_proj": (heads * (nope + v), kv_lora)}
+    shapes["o_proj"] = (h, heads * v)
+    if q_lora is None:
+        shapes["q_proj"] = (heads * (nope + rope), h)
+    else:
+        shapes |= {"q_a_proj": (q_lora, h), "q_b_proj": (heads * (nope + rope), q_lora)}
+    out = {f"{prefix}.kv_a_layernorm.weight": torch.ones(kv_lora, dtype=torch.bfloat16)}
+    if q_lora is not None:
+        out[f"{prefix}.q_a_layernorm.weight"] = torch.ones(q_lora, dtype=torch.bfloat16)
+    for proj, (n, k) in shapes.items():
+        quantized = None if proj == "kv_b_proj" and kind == "nvfp4" else kind
+        out |= linear(f"{prefix}.{proj}", quantized, n, k, **args)
     return out
 
 

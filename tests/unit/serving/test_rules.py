@@ -183,7 +183,120 @@ def test_marlin_pads_from_0_24_0_and_0_23_0_refuses_the_shape(build, catalog):
     assert new.versions == ["0.24.0", "0.33.0"] and new.loadable_tp == [1]
 
 
+# ---------------------------------------------------------------------------- multi-head latent attention
+
+A0 = "model.layers.0.self_attn"
+MLA = {"mla": {}}  # build(kind, **MLA): the DeepSeek-V3-shaped artifact (serving_artifacts.MLA_DIMS)
+
+
+@pytest.mark.parametrize(("kind", "tp"), [("fp8", (1, 2, 4)), ("nvfp4", (1, 2, 4)), ("w4a16", (1,))])
+def test_intact_latent_attention_artifacts_load(kind, tp, build, catalog):
+    """DeepSeek-V3's attention (q_a/q_b, kv_a_proj_with_mqa fused with q_a, kv_b, o) loads at every TP
+    its 4 heads split over; the one latent KV head is replicated, never split. (W4A16 groups of 64
+    would straddle o_proj's 64 inputs split over 2 ranks.)"""
+    table = check_artifact(build(kind, **MLA), target_with(catalog, TARGET_OF[kind], tp=tp))
+    assert table.loadable_tp == list(tp) and table.refused == []
+
+
+def test_latent_attention_without_query_compression_loads(build, catalog):
+    # q_lora_rank null (DeepSeek-V2-Lite): one q_proj, kv_a_proj_with_mqa unfused
+    table = check_artifact(
+        build("fp8", mla={"q_lora_rank": None}), target_with(catalog, "hopper-fp8", tp=(1, 2))
+    )
+    assert table.loadable_tp == [1, 2]
+
+
+def _mla_cfg(**changes):
+    return lambda cfg, t: cfg.update(changes)
+
+
+def _mla_cfg_drop(key):
+    return lambda cfg, t: cfg.pop(key)
+
+
+def _mla_kv_b_quantized(global_scale: float):
+    def edit(cfg, t):
+        ignore = cfg["quantization_config"]["ignore"]  # layer 1's kv_b_proj quantized, layer 0's not
+        ignore[ignore.index(r"re:.*\.kv_b_proj$")] = f"{A0}.kv_b_proj"
+        for key in [k for k in t if k.startswith("model.layers.1.self_attn.kv_b_proj.")]:
+            del t[key]
+        t |= linear("model.layers.1.self_attn.kv_b_proj", "nvfp4", 128, 64, global_scale=global_scale)
+
+    return edit
+
+
+def _ignore_one_a_shard(cfg, t):
+    name = f"{A0}.kv_a_proj_with_mqa"
+    cfg["quantization_config"]["ignore"].append(name)
+    for key in [k for k in t if k.startswith(name + ".")]:
+        del t[key]
+    t |= linear(name, None, 80, 128)
+
+
+def _latent_kv_scales(values: int):
+    def edit(cfg, t):
+        cfg["quantization_config"]["kv_cache_scheme"] = {**KV_SCHEME, "strategy": "attn_head"}
+        for i in range(cfg["num_hidden_layers"]):
+            t[f"model.layers.{i}.self_attn.k_scale"] = torch.ones(values)
+            t[f"model.layers.{i}.self_attn.v_scale"] = torch.ones(values)
+
+    return edit
+
+
+MLA_CASES = [
+    ("layers-complete", "fp8", _drop_layer("model.layers.1.self_attn.kv_b_proj")),
+    ("layers-complete", "fp8", _drop(f"{A0}.kv_a_layernorm.weight")),
+    ("layers-complete", "fp8", _mla_cfg(q_lora_rank=None)),  # vLLM would build a q_proj nothing loads
+    ("tensor-shape", "fp8", _mla_cfg(kv_lora_rank=32)),  # kv_a_proj_with_mqa and kv_b_proj hold 64
+    ("tensor-shape", "w4a16", _mla_cfg(v_head_dim=32)),  # kv_b_proj and o_proj
+    ("mla-config", "fp8", _mla_cfg_drop("v_head_dim")),
+    ("mla-config", "nvfp4", _mla_cfg(kv_lora_rank="64")),
+    ("fused-shards-ignore", "fp8", _ignore_one_a_shard),  # q_a_proj + kv_a_proj_with_mqa: fused_qkv_a_proj
+    (
+        "nvfp4-global-scales",
+        "nvfp4",
+        _set(f"{A0}.kv_a_proj_with_mqa.weight_global_scale", torch.full((1,), 2.0)),
+    ),
+    ("mla-kv-b-dequant", "nvfp4", _mla_kv_b_quantized(1.0)),
+    ("kv-scales", "fp8", _latent_kv_scales(4)),  # one latent per token: one scale, not one per head
+]
+
+
+@pytest.mark.parametrize(
+    ("rule", "kind", "edit"), MLA_CASES, ids=[f"{c[0]}-{i}" for i, c in enumerate(MLA_CASES)]
+)
+def test_latent_attention_breaking_one_rule_is_refused_by_that_rule_alone(rule, kind, edit, build, catalog):
+    table = check_artifact(build(kind, edit=edit, **MLA), target_with(catalog, TARGET_OF[kind], tp=(1,)))
+    assert table.loadable_tp == []
+    assert rules_refusing(table) == {rule}
+    refusal = table.refused[0].refusals[0]
+    assert refusal.source.startswith("vllm 0.") and refusal.layer and refusal.reason
+
+
+def test_latent_kv_scales_are_one_head(build, catalog):
+    """vLLM's MLAAttention has num_kv_heads = 1: an attn_head KV scheme loads one k_scale per layer."""
+    table = check_artifact(
+        build("fp8", edit=_latent_kv_scales(1), **MLA), target_with(catalog, "hopper-fp8", tp=(1, 8))
+    )
+    assert table.loadable_tp == [1] and table.refused_tp == [8]
+    assert rules_refusing(table, 8) == {"attention-heads"}  # 4 heads at TP 8; the latent is replicated
+
+
+def test_kv_b_dequant_names_the_factor_and_passes_an_exact_scale(build, catalog):
+    """G = 384: the block scale of a lone 1.0 is e4m3(384 / 6) = 64 exactly and 1.0 comes back 1.0;
+    G = 1: e4m3(1 / 6) = 0.171875, 1.0 comes back 6 x 0.171875 = 1.03125."""
+    exact = check_artifact(
+        build("nvfp4", edit=_mla_kv_b_quantized(384.0), **MLA), target_with(catalog, "blackwell-nvfp4")
+    )
+    assert exact.loadable_tp == [1]
+    off = check_artifact(
+        build("nvfp4", edit=_mla_kv_b_quantized(1.0), **MLA), target_with(catalog, "blackwell-nvfp4")
+    )
+    (refusal,) = off.refused[0].refusals
+    assert refusal.layer == "model.layers.1.self_attn.kv_b_proj" and "1.0 as 1.03125" in refusal.reason
+
+
 def test_every_rule_is_tested_and_cites_a_vllm_release():
-    tested = {c[0] for c in ARTIFACT_CASES} | {c[0] for c in DEPLOYMENT_CASES} | {"wna16-kernel"}
+    tested = {c[0] for c in ARTIFACT_CASES + MLA_CASES} | {c[0] for c in DEPLOYMENT_CASES} | {"wna16-kernel"}
     assert {r.name for r in RULES} == tested
     assert all(r.source.startswith("vllm 0.") and ".py:" in r.source for r in RULES)

@@ -54,3 +54,14 @@ def test_an_empty_prefix_or_a_missing_directory_is_refused(s3, tmp_path):
     assert not (tmp_path / "cache" / "checkpoints").exists() or not any(
         (tmp_path / "cache" / "checkpoints").iterdir()
     )
+
+
+@pytest.mark.parametrize("key", ["ckpt/../escaped.json", "ckpt//double.json", "ckpt/./dot.json"])
+def test_an_object_name_that_is_not_a_safe_relative_path_is_refused_before_any_download(s3, tmp_path, key):
+    client = s3.client()
+    client.put_object(Bucket=s3.bucket, Key="ckpt/config.json", Body=b"{}")
+    client.put_object(Bucket=s3.bucket, Key=key, Body=b"{}")
+    with pytest.raises(InputError, match="file name") as err:
+        local_checkpoint(f"s3://{s3.bucket}/ckpt", tmp_path / "cache")
+    assert err.value.exit_code == 2 and key.split("/", 1)[1] in str(err.value)
+    assert not list(tmp_path.rglob("*.json"))  # nothing downloaded, inside the cache or out of it

@@ -329,3 +329,20 @@ def test_pull_with_bodies_cut_short_retries_and_never_installs_a_truncated_file(
         f"FAULT| pull, every GET body cut in half | exit 75 after {faulted} faulted GETs, nothing installed"
         " | nothing; re-run with 2 cut bodies exit 0, files verified"
     )
+
+
+def test_a_registration_whose_response_is_lost_still_makes_one_version(
+    s3, proxy, tracking, project, tmp_path
+):
+    """MLflow's client retries every method, POST included: when the server registered the
+    version but the answer was lost, the retry registers it again. Publish must end with one."""
+    model = "lost-response"
+    out, gate = small_artifact(tmp_path, model)
+    with FaultProxy(tracking) as to_mlflow:
+        lost = Fault("drop_response", count=1, method="POST", path_contains="model-versions/create")
+        to_mlflow.schedule(lost)
+        done = publish(out, gate, cli_env(to_mlflow.url, proxy, project), project)
+        assert done.returncode == 0, done.stderr[-3000:]
+        assert to_mlflow.count(faulted=True) == 1
+    assert_one_complete_version(tracking, s3, f"{model}.hopper-fp8", out / "hopper-fp8")
+    print("FAULT| MLflow's answer to create-version lost (1 request) | exit 0, one version | nothing")

@@ -25,7 +25,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Literal, Self
 from urllib.parse import urlparse
 
-FaultKind = Literal["reset", "status", "delay", "truncate_response", "truncate_upload"]
+FaultKind = Literal["reset", "status", "delay", "truncate_response", "truncate_upload", "drop_response"]
 HOP_BY_HOP = {"connection", "keep-alive", "transfer-encoding", "te", "trailer", "upgrade", "proxy-connection"}
 S3_ERROR_CODES = {500: "InternalError", 502: "BadGateway", 503: "ServiceUnavailable", 504: "GatewayTimeout"}
 
@@ -41,6 +41,8 @@ class Fault:
       ``keep`` of the body, then a reset (applies to responses with a body: use ``method="GET"``).
     - ``truncate_upload``: the upstream gets only ``keep`` of the request body (Content-Length
       adjusted), as a proxy that lost the end of an upload would send it.
+    - ``drop_response``: forwarded and done upstream, but the connection is reset before the
+      response: the client cannot tell whether its request took effect.
     """
 
     kind: FaultKind
@@ -186,6 +188,10 @@ def _handler_for(proxy: FaultProxy) -> type[BaseHTTPRequestHandler]:
             except OSError:  # the upstream is down: the client sees its connection dropped
                 if kind != "delay":
                     proxy._record(Seen(method, path, kind, None))
+                _reset(self)
+                return
+            if fault and fault.kind == "drop_response":
+                proxy._record(Seen(method, path, kind, None))
                 _reset(self)
                 return
             self.send_response(status, reason)

@@ -453,7 +453,24 @@ def pull(
         str, typer.Option("--tenant", help="Tenant whose approval (alias approved-<tenant>) to pull.")
     ],
     dest: Annotated[
-        Path | None, typer.Option("--dest", help="Also place the artifact here (hard links into the cache).")
+        Path | None,
+        typer.Option("--dest", help="Also place the artifact here: a copy sharing no inode with the cache."),
+    ] = None,
+    link: Annotated[
+        bool,
+        typer.Option(
+            "--link",
+            help="--dest gets hard links into the cache (no second copy); an edit there is then an edit "
+            "of the cache entry, refused by the next pull's verification.",
+        ),
+    ] = False,
+    verify: Annotated[
+        str | None,
+        typer.Option(
+            "--verify",
+            help="Re-hash a cached copy on every pull ('always', the default) or on --offline pulls only "
+            "('offline'). Default: QUANTGATE_PULL_VERIFY, else pull_verify in artifacts_registry/registry.yaml.",
+        ),
     ] = None,
     version: Annotated[
         str | None,
@@ -480,6 +497,12 @@ def pull(
     from quantgate.publish import pull as pull_artifact
 
     cfg = RegistryConfig.from_env((root or project_root()).resolve())
+    if verify is not None:
+        if verify not in ("always", "offline"):
+            raise UsageError(
+                "--verify", f"'{verify}' is not a schedule", "pass --verify always or --verify offline"
+            )
+        cfg = cfg.model_copy(update={"pull_verify": verify})
     with RichProgress() as progress:
         path = pull_artifact(
             model,
@@ -492,6 +515,7 @@ def pull(
             progress=progress,
             version=version,
             offline=offline,
+            link=link,
         )
     print(path)
 

@@ -31,7 +31,7 @@ from pathlib import Path
 from quantgate.artifact import MANIFEST, Manifest
 from quantgate.atomic import install_dir, remove_dir, write_json
 from quantgate.hashing import content_hash as files_hash
-from quantgate.hashing import file_problem, sha256_file
+from quantgate.hashing import file_problem, per_file, sha256_file
 from quantgate.safe_path import path_problem
 
 ENTRY = re.compile(r"^[0-9a-f]{64}$")
@@ -121,15 +121,18 @@ class PullCache:
         }
         if extra := sorted(present - set(manifest.files) - {MANIFEST}):
             return extra[0], "is not in the manifest"
-        for rel, entry in sorted(manifest.files.items()):
+        rels = sorted(manifest.files)
+        for rel in rels:
             file = path / rel
             if file.is_symlink() or not file.is_file():
                 return rel, "missing, or not a regular file"
-            if rehash:
-                if (why := file_problem(file, entry)) is not None:
-                    return rel, why
-            elif _stat(file) != record["files"].get(rel):
+            if not rehash and _stat(file) != record["files"].get(rel):
                 return rel, "changed on disk since it was verified (size, mtime, ctime or inode)"
+        if rehash:  # shards on several cores (hashing.per_file)
+            found = per_file(lambda rel: file_problem(path / rel, manifest.files[rel]), rels, "verify")
+            for rel, why in zip(rels, found, strict=True):
+                if why is not None:
+                    return rel, why
         return None
 
     @staticmethod

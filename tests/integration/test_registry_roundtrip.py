@@ -13,6 +13,7 @@ import pytest
 from quantgate.artifact import MANIFEST, read_manifest
 from quantgate.embedded.smollm2 import MODEL_NAME
 from quantgate.publish import RegistryConfig, pull
+from quantgate.publish.signing import generate_key_pair
 from support.artifacts import write_report
 from support.servers import TEST_CREDENTIALS, free_port, mlflow_server, moto_s3
 
@@ -32,7 +33,14 @@ def test_publish_then_pull_through_mlflow_server_and_s3_is_byte_identical(
 ):
     out, _ = default_artifacts
     url, s3 = registry_servers
-    env = {**TEST_CREDENTIALS, "MLFLOW_TRACKING_URI": url, "MLFLOW_S3_ENDPOINT_URL": s3.url}
+    public = generate_key_pair(tmp_path / "keys" / "pipeline.key")  # a server registry has no default key
+    env = {
+        **TEST_CREDENTIALS,
+        "MLFLOW_TRACKING_URI": url,
+        "MLFLOW_S3_ENDPOINT_URL": s3.url,
+        "QUANTGATE_SIGNING_KEY": str(tmp_path / "keys" / "pipeline.key"),
+        "QUANTGATE_TRUSTED_KEYS": str(public),
+    }
     gate = write_report(tmp_path / "gate", {"hopper-fp8": ["chat"]}, model=MODEL_NAME).parent
 
     published = run_cli("publish", "--report", str(gate), "--artifacts", str(out), "--json", env=env)
@@ -57,7 +65,9 @@ def test_publish_then_pull_through_mlflow_server_and_s3_is_byte_identical(
     assert again.returncode == 0 and json.loads(again.stdout)["artifacts"][0]["created"] is False
 
     # a second pull is a cache hit: the S3 endpoint may as well be gone
-    dead_s3 = RegistryConfig(tracking_uri=url, s3_endpoint_url=f"http://127.0.0.1:{free_port()}")
+    dead_s3 = RegistryConfig(
+        tracking_uri=url, s3_endpoint_url=f"http://127.0.0.1:{free_port()}", trusted_keys=(public,)
+    )
     assert pull(MODEL_NAME, "hopper-fp8", "chat", dead_s3, cache_dir=cache) == path
 
     # a tenant the gate did not approve is refused with exit code 2, and nothing is printed

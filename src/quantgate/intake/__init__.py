@@ -3,10 +3,13 @@
 ``intake(path, policy)`` returns a ``SourceRecord`` or raises a ``CheckpointError`` subclass
 naming the file, the problem and the fix; ``confirm(record)`` checks that the checkpoint still
 holds the files an earlier intake recorded (what a run's later steps do instead of intake).
-Modules, in the order intake uses them: ``tree`` (directory entries: symlinks, pickles, code;
-content hash), ``architecture`` (config.json, remote code, shapes against a meta-device
-skeleton), ``completeness`` (every declared tensor present, nothing extra), ``safetensors_header``
-(strict header reader), ``weights`` (shard index, tensor inventory, NaN/Inf scan), ``stat_cache``,
+Modules, in the order intake uses them: ``tree`` (directory entries: symlinks, pickles, code,
+names; content hash), ``bounded_json`` (every JSON file read within size, depth and integer
+bounds), ``architecture`` (config.json, remote code, shapes against a meta-device skeleton),
+``chat_template`` (templates parsed and rendered in transformers' sandbox), ``weights`` (the one
+file set, shard index, tensor inventory, source dtypes, NaN/Inf scan), ``safetensors_header``
+(strict header reader), ``bounds`` (config counts bounded by the tensors present, before any
+model is built), ``completeness`` (every declared tensor present, nothing extra), ``stat_cache``,
 ``record``.
 """
 

@@ -21,9 +21,9 @@ from quantgate.quantize.pipeline import build_targets
 from support.models import tiny_config, write_tiny_model, write_tiny_tokenizer
 
 TARGETS = ("hopper-fp8", "rocm-cdna3-fp8", "blackwell-nvfp4", "draft-int4")
-# the MoE layouts of transformers 5.17 and the targets each builds today (moe_artifacts)
+# the MoE layouts of transformers 5.17 and the targets each builds (moe_artifacts)
 MOE_KINDS = ("mixtral", "qwen2_moe", "qwen3_moe", "deepseek_v3")
-MOE_FP8 = ("hopper-fp8", "rocm-cdna3-fp8")
+MOE_TARGETS = ("hopper-fp8", "rocm-cdna3-fp8", "blackwell-nvfp4")
 
 
 @pytest.fixture(scope="package")
@@ -84,8 +84,7 @@ def moe_calibration(repo_root):
 
 @pytest.fixture(scope="package")
 def moe_artifacts(tmp_path_factory, repo_root, catalog, moe_calibration) -> dict[str, SimpleNamespace]:
-    """``{kind: (source, record, {target: artifact dir}, refused)}`` for every MoE layout: FP8 for all,
-    NVFP4 for Mixtral (the other layouts' NVFP4 builds fail today: test_moe.py holds them as xfail).
+    """``{kind: (source, record, {target: artifact dir}, refused)}`` for every MoE layout, FP8 and NVFP4.
     ``refused``: the build's serving check refused the layout (its message), no artifacts."""
     gates = load_gates(repo_root / "gates.yaml", catalog)
     built = {}
@@ -93,9 +92,8 @@ def moe_artifacts(tmp_path_factory, repo_root, catalog, moe_calibration) -> dict
         base = tmp_path_factory.mktemp(f"moe-{kind}")
         source = write_tiny_moe(base / "source", kind)
         record = intake(source, gates)
-        targets = [*MOE_FP8, "blackwell-nvfp4"] if kind == "mixtral" else list(MOE_FP8)
         try:
-            results = build_targets(record, targets, base / "artifacts", catalog, moe_calibration)
+            results = build_targets(record, list(MOE_TARGETS), base / "artifacts", catalog, moe_calibration)
         except (
             ServingError
         ) as exc:  # the build's serving check refused it: this kind's tests xfail, saying so

@@ -10,6 +10,8 @@ an expert a small calibration set never routes to would otherwise get no activat
 from __future__ import annotations
 
 import copy
+import json
+from pathlib import Path
 from typing import Any
 
 from quantgate.config.targets import KVCache, Recipe
@@ -19,6 +21,14 @@ from quantgate.quantize.engines import BuildJob, register
 from quantgate.quantize.engines._logs import quiet
 from quantgate.quantize.kv_calibration import with_kv_cache_scheme
 from quantgate.quantize.preflight import check_group_sizes
+
+
+def _caches_a_latent(source: SourceRecord) -> bool:
+    """Multi-head latent attention: config.json (or its text_config) gives ``kv_lora_rank``, as
+    vLLM's ``ModelConfig.use_mla`` and transformers' DeepSeek-V2/V3 read it."""
+    config = json.loads((Path(source.path) / "config.json").read_text(encoding="utf-8"))
+    text = config.get("text_config") if isinstance(config.get("text_config"), dict) else config
+    return isinstance(text, dict) and text.get("kv_lora_rank") is not None
 
 
 def _linearize(model: Any) -> None:
@@ -77,15 +87,25 @@ def _latent_inputs_as_tokens(model: Any) -> None:
 class OneshotEngine:
     """llm-compressor's ``oneshot`` for calibrated recipes, one source load per build call."""
 
-    calibrates_kv_cache = True  # an FP8 KV decision adds kv_cache_scheme to the recipe
-
     def __init__(self) -> None:
         self._loaded: dict[str, tuple[Any, Any]] = {}  # content hash -> (model, tokenizer)
+        # an FP8 KV decision adds kv_cache_scheme to the recipe; else the build's KV pass calibrates
+        self.calibrates_kv_cache = True
 
     def preflight(self, source: SourceRecord, recipe: Recipe) -> None:
-        """Refuse a recipe whose weight group size does not divide a layer it quantizes."""
+        """Refuse a recipe whose weight group size does not divide a layer it quantizes; decide who
+        calibrates an FP8 KV cache.
+
+        llm-compressor's ``kv_cache_scheme`` observes the keys and values transformers hands the
+        attention function. Under multi-head latent attention those are per-head keys and values
+        expanded from the latent by kv_b_proj, while vLLM's MLA caches the latent itself
+        (kv_c_normed and the rotary k_pe, under k_scale): its scale would cover other numbers. For
+        those models the build's KV pass over the built artifact (``kv_calibration.calibrate``, as
+        for data-free builds) observes the latent instead.
+        """
         _, args = recipe.modifier()
         check_group_sizes(source, recipe, ignore=list(args.get("ignore", [])))
+        self.calibrates_kv_cache = not _caches_a_latent(source)
 
     def _load(self, source: SourceRecord) -> tuple[Any, Any]:
         if source.content_hash not in self._loaded:
@@ -134,7 +154,7 @@ class OneshotEngine:
         if job.recipe.calibration.pipeline:
             extra["pipeline"] = job.recipe.calibration.pipeline
         recipe = job.recipe.recipe
-        if job.kv_cache == KVCache.FP8_E4M3:  # llm-compressor calibrates the KV scales in the same pass
+        if job.kv_cache == KVCache.FP8_E4M3 and self.calibrates_kv_cache:  # in the same pass
             recipe = with_kv_cache_scheme(recipe)
         with job.progress.task(f"{job.recipe.name}: calibrating on {len(dataset)} samples", total=None):
             oneshot(

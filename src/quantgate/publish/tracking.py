@@ -48,7 +48,8 @@ def registry_errors(cfg: RegistryConfig) -> Iterator[None]:
             raise RegistryRefusedError(
                 cfg.tracking_uri,
                 f"the MLflow registry refused: {first}",
-                "check MLFLOW_TRACKING_USERNAME/PASSWORD or MLFLOW_TRACKING_TOKEN",
+                "check MLFLOW_TRACKING_USERNAME/PASSWORD or MLFLOW_TRACKING_TOKEN; publishing and moving "
+                "approved-* aliases needs the pipeline's identity (MANAGE on the registered model)",
             ) from exc
         raise RegistryUnavailableError(
             cfg.tracking_uri,

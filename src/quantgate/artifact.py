@@ -12,20 +12,25 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import platform
+import stat
 from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, NonNegativeInt
+from pydantic import BaseModel, ConfigDict, NonNegativeInt, ValidationError, field_validator
 
 from quantgate.config.targets import KVCache, Numerics
 from quantgate.errors import InputError
 from quantgate.hashing import FileEntry, file_problem, sha256_files
+from quantgate.safe_path import path_problem
 from quantgate.serving.table import ServingTable
 
 MANIFEST = "manifest.json"
 SCHEMA_VERSION = 1
+# far above any real manifest (a 1,000-shard artifact's is about 200 kB); read no further
+MAX_MANIFEST_BYTES = 16 * 1024 * 1024
 _TOOLS = ("quantgate", "torch", "transformers", "llmcompressor", "compressed-tensors", "safetensors")
 
 # Files a serving engine needs beside the weights; an artifact carries the source's copies.
@@ -107,6 +112,16 @@ class Manifest(_Part):
     # pull refuses an artifact whose file differs (None: built before they were restored)
     source_files: dict[str, str] | None = None
 
+    @field_validator("files")
+    @classmethod
+    def _safe_names(cls, files: dict[str, FileEntry]) -> dict[str, FileEntry]:
+        """Every name a normalized relative path (``safe_path``): consumers join them onto the
+        artifact directory, and ``../x`` or ``/etc/x`` would leave it."""
+        for name in files:
+            if problem := path_problem(name):
+                raise ValueError(f"file name {name!r} {problem}")
+        return files
+
     @property
     def total_bytes(self) -> int:
         """Bytes on disk of every file the manifest names (the cold-start cost)."""
@@ -162,26 +177,57 @@ def write_manifest(directory: Path, manifest: Manifest) -> None:
 
 
 def read_manifest(directory: Path) -> Manifest | None:
-    """The manifest of ``directory``, or None when it is absent or not a valid manifest."""
-    path = directory / MANIFEST
-    if not path.exists():
-        return None
+    """The manifest of ``directory``, or None when it is absent or not a valid manifest
+    (for callers to whom an invalid manifest means "not this artifact": reuse, caches)."""
     try:
-        return Manifest.model_validate_json(path.read_text())
-    except ValueError:
+        return load_manifest(directory)
+    except InputError:
         return None
 
 
 def require_manifest(directory: Path) -> Manifest:
-    """The manifest of ``directory``; ``InputError`` naming the file when absent or invalid."""
-    manifest = read_manifest(directory)
-    if manifest is None:
-        raise InputError(
-            directory / MANIFEST,
-            "missing or not a valid artifact manifest",
-            "point at an artifact directory written by `quantgate build`, or rebuild it",
-        )
-    return manifest
+    """The manifest of ``directory``; ``InputError`` naming the file and its first problem."""
+    return load_manifest(directory)
+
+
+def load_manifest(directory: Path) -> Manifest:
+    """Read and validate ``directory/manifest.json``: the one place a manifest is checked.
+
+    ``InputError`` (exit 2), one line naming the file and what is wrong with it: missing, not a
+    regular file, over ``MAX_MANIFEST_BYTES``, not UTF-8 JSON (truncated, nested past the
+    parser's depth limit), a field of the wrong type or missing, an unknown field, or a file name
+    that is not a safe relative path. The file's content is never echoed.
+    """
+    path = Path(directory) / MANIFEST
+    fix = "point at an artifact directory written by `quantgate build`, or rebuild it"
+    try:
+        if not stat.S_ISREG(path.stat().st_mode):  # a FIFO would block the read, a device never end
+            raise InputError(path, "not a regular file", fix)
+        with open(path, "rb") as fh:
+            data = fh.read(MAX_MANIFEST_BYTES + 1)
+    except FileNotFoundError:
+        raise InputError(path, "missing (or a dangling link): not an artifact directory", fix) from None
+    except OSError as exc:
+        raise InputError(path, f"cannot be read ({exc.strerror or exc})", fix) from None
+    if len(data) > MAX_MANIFEST_BYTES:
+        raise InputError(path, f"larger than {MAX_MANIFEST_BYTES} bytes: not a manifest", fix)
+    try:
+        data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise InputError(path, f"not UTF-8 text (byte {exc.start})", fix) from None
+    try:
+        return Manifest.model_validate_json(data)
+    except ValidationError as exc:
+        raise InputError(path, f"not a valid artifact manifest: {_first_problem(exc)}", fix) from None
+
+
+def _first_problem(exc: ValidationError) -> str:
+    """The first of pydantic's errors as ``field.sub: message`` (never the offending input)."""
+    errors = exc.errors(include_url=False, include_input=False, include_context=False)
+    first = errors[0]
+    where = ".".join(str(part) for part in first["loc"])
+    more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
+    return f"{where + ': ' if where else ''}{first['msg']}{more}"
 
 
 def verify_files(directory: Path, manifest: Manifest) -> list[str]:
@@ -196,20 +242,36 @@ def verify_files(directory: Path, manifest: Manifest) -> list[str]:
     return problems
 
 
-def artifact_dirs(artifacts: Path) -> list[Path]:
+def artifact_dirs(artifacts: Path, names: list[str] | None = None) -> list[Path]:
     """The artifact directories under ``artifacts`` (those holding a manifest), by name; InputError if none.
 
-    Hidden directories are a build's temporary or replaced copies, never artifacts.
+    Hidden directories are a build's temporary or replaced copies (``.<target>.tmp-*``, a killed
+    build's included), never artifacts; a directory without ``manifest.json`` is not one either.
+    ``names``: only these, each of which must be there. A chosen directory whose manifest is
+    invalid is an error (``load_manifest``), not skipped: it looks like an artifact, and leaving
+    it out silently would gate fewer than were built.
     """
     found = sorted(
         p
         for p in artifacts.iterdir()
-        if p.is_dir() and not p.name.startswith(".") and (p / MANIFEST).exists()
+        if p.is_dir() and not p.name.startswith(".") and os.path.lexists(p / MANIFEST)
     )
+    if names:
+        missing = sorted(set(names) - {p.name for p in found})
+        if missing:
+            raise InputError(
+                artifacts,
+                f"no artifact directory (with manifest.json) for {', '.join(missing)} here",
+                f"build it with quantgate build --targets {','.join(missing)} --out {artifacts}, "
+                "or leave it out of --targets",
+            )
+        found = [p for p in found if p.name in names]
     if not found:
         raise InputError(
             artifacts,
             "no artifact directories (with manifest.json) here",
             "run quantgate build --out DIR first",
         )
+    for d in found:
+        load_manifest(d)
     return found

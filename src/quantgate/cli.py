@@ -8,14 +8,16 @@ options, call library functions and print; all behaviour lives in the library.
 
 from __future__ import annotations
 
+import errno
 import json
+import os
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from quantgate.errors import QuantgateError, TransientError, UsageError
+from quantgate.errors import DiskFullError, QuantgateError, TransientError, UsageError
 from quantgate.paths import cache_dir, project_root
 
 if TYPE_CHECKING:
@@ -86,6 +88,27 @@ PlanOpt = Annotated[
 ]
 
 
+def _out_dir(path: Path, option: str) -> Path:
+    """``path`` resolved, once it can be a directory to write in; ``UsageError`` (exit 2, before any
+    work) when it, or its nearest existing parent, is a file, or is not writable."""
+    path = path.resolve()
+    existing = next(p for p in (path, *path.parents) if p.exists())
+    where = "" if existing == path else f" (a parent of {path})"
+    if not existing.is_dir():
+        raise UsageError(
+            existing,
+            f"{option} needs a directory, but this{where} is an existing file",
+            f"pass a directory for {option} (created when missing), or move the file away",
+        )
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise UsageError(
+            existing,
+            f"{option} is not writable here{where}",
+            f"pass a directory you can write to for {option}, or fix its permissions",
+        )
+    return path
+
+
 def _refuse_beside_plan(given: dict[str, object]) -> None:
     """A plan carries the source and the configs: an option that would override them is a usage error."""
     for option, value in given.items():
@@ -115,6 +138,7 @@ def build(
     from quantgate.quantize.pipeline import build_planned
     from quantgate.units import format_bytes
 
+    out = _out_dir(out, "--out")
     with RichProgress() as progress:
         if plan_file is not None:
             _refuse_beside_plan(
@@ -138,7 +162,7 @@ def build(
             progress.log(
                 f"calibration set {calib.name}: {len(calib.records)} samples, sha256 {calib.sha256[:12]}"
             )
-        results = build_planned(record, planned, out.resolve(), calib, progress)
+        results = build_planned(record, planned, out, calib, progress)
 
     table = Table(title=f"quantgate build: {record.model_class} {record.architecture}")
     for column in ("target", "status", "format", "size", "vs source", "seconds", "path"):
@@ -283,8 +307,13 @@ def eval_(
         loaded = load_suites(project / "eval_suites", _split(suites))
     if not reference_only and not artifacts.is_dir():
         raise UsageError(
-            artifacts, "artifacts directory does not exist", "run quantgate build --out DIR first"
+            artifacts,
+            "--artifacts is an existing file, not a directory"
+            if artifacts.exists()
+            else "artifacts directory does not exist",
+            "pass the directory quantgate build --out wrote",
         )
+    out = _out_dir(out, "--out")
     with RichProgress() as progress:
         if plan_file is not None:
             record = run_plan.confirmed_source(progress)
@@ -297,7 +326,7 @@ def eval_(
             Path(record.path),
             record.content_hash,
             artifacts,
-            out.resolve(),
+            out,
             loaded,
             ctx,
             _split(targets),
@@ -316,7 +345,7 @@ def eval_(
         row = [run.summary[name].get(key) for name in run.summary]
         table.add_row(key, *("-" if v is None else f"{v:.4g}" for v in row))
     Console(width=None if sys.stdout.isatty() else 240).print(table)
-    print(f"results: {out.resolve() / 'summary.json'}")
+    print(f"results: {out / 'summary.json'}")
 
 
 @app.command()
@@ -361,6 +390,7 @@ def gate(
         raise UsageError(
             results, "no summary.json here", "run quantgate eval --out DIR first and pass that DIR"
         )
+    out = _out_dir(out, "--out")
     decision = gate_results(
         results,
         gates or project / "gates.yaml",
@@ -370,7 +400,7 @@ def gate(
         previous=previous,
         registry=None if previous is not None else RegistryConfig.from_env(project),
     )
-    report = write_report_json(decision, out.resolve())
+    report = write_report_json(decision, out)
     written = _render_reports(report)
     title = f"quantgate gate: {decision.model} ({decision.model_class or 'class unknown'})"
     print_table(verdict_table(decision, title))
@@ -568,6 +598,7 @@ def run(
     from quantgate.orchestrate.run import run_flow
     from quantgate.report.console import print_table, verdict_table
 
+    _out_dir(out, "--out")
     outcome, state = run_flow(
         checkpoint=checkpoint,
         targets=_split(targets),
@@ -625,6 +656,17 @@ def main() -> None:
     except (ConnectionError, TimeoutError) as exc:  # network or store hiccup: safe to retry
         typer.secho(f"error (transient, retry): {exc}", fg=typer.colors.RED, err=True)
         sys.exit(TransientError.exit_code)
+    except OSError as exc:
+        if exc.errno not in (errno.ENOSPC, errno.EDQUOT):
+            raise
+        # a write outside quantgate's atomic helpers (which raise DiskFullError themselves)
+        where = exc.filename or "a file being written"
+        typer.secho(
+            f"error: {where}: no space left on device ({errno.errorcode[exc.errno]}). Fix: free space and re-run",
+            fg=typer.colors.RED,
+            err=True,
+        )
+        sys.exit(DiskFullError.exit_code)
 
 
 if __name__ == "__main__":

@@ -122,7 +122,8 @@ def evaluate(
     ``reference_only`` evaluates the source alone: an orchestrator runs it once, then one
     evaluation per artifact in parallel, each finding every reference in the cache.
     """
-    dirs = [] if reference_only else [d for d in artifact_dirs(artifacts) if not targets or d.name in targets]
+    # visible directories with a valid manifest only: a killed build's .<target>.tmp-* is none
+    dirs = [] if reference_only else artifact_dirs(artifacts, targets)
     manifests: dict[Path, Manifest] = {d: require_manifest(d) for d in dirs}
     for d in dirs:  # an artifact whose files differ from its manifest is not what was built
         problems = verify_files(d, manifests[d])

@@ -21,8 +21,6 @@ Order of work, and why:
 from __future__ import annotations
 
 import os
-import shutil
-import tempfile
 import time
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -43,9 +41,9 @@ from quantgate.artifact import (
     verify_files,
     write_manifest,
 )
-from quantgate.atomic import install_dir
+from quantgate.atomic import install_dir, remove_stale, staged_dir
 from quantgate.config.targets import Catalog, Frozen, KVCache, Recipe, Target
-from quantgate.errors import BuildError, CalibrationError, QuantgateError
+from quantgate.errors import BuildError, CalibrationError, InputError, QuantgateError
 from quantgate.intake import SourceRecord
 from quantgate.memory import peak_rss_bytes
 from quantgate.progress import SILENT, Progress
@@ -190,7 +188,12 @@ def build_planned(
     calibration: CalibrationSet | None,
     progress: Progress = SILENT,
 ) -> list[BuildResult]:
-    """Build every planned target into ``out/<target>``, reusing intact artifacts of equal build key."""
+    """Build every planned target into ``out/<target>``, reusing intact artifacts of equal build key.
+
+    On any failure, directories this call created and left empty are removed again; artifacts
+    installed before it stay (each is whole).
+    """
+    _require_dir_possible(out)
     engines = preflight(source, planned)
     if calibration is None:
         for p in planned:
@@ -203,8 +206,59 @@ def build_planned(
                     "pass --calibration SPEC.yaml (default: calibration_sets/default.yaml)",
                 )
     tools = tool_versions()
-    out.mkdir(parents=True, exist_ok=True)
+    # what this run creates is removed again when it fails with nothing installed: a refused
+    # source or a failed first build leaves no empty --out behind
+    created = _missing_dirs(out)
+    try:
+        for p in planned:  # temporary copies of these targets left by killed builds
+            remove_stale(out, p.target.name)
+        return _build_all(source, planned, out, calibration, progress, engines, tools)
+    except BaseException:
+        _remove_if_empty(created)
+        raise
 
+
+def _require_dir_possible(out: Path) -> None:
+    """InputError (nothing written) when ``out`` or its nearest existing parent is not a directory."""
+    existing = next((d for d in (out, *out.parents) if d.exists()), None)
+    if existing is not None and not existing.is_dir():
+        raise InputError(
+            existing,
+            "exists and is not a directory, so the artifacts cannot be written "
+            + ("there" if existing == out else f"under {out}"),
+            "pass a directory for --out (it is created when missing), or move that file away",
+        )
+
+
+def _missing_dirs(path: Path) -> list[Path]:
+    """``path`` and those of its parents that do not exist yet, deepest first."""
+    missing = []
+    for p in (path, *path.parents):
+        if p.exists():
+            break
+        missing.append(p)
+    return missing
+
+
+def _remove_if_empty(dirs: list[Path]) -> None:
+    """``rmdir`` each of ``dirs`` (deepest first) that is empty; one in use by anyone else stays."""
+    for d in dirs:
+        try:
+            d.rmdir()
+        except OSError:
+            return
+
+
+def _build_all(
+    source: SourceRecord,
+    planned: list[PlannedBuild],
+    out: Path,
+    calibration: CalibrationSet | None,
+    progress: Progress,
+    engines: dict[str, Engine],
+    tools: dict[str, str],
+) -> list[BuildResult]:
+    """``build_planned``'s loop, once the checks are done: one artifact per target, installed whole."""
     # data-free recipes first: they are fast and stream, so a later calibrated failure
     # still leaves the cheap artifacts in place
     results: list[BuildResult] = []
@@ -235,8 +289,9 @@ def build_planned(
             built_by_key.setdefault(key, final)
             continue
 
-        tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.tmp-", dir=out))
-        try:
+        # a temporary directory beside final, locked for this process (atomic.staged_dir): a killed
+        # build's is removed by the next one; a full disk is DiskFullError (exit 75), nothing kept
+        with staged_dir(final, f"building {target.name}") as tmp:
             started = time.perf_counter()
             linked_from = None
             if key in built_by_key:
@@ -287,8 +342,6 @@ def build_planned(
             write_manifest(tmp, manifest)
             finalize.set_modes(tmp)  # 0644/0755, whatever the umask and the engine's temporary files
             install_dir(tmp, final)  # replaces an older artifact only once this one is whole
-        finally:
-            shutil.rmtree(tmp, ignore_errors=True)
         progress.log(f"{target.name}: {status} in {seconds:.1f} s -> {final}")
         built_by_key.setdefault(key, final)
         results.append(BuildResult(target.name, final, manifest, status))

@@ -246,4 +246,4 @@ def test_an_engine_failure_names_the_target_and_leaves_no_partial_artifact(
     record = intake(tiny_llama, load_gates(repo_root / "gates.yaml", catalog))
     with pytest.raises(BuildError, match="draft-int4: the llmcompressor.oneshot engine failed"):
         build_targets(record, ["draft-int4"], tmp_path / "out", bad, calibration)
-    assert list((tmp_path / "out").iterdir()) == []
+    assert not (tmp_path / "out").exists()  # created by this build, so removed with its failure

@@ -116,9 +116,7 @@ class PullCache:
         for rel in manifest.files:
             if (why := path_problem(rel)) is not None:
                 return rel, f"unsafe file name: {why}"
-        present = {
-            p.relative_to(path).as_posix() for p in path.rglob("*") if p.is_file() or p.is_symlink()
-        }
+        present = {p.relative_to(path).as_posix() for p in path.rglob("*") if p.is_file() or p.is_symlink()}
         if extra := sorted(present - set(manifest.files) - {MANIFEST}):
             return extra[0], "is not in the manifest"
         rels = sorted(manifest.files)
@@ -212,4 +210,3 @@ class PullCache:
         except (OSError, ValueError):
             return {}
         return found if isinstance(found, dict) else {}
-

@@ -648,6 +648,9 @@ def _root() -> None:
 
 def main() -> None:
     """Entry point: click handles usage errors (exit 2); quantgate's own errors exit with their code."""
+    from quantgate.orchestrate.steps import end_with_parent
+
+    end_with_parent()  # a pipeline step ends with the run that started it
     try:
         app()
     except QuantgateError as exc:

@@ -13,7 +13,6 @@ from __future__ import annotations
 import contextlib
 import json
 import re
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -21,16 +20,17 @@ from typing import Any
 from prefect import flow, get_run_logger, task
 from prefect.artifacts import create_link_artifact, create_markdown_artifact, create_table_artifact
 from prefect.context import FlowRunContext
+from prefect.exceptions import ExternalSignal
 from prefect.futures import as_completed
 from prefect.runtime import flow_run
 from prefect.states import Completed, Failed, State
 
 from quantgate.atomic import write_json
 from quantgate.errors import TransientError
+from quantgate.orchestrate import heavy_slots
 from quantgate.orchestrate.plan import RunPlan, digest, make_plan
-from quantgate.orchestrate.steps import LogProgress, run_step
+from quantgate.orchestrate.steps import LogProgress, run_step, stop_all
 
-HEAVY = "quantgate-heavy"
 OUTCOME = "outcome.json"
 _RETRIES = 2
 
@@ -56,33 +56,24 @@ def _keyed(kind: str, key_of):
     return cache_key
 
 
-_LOCAL_SLOTS: dict[int, threading.BoundedSemaphore] = {}
-_LOCAL_SLOTS_LOCK = threading.Lock()
-
-
 @contextlib.contextmanager
-def _heavy(plan: RunPlan) -> Iterator[None]:
-    """Hold a heavy-step slot: a process-local one, then the global ``quantgate-heavy`` one.
-
-    The global limit bounds heavy steps across flow runs and Dask workers, but Prefect polls
-    for a free slot with back-off, which left the steps of one run idle between them
-    (BENCHMARKS.md). The local semaphore hands a slot over as soon as a step ends, so within a
-    process the global slot is normally free when asked for.
-    """
-    if plan.max_heavy <= 0:
+def _steps_stopped_on_signal() -> Iterator[None]:
+    """A signal that stops the run (SIGTERM: Prefect raises ``TerminationSignal``; Ctrl-C) stops
+    its running steps too, which run in their own process groups, and lets no waiting step
+    start; the run then ends as Prefect ends a terminated one (exit 143 for SIGTERM)."""
+    heavy_slots.stopping.clear()
+    try:
         yield
-        return
-    from prefect.concurrency.sync import concurrency
-
-    with _LOCAL_SLOTS_LOCK:
-        local = _LOCAL_SLOTS.setdefault(plan.max_heavy, threading.BoundedSemaphore(plan.max_heavy))
-    with local, concurrency(HEAVY, occupy=1, strict=False):
-        yield
+    except (KeyboardInterrupt, ExternalSignal):
+        heavy_slots.stopping.set()
+        stopped = stop_all()
+        get_run_logger().warning("stopping: %d running step(s) stopped, nothing published", stopped)
+        raise
 
 
 def _step(plan: RunPlan, name: str, args: list[str]) -> None:
     logger = get_run_logger()
-    with _heavy(plan):
+    with heavy_slots.held(plan.max_heavy, logger.info):
         logger.info("running quantgate %s (log: %s)", args[0], plan.log(name))
         run_step(name, args, plan.log(name), plan.step_timeout_s, on_line=logger.info)
 
@@ -304,7 +295,14 @@ def build_and_gate(
         "max_heavy": max_heavy,
     }
     plan = plan_run(options)
-    _ensure_heavy_limit(max_heavy)
+    heavy_slots.ensure_limit(max_heavy)
+    heavy_slots.reclaim_expired(get_run_logger().info)
+    with _steps_stopped_on_signal():
+        return _pipeline(plan, publish)
+
+
+def _pipeline(plan: RunPlan, publish: bool) -> State[Any]:
+    """The flow's body past the plan: builds, the reference, evaluations, gate, publish, outcome."""
     logger = get_run_logger()
     logger.info(
         "%s (%s): targets %s, suites %s, profile %s; plan: %s",
@@ -439,16 +437,6 @@ def _data_dir() -> Path | None:
     import os
 
     return Path(os.environ["QUANTGATE_DATA"]) if os.environ.get("QUANTGATE_DATA") else None
-
-
-def _ensure_heavy_limit(max_heavy: int) -> None:
-    """Create (or resize) the global concurrency limit; without it ``concurrency`` is a no-op."""
-    if max_heavy <= 0:
-        return
-    from prefect.client.orchestration import get_client
-
-    with get_client(sync_client=True) as client:
-        client.upsert_global_concurrency_limit_by_name(HEAVY, max_heavy)
 
 
 def _report_artifacts(plan: RunPlan, report: dict[str, Any], paths: dict[str, str]) -> None:

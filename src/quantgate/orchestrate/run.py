@@ -9,10 +9,13 @@ from __future__ import annotations
 
 import json
 import os
+import signal
+import threading
 from pathlib import Path
 from typing import Any
 
 from quantgate.errors import QuantgateError
+from quantgate.orchestrate import heavy_slots, reaper
 from quantgate.orchestrate.flow import OUTCOME, build_and_gate
 
 
@@ -36,12 +39,14 @@ def run_flow(*, dask_workers: int = 0, dask_address: str | None = None, **parame
     Raises the run's own ``QuantgateError`` (bad input, say) so the command line exits with
     its code and message rather than a Prefect traceback.
     """
+    _stop_cleanly()
     out = Path(parameters.get("out", "runs")).resolve()
     (out / OUTCOME).unlink(missing_ok=True)  # only this run's outcome may be reported
     runner = task_runner(dask_workers, dask_address)
     flow_fn = build_and_gate.with_options(task_runner=runner) if runner else build_and_gate
     # the ephemeral API server is a child process: it reads this from the environment
     os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
+    heavy_slots.use_file_leases()
     state = flow_fn(**parameters, return_state=True)
     outcome_path = out / OUTCOME
     if outcome_path.exists():
@@ -50,3 +55,21 @@ def run_flow(*, dask_workers: int = 0, dask_address: str | None = None, **parame
     if isinstance(error, QuantgateError):
         raise error
     return None, state
+
+
+def _stop_cleanly() -> None:
+    """However ``quantgate run`` is stopped, it leaves nothing running.
+
+    SIGTERM exits through Python (``SystemExit``, status 143), so exit handlers run: Prefect's
+    stops its ephemeral API server, which the default action (die at once) left running. During
+    the flow Prefect's own handler comes first (``flow._steps_stopped_on_signal`` stops the
+    steps) and then hands the signal on to this one. ``kill -9`` runs no handler at all: a
+    watcher process (``reaper``) stops the run's children once it is gone.
+    """
+    reaper.watch(os.getpid())
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, _exit_on_signal)
+
+
+def _exit_on_signal(signum: int, _frame) -> None:
+    raise SystemExit(128 + signum)

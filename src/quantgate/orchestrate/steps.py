@@ -16,6 +16,7 @@ import shlex
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -23,6 +24,11 @@ from pathlib import Path
 from quantgate.errors import StepFailed, StepTimeout, TransientError
 
 _TAIL_LINES = 25
+_STOP_GRACE_S = 10.0  # a stopped step's group gets SIGTERM, then SIGKILL after this long
+_RUNNING: set[subprocess.Popen] = set()  # every step process of this process, to stop them all
+_RUNNING_LOCK = threading.Lock()
+PARENT_ENV = "QUANTGATE_STEP_PARENT"  # the pid of the run a step belongs to
+_PARENT_POLL_S = 2.0
 
 
 def run_step(
@@ -58,7 +64,7 @@ def run_process(
     log_path = Path(log_path)
     log_path.parent.mkdir(parents=True, exist_ok=True)
     # no colour codes in logs; the step's progress bars go to stderr, which the log keeps
-    child_env = {**os.environ, "NO_COLOR": "1", "TERM": "dumb", **(env or {})}
+    child_env = {**os.environ, "NO_COLOR": "1", "TERM": "dumb", PARENT_ENV: str(os.getpid()), **(env or {})}
     deadline = time.monotonic() + timeout_s
     with open(log_path, "w") as log:
         log.write(f"$ {shlex.join(command)}\n")
@@ -67,11 +73,15 @@ def run_process(
             command, stdout=subprocess.PIPE, stderr=log, env=child_env, text=True, start_new_session=True
         )
         assert proc.stdout is not None
+        with _RUNNING_LOCK:
+            _RUNNING.add(proc)
         try:
             _pump(proc, log, on_line, deadline)
         finally:
             if proc.poll() is None:
                 _kill_group(proc)
+            with _RUNNING_LOCK:
+                _RUNNING.discard(proc)
     code = proc.returncode
     if code == 0:
         return
@@ -145,6 +155,47 @@ class _Count:
 
     def advance(self, amount: float = 1) -> None:
         pass
+
+
+def stop_all(grace_s: float = _STOP_GRACE_S) -> int:
+    """Stop every step this process runs, each with its whole process group: SIGTERM, then
+    SIGKILL for what is left after ``grace_s``. Returns how many were running.
+
+    Why: steps run in their own sessions (a timeout must kill their whole group), so a signal
+    that stops ``quantgate run`` does not reach them; without this, a stopped run waited for
+    its running builds and evaluations to finish, or left them running after it was killed.
+    """
+    with _RUNNING_LOCK:
+        running = [p for p in _RUNNING if p.poll() is None]
+    for proc in running:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGTERM)
+    deadline = time.monotonic() + grace_s
+    for proc in running:
+        try:
+            proc.wait(timeout=max(0.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            _kill_group(proc)
+    return len(running)
+
+
+def end_with_parent() -> None:
+    """In a step: end this step's process group when the run that started it is gone.
+
+    A step runs in its own session, so ``kill -9`` of ``quantgate run`` (which no handler sees)
+    would leave it building or evaluating for hours, holding memory and writing into a run
+    nobody reads. A daemon thread polls for the parent and kills the group once it changes.
+    """
+    parent = os.environ.get(PARENT_ENV)
+    if not parent or not parent.isdigit():
+        return
+
+    def watch() -> None:
+        while os.getppid() == int(parent):
+            time.sleep(_PARENT_POLL_S)
+        os.killpg(os.getpgrp(), signal.SIGKILL)
+
+    threading.Thread(target=watch, name="end-with-parent", daemon=True).start()
 
 
 def _kill_group(proc: subprocess.Popen) -> None:

@@ -87,13 +87,7 @@ def load_text(data: DataDir, source: DataSource) -> str:
     path = data.file(source)
     if path is not None:
         return path.read_text(encoding="utf-8").replace("\r\n", "\n")  # stored upstream with CRLF
-    if source.hub and hub_online():
-        from datasets import load_dataset
-
-        rows = load_dataset(source.hub["path"], source.hub.get("name"), split=source.hub.get("split", "test"))
-        return "".join(rows["text"])
-    data.require(source)  # raises, naming every place searched
-    raise AssertionError("unreachable")
+    return "".join(_hub_rows(data, source)["text"])
 
 
 def load_jsonl_records(data: DataDir, source: DataSource) -> list[dict]:
@@ -103,13 +97,33 @@ def load_jsonl_records(data: DataDir, source: DataSource) -> list[dict]:
     path = data.file(source)
     if path is not None:
         return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
-    if source.hub and hub_online():
-        from datasets import load_dataset
+    return [dict(r) for r in _hub_rows(data, source)]
 
-        rows = load_dataset(source.hub["path"], source.hub.get("name"), split=source.hub.get("split", "test"))
-        return [dict(r) for r in rows]
-    data.require(source)
-    raise AssertionError("unreachable")
+
+def _hub_rows(data: DataDir, source: DataSource):
+    """The hub split of a set that no data directory holds; MissingDataError (exit 2) naming every
+    directory searched when the hub is off (``HF_HUB_OFFLINE``) or cannot provide it.
+
+    Why not a transient error when the hub is unreachable: on a build machine without the hub
+    a retry can never succeed; what fixes it is the data directory, which the message names.
+    """
+    if not (source.hub and hub_online()):
+        data.require(source)  # raises, naming every place searched
+    assert source.hub is not None
+    from datasets import load_dataset
+
+    try:
+        return load_dataset(source.hub["path"], source.hub.get("name"), split=source.hub.get("split", "test"))
+    except Exception as exc:  # whatever the hub client raises when it cannot answer
+        reason = (str(exc).splitlines() or [""])[0][:200]
+        raise MissingDataError(
+            source.local,
+            "not found in "
+            + ", ".join(str(c) for c in data.candidates)
+            + f", and the hub could not provide {source.hub['path']} ({type(exc).__name__}: {reason})",
+            "pass --data-dir DIR (or set QUANTGATE_DATA) pointing at a directory that holds it; "
+            "set HF_HUB_OFFLINE=1 where there is no hub",
+        ) from exc
 
 
 def jsonl_file(data: DataDir, source: DataSource, cache_dir: Path) -> Path:

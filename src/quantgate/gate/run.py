@@ -15,7 +15,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from quantgate.artifact import read_manifest
+from quantgate.artifact import Manifest, artifact_dirs, read_manifest
 from quantgate.atomic import write_json
 from quantgate.config.gates import load_gates, project_suites
 from quantgate.config.targets import Catalog
@@ -41,23 +41,28 @@ def read_results(eval_dir: Path) -> Results:
     }
 
 
+def _manifests(artifacts_dir: Path | None) -> dict[str, Manifest]:
+    """The artifacts' manifests by directory name: ``artifact_dirs``' choice, so a killed build's
+    hidden temporary copy is never read as an artifact."""
+    if artifacts_dir is None or not Path(artifacts_dir).is_dir():
+        return {}
+    try:
+        dirs = artifact_dirs(Path(artifacts_dir))
+    except InputError:  # no artifact there: the gate reports what evaluation found
+        return {}
+    return {d.name: m for d in dirs if (m := read_manifest(d)) is not None}
+
+
 def _manifest_facts(artifacts_dir: Path | None) -> tuple[str | None, str | None]:
     """(model class, architecture) from the first artifact manifest that has them."""
-    if artifacts_dir is None or not Path(artifacts_dir).is_dir():
-        return None, None
-    for d in sorted(Path(artifacts_dir).iterdir()):
-        manifest = read_manifest(d) if d.is_dir() else None
-        if manifest is not None:
-            return manifest.source.model_class, manifest.source.architecture
+    for manifest in _manifests(artifacts_dir).values():
+        return manifest.source.model_class, manifest.source.architecture
     return None, None
 
 
 def _serving(artifacts_dir: Path | None) -> dict[str, ServingTable]:
     """Each artifact's serving check, from its manifest (artifacts built before the check have none)."""
-    if artifacts_dir is None or not Path(artifacts_dir).is_dir():
-        return {}
-    manifests = {d.name: read_manifest(d) for d in sorted(Path(artifacts_dir).iterdir()) if d.is_dir()}
-    return {name: m.serving for name, m in manifests.items() if m is not None and m.serving is not None}
+    return {name: m.serving for name, m in _manifests(artifacts_dir).items() if m.serving is not None}
 
 
 def gate_results(

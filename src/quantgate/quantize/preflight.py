@@ -46,11 +46,10 @@ def quantized_weight_shapes(source: SourceRecord, ignore: list[str]) -> dict[str
     from compressed_tensors.utils.match import match_quantizable_tensors
 
     shapes: dict[str, tuple[int, ...]] = {}
-    for rel in source.files:
-        if rel.endswith(".safetensors"):
-            for name, info in read_header(Path(source.path) / rel).tensors.items():
-                if len(info.shape) == 2 and "embed" not in name:
-                    shapes[name] = tuple(info.shape)
+    for rel in source.weight_files:  # the files every engine reads, no other *.safetensors
+        for name, info in read_header(Path(source.path) / rel).tensors.items():
+            if len(info.shape) == 2 and "embed" not in name:
+                shapes[name] = tuple(info.shape)
     matched = dict(match_quantizable_tensors(dict.fromkeys(shapes), ignore=ignore, targets=["Linear"]))
     return {module: shapes[tensor] for module, tensor in matched.items()}
 

@@ -13,6 +13,7 @@ from quantgate.errors import ConfigFileError, UsageError
 from quantgate.evaluate.data import DataDir, DataSource, MissingDataError, load_text
 from quantgate.evaluate.suites import EvalContext, load_suite, load_suites
 from quantgate.evaluate.suites.long_chain import accepted_per_step, first_divergence
+from support.servers import free_port
 
 pytestmark = pytest.mark.unit
 
@@ -52,6 +53,22 @@ def test_missing_data_names_the_file_and_every_place_searched(tmp_path, monkeypa
     message = str(info.value)
     assert "wiki.test.raw" in message and str(tmp_path / "a") in message and str(tmp_path / "b") in message
     assert "--data-dir" in message
+
+
+def test_missing_data_with_the_hub_unreachable_is_bad_input_naming_the_data_dir(tmp_path, monkeypatch):
+    """A build machine without the hub and without the data: exit 2 and where to put the data, not
+    a transient error that no retry can fix (HF_ENDPOINT: a loopback port nothing listens on)."""
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    monkeypatch.delenv("HF_DATASETS_OFFLINE", raising=False)
+    monkeypatch.setenv("HF_ENDPOINT", f"http://127.0.0.1:{free_port()}")
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
+    data = DataDir((tmp_path / "a",))
+    with pytest.raises(MissingDataError) as info:
+        load_text(data, DataSource(local="wikitext-2-raw/wiki.test.raw", hub={"path": "wikitext"}))
+    message = str(info.value)
+    assert info.value.exit_code == 2
+    assert "wiki.test.raw" in message and str(tmp_path / "a") in message
+    assert "the hub could not provide wikitext" in message and "--data-dir" in message
 
 
 def test_a_changed_data_file_is_refused(tmp_path):

@@ -81,3 +81,11 @@ def write_report(
     (directory / "report.json").write_text(json.dumps(report))
     (directory / "report.md").write_text("# report\n")
     return directory / "report.json"
+
+
+def installed_entries(pull_cache: Path) -> list[str]:
+    """The entries a pull cache holds (its hidden staging and lock files left out)."""
+    root = pull_cache / "pull"
+    if not root.exists():
+        return []
+    return sorted(p.name for p in root.iterdir() if not p.name.startswith(".") and p.is_dir())

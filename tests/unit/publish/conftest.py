@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from quantgate.publish import RegistryConfig
+from quantgate.publish import RegistryConfig, publish_report
 from support.artifacts import write_artifact, write_report
 from support.servers import TEST_CREDENTIALS, moto_s3
 
@@ -64,4 +64,12 @@ def s3_registry(moto, tmp_path, monkeypatch, request) -> RegistryConfig:
             "artifact_uri": f"s3://{moto.bucket}/{request.node.name}",
             "s3_endpoint_url": moto.url,
         }
+    )
+
+
+@pytest.fixture
+def published(artifacts, report, registry):
+    """The hopper-fp8 entry of a publish: approved for 'chat' only."""
+    return next(
+        a for a in publish_report(report, artifacts, registry).artifacts if a.artifact == "hopper-fp8"
     )

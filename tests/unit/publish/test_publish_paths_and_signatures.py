@@ -21,7 +21,7 @@ from quantgate.hashing import FileEntry, content_hash, sha256_file
 from quantgate.publish import RegistryConfig, naming, publish_report, pull
 from quantgate.publish.local_store import local_path
 from quantgate.publish.signing import SIGNATURE, generate_key_pair, sign
-from support.artifacts import MODEL, write_artifact, write_report
+from support.artifacts import MODEL, installed_entries, write_artifact, write_report
 
 pytestmark = pytest.mark.unit
 
@@ -61,18 +61,6 @@ def test_publish_refuses_a_symlink_leaving_the_artifact(artifacts, report, regis
     assert _client(registry).search_registered_models() == []
 
 
-@pytest.fixture
-def published(artifacts, report, registry):
-    return next(
-        a for a in publish_report(report, artifacts, registry).artifacts if a.artifact == "hopper-fp8"
-    )
-
-
-def _installed(pull_cache) -> list[str]:
-    root = pull_cache / "pull"
-    return sorted(p.name for p in root.iterdir() if len(p.name) == 64) if root.exists() else []
-
-
 def test_every_version_is_signed_and_the_signature_is_beside_its_manifest(published, registry):
     stored = local_path(published.source)
     assert (stored / SIGNATURE).is_file() and json.loads((stored / SIGNATURE).read_text())["dsseEnvelope"]
@@ -107,7 +95,7 @@ def test_a_store_manifest_with_a_hostile_name_is_tampering_even_when_signed(
     with pytest.raises(TamperedArtifactError, match="manifest.json") as err:
         pull(MODEL, "hopper-fp8", "chat", registry, cache_dir=pull_cache)
     assert err.value.exit_code == 2
-    assert _installed(pull_cache) == []
+    assert installed_entries(pull_cache) == []
     assert not list(tmp_path.rglob("escaped"))
 
 
@@ -116,7 +104,7 @@ def test_an_unsigned_version_is_refused(published, registry, pull_cache):
     with pytest.raises(SignatureError, match="not signed") as err:
         pull(MODEL, "hopper-fp8", "chat", registry, cache_dir=pull_cache)
     assert err.value.exit_code == 2 and "\n" not in str(err.value)
-    assert _installed(pull_cache) == []
+    assert installed_entries(pull_cache) == []
 
 
 def test_a_manifest_signed_by_an_unknown_key_is_refused(published, registry, pull_cache, tmp_path):
@@ -125,7 +113,7 @@ def test_a_manifest_signed_by_an_unknown_key_is_refused(published, registry, pul
     (stored / SIGNATURE).write_bytes(sign(stored / MANIFEST, other))
     with pytest.raises(SignatureError, match="does not trust"):
         pull(MODEL, "hopper-fp8", "chat", registry, cache_dir=pull_cache)
-    assert _installed(pull_cache) == []
+    assert installed_entries(pull_cache) == []
     # trusting that key too (the fleet's list) makes the same bytes acceptable
     both = registry.model_copy(update={"trusted_keys": (*registry.trusted_keys, *other.trusted_keys)})
     assert pull(MODEL, "hopper-fp8", "chat", both, cache_dir=pull_cache).is_dir()

@@ -18,26 +18,9 @@ from quantgate.errors import (
 from quantgate.publish import publish_report, pull
 from quantgate.publish.local_store import local_path
 from quantgate.publish.signing import SIGNATURE
-from support.artifacts import MODEL, write_artifact, write_report
+from support.artifacts import MODEL, installed_entries, write_artifact, write_report
 
 pytestmark = pytest.mark.unit
-
-
-@pytest.fixture
-def published(artifacts, report, registry):
-    """The hopper-fp8 entry of a publish: approved for 'chat' only."""
-    return next(
-        a for a in publish_report(report, artifacts, registry).artifacts if a.artifact == "hopper-fp8"
-    )
-
-
-def _installed(pull_cache) -> list[str]:
-    root = pull_cache / "pull"
-    return (
-        sorted(p.name for p in root.iterdir() if not p.name.startswith(".") and p.is_dir())
-        if root.exists()
-        else []
-    )
 
 
 def test_pull_installs_a_byte_identical_verified_copy(published, artifacts, registry, pull_cache):
@@ -78,7 +61,7 @@ def test_a_file_altered_in_the_store_is_caught_and_nothing_installed(published, 
     with pytest.raises(TamperedArtifactError, match="model.safetensors") as err:
         pull(MODEL, "hopper-fp8", "chat", registry, cache_dir=pull_cache)
     assert err.value.exit_code == 2 and "sha256" in str(err.value)
-    assert _installed(pull_cache) == []
+    assert installed_entries(pull_cache) == []
     assert not (pull_cache / "pull" / ".partial" / published.content_hash / "model.safetensors").exists()
 
 
@@ -90,7 +73,7 @@ def test_a_manifest_swapped_in_the_store_to_match_altered_files_is_caught(publis
     (stored / MANIFEST).write_text(json.dumps(manifest))
     with pytest.raises(TamperedArtifactError, match="manifest.json"):
         pull(MODEL, "hopper-fp8", "chat", registry, cache_dir=pull_cache)
-    assert _installed(pull_cache) == []
+    assert installed_entries(pull_cache) == []
 
 
 def test_a_file_missing_from_the_store_is_named(published, registry, pull_cache):
@@ -109,7 +92,7 @@ def test_an_unapproved_tenant_or_version_is_refused_unless_allowed(
         pull(MODEL, "draft-int4", "chat", registry, cache_dir=pull_cache, version="1")
     with pytest.raises(UnapprovedVersionError):  # failed its gate: no alias for anyone
         pull(MODEL, "draft-int4", "chat", registry, cache_dir=pull_cache)
-    assert _installed(pull_cache) == []
+    assert installed_entries(pull_cache) == []
     path = pull(MODEL, "draft-int4", "chat", registry, cache_dir=pull_cache, allow_unapproved=True)
     assert hash_files(path) == hash_files(artifacts / "draft-int4")
 
@@ -136,7 +119,7 @@ def test_an_interrupted_pull_resumes_keeping_verified_files(published, registry,
     monkeypatch.setattr(local_store, "copy_atomic", die_after_first_file)
     with pytest.raises(OSError, match="injected"):
         pull(MODEL, "hopper-fp8", "chat", registry, cache_dir=pull_cache)
-    assert _installed(pull_cache) == [] and len(copied) == 1
+    assert installed_entries(pull_cache) == [] and len(copied) == 1
     rel = copied[0].relative_to(pull_cache / "pull" / ".partial" / published.content_hash)
     kept = copied[0].stat().st_ino
     monkeypatch.setattr(local_store, "copy_atomic", real_copy)
@@ -175,7 +158,7 @@ def test_least_recently_used_entries_are_evicted_past_the_size_limit(registry, p
     pull(MODEL, "t1", "b", small, cache_dir=pull_cache)
     pull(MODEL, "t0", "a", small, cache_dir=pull_cache)  # t0 used again: t1 is now least recent
     third = pull(MODEL, "t2", "c", small, cache_dir=pull_cache)
-    assert set(_installed(pull_cache)) == {first.name, third.name}
+    assert set(installed_entries(pull_cache)) == {first.name, third.name}
 
 
 def _with_source_files(tmp_path, source_tokenizer: bytes):
@@ -202,7 +185,7 @@ def test_a_tokenizer_that_is_not_the_sources_is_refused(registry, pull_cache, tm
     with pytest.raises(TamperedArtifactError, match="tokenizer.json: is not the source's") as err:
         pull(MODEL, "hopper-fp8", "chat", registry, cache_dir=pull_cache)
     assert err.value.exit_code == 2
-    assert _installed(pull_cache) == []
+    assert installed_entries(pull_cache) == []
 
 
 def test_support_files_that_are_the_sources_pass(registry, pull_cache, tmp_path):

@@ -9,17 +9,10 @@ import pytest
 
 from quantgate.artifact import hash_files
 from quantgate.errors import TamperedArtifactError, UsageError
-from quantgate.publish import publish_report, pull
+from quantgate.publish import pull
 from support.artifacts import MODEL
 
 pytestmark = pytest.mark.unit
-
-
-@pytest.fixture
-def published(artifacts, report, registry):
-    return next(
-        a for a in publish_report(report, artifacts, registry).artifacts if a.artifact == "hopper-fp8"
-    )
 
 
 def _flip_keeping_stat(path, at=1000):

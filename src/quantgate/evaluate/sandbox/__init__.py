@@ -373,17 +373,8 @@ def _children(pid: int) -> list[int]:
 
 
 def _read_report(fd: int) -> dict:
-    os.set_blocking(fd, False)
-    chunks = []
     try:
-        while chunk := os.read(fd, 65536):
-            chunks.append(chunk)
-    except BlockingIOError:
-        pass
-    finally:
-        os.close(fd)
-    try:
-        return json.loads(b"".join(chunks) or b"{}")
+        return json.loads(supervisor.drain(fd) or b"{}")
     except ValueError:
         return {"error": f"{SETUP_FAILED}: unreadable report from the supervisor"}
 

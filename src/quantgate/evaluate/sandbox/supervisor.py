@@ -199,8 +199,8 @@ def _start_check(spawn, config: dict, calls_source: str, tests: str, deadline: f
     return harness, check_r
 
 
-def _read_check(fd: int) -> dict | None:
-    """The harness's account (after it ended): ``{"passed": bool, "error"?: str}``, or None."""
+def drain(fd: int) -> bytes:
+    """What a pipe holds now, without waiting for more; closes ``fd`` (its writer has ended)."""
     os.set_blocking(fd, False)
     chunks = []
     try:
@@ -210,8 +210,13 @@ def _read_check(fd: int) -> dict | None:
         pass
     finally:
         os.close(fd)
+    return b"".join(chunks)
+
+
+def _read_check(fd: int) -> dict | None:
+    """The harness's account (after it ended): ``{"passed": bool, "error"?: str}``, or None."""
     try:
-        answer = json.loads(b"".join(chunks))
+        answer = json.loads(drain(fd))
     except ValueError:
         return None
     return answer if isinstance(answer, dict) else None

@@ -90,6 +90,19 @@ class BuildInfo(_Part):
     linked_from: str | None = None
 
 
+class RepairRef(_Part):
+    """A repaired variant (``quantgate.repair``): which layer groups its uniform parent kept at the
+    next precision up, so evaluation emulates each module in its own format and the registry's
+    lineage tags name the repair."""
+
+    parent_build_key: str  # the uniform artifact's build key: the variant's lineage
+    upgrade: str  # the kept precision's label (FP8, bf16)
+    units_total: NonNegativeInt  # layer groups the uniform artifact quantizes
+    kept_units: list[str]  # layer groups kept, most sensitive first (a fused group is one unit)
+    kept_modules: list[str]  # their modules on disk
+    numerics: Numerics | None = None  # how kept modules compute; None: source precision (unquantized)
+
+
 class Manifest(_Part):
     """``manifest.json``: what an artifact is, what it was built from, the hash of every file."""
 
@@ -111,6 +124,8 @@ class Manifest(_Part):
     # support files (SUPPORT_FILES) copied from the source, by the sha256 of the source's bytes;
     # pull refuses an artifact whose file differs (None: built before they were restored)
     source_files: dict[str, str] | None = None
+    # a repaired variant of the target's uniform artifact (None: the uniform recipe as written)
+    repair: RepairRef | None = None
 
     @field_validator("files")
     @classmethod

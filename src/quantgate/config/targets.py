@@ -97,6 +97,30 @@ class Serving(Frozen):
         return sorted(sizes)
 
 
+class RepairUpgrade(Frozen):
+    """What auto-repair keeps a sensitive layer group at: the next precision up on this hardware.
+
+    ``scheme`` is the llm-compressor preset scheme the kept groups get in a second config group of
+    the same compressed-tensors checkpoint (FP8_DYNAMIC under NVFP4); None keeps them in the
+    source's precision (FP8 targets: the next step up is bf16, an ``ignore`` entry). ``numerics``
+    is how the kept groups compute, for evaluation; None when they stay in the source's precision.
+    """
+
+    scheme: str | None = None
+    format: Literal["float-quantized", "nvfp4-pack-quantized", "pack-quantized"] | None = None
+    numerics: Numerics | None = None
+    label: str = Field(description="how reports name the kept precision, e.g. 'FP8' or 'bf16'")
+
+    @field_validator("numerics")
+    @classmethod
+    def _numerics_with_scheme(cls, numerics: Numerics | None, info: Any) -> Numerics | None:
+        """A quantized upgrade needs the numerics to emulate it; an unquantized one has none."""
+        scheme, fmt = info.data.get("scheme"), info.data.get("format")
+        if (scheme is None) != (numerics is None) or (scheme is None) != (fmt is None):
+            raise ValueError("scheme, format and numerics are given together (a quantized upgrade) or not at all (bf16)")
+        return numerics
+
+
 class Target(Frozen):
     """``targets/<name>.yaml``: what one piece of serving hardware runs, and its serving contract."""
 
@@ -110,6 +134,8 @@ class Target(Frozen):
     kv_cache: KVCache
     serving: Serving
     serving_notes: str = ""
+    # auto-repair (quantgate.repair): the precision sensitive layer groups are kept at; None: no repair
+    repair: RepairUpgrade | None = None
 
 
 class Calibration(Frozen):

@@ -75,6 +75,17 @@ def read_kv_scales(artifact_dir: Path) -> dict[str, tuple[torch.Tensor, torch.Te
     return {m: (t["k_scale"], t["v_scale"]) for m, t in sorted(found.items())}
 
 
+def split_groups(config: dict[str, Any], kept: frozenset[str]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The quantization config as two: config groups for the target's own format, and those whose
+    targets are all modules a repaired variant kept one precision up (``quantgate.repair``)."""
+    groups = config.get("config_groups") or {}
+    upgraded = {
+        name: g for name, g in groups.items() if kept and g.get("targets") and set(g["targets"]) <= kept
+    }
+    rest = {name: g for name, g in groups.items() if name not in upgraded}
+    return {**config, "config_groups": rest}, {**config, "config_groups": upgraded}
+
+
 def check_config(
     path: Path, config: dict[str, Any], disk_format: str, expects: dict[str, Any] | None
 ) -> None:

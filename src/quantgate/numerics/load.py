@@ -56,12 +56,13 @@ from quantgate.numerics.artifact import (
     quantization_config,
     read_kv_scales,
     read_quantized_tensors,
+    split_groups,
 )
 from quantgate.numerics.emulated import EmulatedLinear
-from quantgate.numerics.formats import activation_format, kv_cache_format
+from quantgate.numerics.formats import ActivationFormat, activation_format, kv_cache_format
 from quantgate.numerics.kvcache import attention_modules, install_kv_cache, latent_attention
 from quantgate.numerics.moe import EmulatedExperts
-from quantgate.numerics.weights import weight_format
+from quantgate.numerics.weights import WeightFormat, weight_format
 
 _ACCUMULATION_NOTE = (
     "emulated: precise fp32 accumulation of exactly decoded operands; a serving kernel with fast "
@@ -258,6 +259,43 @@ def _moe_notes(experts: list[EmulatedExperts]) -> tuple[str, ...]:
     return (*notes, *dict.fromkeys(n for m in experts for n in m.notes))
 
 
+@dataclass(frozen=True)
+class _Kept:
+    """A repaired variant's kept modules and how they compute (``weights`` None: unquantized)."""
+
+    modules: frozenset[str]
+    weights: WeightFormat | None
+    activations: ActivationFormat | None
+    declared_expects: dict[str, Any] | None
+    note: str
+
+
+def _kept_numerics(artifact_dir: Path, activations: bool) -> _Kept | None:
+    """What a repaired variant's manifest says its kept layer groups compute in; None for a uniform artifact."""
+    manifest = read_manifest(artifact_dir)
+    repair = manifest.repair if manifest is not None else None
+    if repair is None:
+        return None
+    note = (
+        f"repair: {len(repair.kept_units)} of {repair.units_total} layer groups kept at {repair.upgrade} "
+        f"({len(repair.kept_modules)} modules), each emulated in its own format"
+    )
+    if repair.numerics is None:
+        return _Kept(frozenset(repair.kept_modules), None, None, None, note)
+    declared = (
+        None
+        if repair.numerics.activations == ActivationNumerics.NONE
+        else activation_format(repair.numerics.activations.value)
+    )
+    return _Kept(
+        frozenset(repair.kept_modules),
+        weight_format(repair.numerics.weights.value),
+        declared if activations else None,
+        declared.expects if declared is not None else None,
+        note,
+    )
+
+
 def load_for_eval(
     artifact_dir: Path,
     target: Target | None = None,
@@ -278,9 +316,22 @@ def load_for_eval(
     act = declared_act if activations else None
     config_path = artifact_dir / "config.json"
     qconfig = quantization_config(artifact_dir)
+    kept = _kept_numerics(artifact_dir, activations)
+    primary_groups, kept_groups = split_groups(qconfig, kept.modules if kept is not None else frozenset())
     check_config(
-        config_path, qconfig, wfmt.disk_format, declared_act.expects if declared_act is not None else None
+        config_path,
+        primary_groups,
+        wfmt.disk_format,
+        declared_act.expects if declared_act is not None else None,
     )
+    if kept_groups.get("config_groups"):
+        if kept is None or kept.weights is None:
+            raise InputError(
+                config_path,
+                "config groups name modules a repair kept in the source's precision",
+                "rebuild the variant with quantgate repair",
+            )
+        check_config(config_path, kept_groups, kept.weights.disk_format, kept.declared_expects)
     kv_scheme = kv_cache_scheme(artifact_dir, qconfig)
     if kv_scheme is not None and n.kv_cache == KVCache.BF16 and not n.kv_from_manifest:
         n = replace(n, kv_cache=KVCache.FP8_E4M3)  # no manifest: what the artifact declares is what it is
@@ -309,7 +360,12 @@ def load_for_eval(
         )
     # everything is decoded and matched against a meta-device skeleton first, so a mismatch is
     # reported as such rather than as whatever transformers makes of unexpected tensors
-    emulated = emulated_modules(artifact_dir, raw, wfmt, act)
+    emulated = emulated_modules(
+        artifact_dir, {m: t for m, t in raw.items() if kept is None or m not in kept.modules}, wfmt, act
+    )
+    if kept is not None and kept.weights is not None:
+        kept_raw = {m: t for m, t in raw.items() if m in kept.modules}
+        emulated.update(emulated_modules(artifact_dir, kept_raw, kept.weights, kept.activations))
     model, tokenizer, missing = _load_hf(artifact_dir)
     _refuse_missing(artifact_dir, missing, emulated)
     for name, module in emulated.items():
@@ -390,7 +446,14 @@ def load_for_eval(
             kv_cache_calibrated=(scales is not None) if kv_name is not None else None,
             k_scale_range=k_range if kv_name is not None else None,
             v_scale_range=v_range if kv_name is not None else None,
-            notes=(_ACCUMULATION_NOTE, wfmt.note, act_note, kv_note, *moe_notes),
+            notes=(
+                _ACCUMULATION_NOTE,
+                wfmt.note,
+                act_note,
+                kv_note,
+                *moe_notes,
+                *((kept.note,) if kept is not None else ()),
+            ),
         ),
     )
 

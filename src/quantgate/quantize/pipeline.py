@@ -33,6 +33,7 @@ from quantgate.artifact import (
     CalibrationRef,
     Manifest,
     RecipeRef,
+    RepairRef,
     SourceRef,
     build_key,
     hash_files,
@@ -129,6 +130,7 @@ class PlannedBuild(Frozen):
     recipe: Recipe
     recipe_sha256: str  # the recipe file's bytes when planned: the build key's recipe part
     kv_cache: KVCache  # the policy's decision (kv_calibration.kv_decisions), not re-derived by a step
+    repair: RepairRef | None = None  # a repaired variant (quantgate.repair): recorded in its manifest
 
     @property
     def needs_calibration(self) -> bool:
@@ -263,8 +265,8 @@ def _build_all(
     # still leaves the cheap artifacts in place
     results: list[BuildResult] = []
     built_by_key: dict[str, Path] = {}
-    for target, recipe, recipe_sha, kv in (
-        (p.target, p.recipe, p.recipe_sha256, p.kv_cache)
+    for target, recipe, recipe_sha, kv, repair in (
+        (p.target, p.recipe, p.recipe_sha256, p.kv_cache, p.repair)
         for p in sorted(planned, key=lambda p: p.recipe.calibration.required)
     ):
         # a data-free recipe reads the calibration set only for FP8 KV scales
@@ -338,7 +340,9 @@ def _build_all(
             manifest = _manifest(
                 target, kv, recipe, recipe_sha, source, calib, key, tools, tmp, seconds, linked_from
             )
-            manifest = manifest.model_copy(update={"serving": serving, "source_files": source_files})
+            manifest = manifest.model_copy(
+                update={"serving": serving, "source_files": source_files, "repair": repair}
+            )
             write_manifest(tmp, manifest)
             finalize.set_modes(tmp)  # 0644/0755, whatever the umask and the engine's temporary files
             install_dir(tmp, final)  # replaces an older artifact only once this one is whole

@@ -62,6 +62,7 @@ from quantgate.numerics.emulated import EmulatedLinear
 from quantgate.numerics.formats import ActivationFormat, activation_format, kv_cache_format
 from quantgate.numerics.kvcache import attention_modules, install_kv_cache, latent_attention
 from quantgate.numerics.moe import EmulatedExperts
+from quantgate.numerics.native import apply_native
 from quantgate.numerics.weights import WeightFormat, weight_format
 
 _ACCUMULATION_NOTE = (
@@ -303,10 +304,12 @@ def load_for_eval(
     activations: bool = True,
     kv_cache: bool = True,
     device: str | torch.device = "cpu",
+    native: bool = True,
 ) -> EvalModel:
     """The artifact as its target computes it (emulated). ``activations=False`` keeps the same
     weights with unquantized activations (the W*A16 view, for comparison); ``kv_cache=False``
-    keeps the KV cache in bf16."""
+    keeps the KV cache in bf16. On a CUDA device with FP8 tensor cores, FP8 W8A8 linears run on
+    the hardware's kernel (``native.py``, mode ``native``) unless ``native=False``."""
     artifact_dir = Path(artifact_dir)
     n = _resolve(artifact_dir, target)
     wfmt = weight_format(n.weights.value)
@@ -426,6 +429,7 @@ def load_for_eval(
         act_note = "activations: none (weight-only format), bf16 inputs multiplied in fp32"
 
     model.to(device)
+    ran_native = apply_native(model, device) if native else None
     return EvalModel(
         model=model,
         tokenizer=tokenizer,
@@ -435,7 +439,7 @@ def load_for_eval(
             weights=wfmt.name,
             activations=act.name if act is not None else "none",
             kv_cache=kv_report,
-            mode="emulated",
+            mode="native" if ran_native is not None else "emulated",
             device=str(device),
             native_on=n.native_on,
             modules_replaced=len(raw),
@@ -447,10 +451,11 @@ def load_for_eval(
             k_scale_range=k_range if kv_name is not None else None,
             v_scale_range=v_range if kv_name is not None else None,
             notes=(
-                _ACCUMULATION_NOTE,
+                ran_native.note if ran_native is not None else _ACCUMULATION_NOTE,
                 wfmt.note,
                 act_note,
-                kv_note,
+                kv_note
+                + ("; its FP8 rounding stays emulated" if ran_native is not None and kv_layers else ""),
                 *moe_notes,
                 *((kept.note,) if kept is not None else ()),
             ),

@@ -1,0 +1,162 @@
+"""Native FP8 GEMMs on Hopper (and Ada, Blackwell): ``hopper-fp8`` measured with the hardware's kernel.
+
+On CPU an FP8 artifact is emulated (``emulated.py``: exactly decoded operands, float32
+accumulation). Where CUDA with compute capability 8.9 or higher is present, the same
+artifact can run on the tensor cores themselves: ``torch._scaled_mm`` with the FP8 weights as
+stored, per-token FP8 activations quantized as vLLM's ``dynamic_per_token_scaled_fp8_quant``
+does (scale = max(amax/448, 1/(448*512)), x * (1/scale), clamp, round to nearest even), a
+per-channel weight scale and a per-token activation scale applied to the float32 accumulator
+in the epilogue, and precise accumulation (``use_fast_accum=False``), which is what vLLM's
+CUTLASS FP8 path does on Hopper. The result is then what the serving kernel computes, not a
+model of it; ``load_for_eval`` labels it ``native``.
+
+What stays emulated, and is said so in the report: modules whose shapes the kernel refuses
+(K or N not a multiple of 16), fused MoE experts (``moe.py``), and the FP8 KV cache: its
+quantization is the same cast on the GPU, but attention runs in bf16 over the dequantized
+values here, not in an FP8 attention kernel.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor, nn
+
+from quantgate.numerics.emulated import EmulatedLinear
+from quantgate.numerics.formats import FP8_E4M3FN_MAX
+
+MIN_CAPABILITY = (8, 9)  # Ada: the first NVIDIA architecture with FP8 tensor cores
+_NATIVE_PAIRS = {("fp8_e4m3fn", "fp8_e4m3fn_per_token")}  # (weights, activations) run natively
+
+
+def native_fp8_device(device: str | torch.device) -> bool:
+    """Whether ``device`` is a CUDA device with FP8 tensor cores (compute capability >= 8.9)."""
+    device = torch.device(device)
+    if device.type != "cuda" or not torch.cuda.is_available():
+        return False
+    return torch.cuda.get_device_capability(device) >= MIN_CAPABILITY
+
+
+def quantize_per_token(x: Tensor) -> tuple[Tensor, Tensor]:
+    """Dynamic per-token OCP FP8: (q [M, K] float8_e4m3fn, scale [M, 1] float32), as vLLM computes them.
+
+    The same float32 arithmetic as ``formats.fp8_per_token`` (the emulated path): the two paths
+    differ only in the GEMM, never in what is fed to it.
+    """
+    x = x.float()
+    amax = x.abs().amax(dim=-1, keepdim=True)
+    scale = (amax / FP8_E4M3FN_MAX).clamp(min=1.0 / (FP8_E4M3FN_MAX * 512.0))
+    q = (x * scale.reciprocal()).clamp(-FP8_E4M3FN_MAX, FP8_E4M3FN_MAX).to(torch.float8_e4m3fn)
+    return q, scale
+
+
+class NativeFP8Linear(nn.Module):
+    """An FP8 W8A8 Linear on ``torch._scaled_mm``: stored FP8 weights, per-token FP8 inputs."""
+
+    weight: Tensor
+    weight_scale: Tensor
+    bias: Tensor | None
+
+    def __init__(self, weight: Tensor, weight_scale: Tensor, bias: Tensor | None = None) -> None:
+        super().__init__()
+        if weight.dtype != torch.float8_e4m3fn:
+            raise ValueError(f"weight is {weight.dtype}, expected torch.float8_e4m3fn")
+        self.out_features, self.in_features = weight.shape
+        self.register_buffer("weight", weight.contiguous())
+        # the kernel takes the per-channel scale as a (1, N) float32 row
+        self.register_buffer("weight_scale", weight_scale.float().reshape(1, self.out_features).contiguous())
+        self.register_buffer("bias", None if bias is None else bias.detach().float())
+
+    @classmethod
+    def from_emulated(cls, module: EmulatedLinear) -> NativeFP8Linear:
+        """The same operands as an emulated FP8 module: its decoded values are FP8 x scale exactly,
+        so dividing by the scale gives the stored FP8 bytes back bit for bit."""
+        scale = module.weight_scale.reshape(-1, 1)
+        safe = torch.where(scale == 0, torch.ones_like(scale), scale)
+        weight = (module.weight / safe).to(torch.float8_e4m3fn)
+        return cls(weight, scale, module.bias)
+
+    @torch.no_grad()
+    def forward(self, x: Tensor) -> Tensor:
+        """The layer's output in bf16 (the kernel's output type), returned in the input's dtype."""
+        shape = x.shape
+        q, scale = quantize_per_token(x.reshape(-1, self.in_features))
+        y = torch._scaled_mm(
+            q,
+            self.weight.t(),  # column-major, as the kernel requires
+            scale_a=scale,
+            scale_b=self.weight_scale,
+            out_dtype=torch.bfloat16,
+            use_fast_accum=False,
+        )
+        if self.bias is not None:
+            y = (y.float() + self.bias).to(torch.bfloat16)
+        return y.reshape(*shape[:-1], self.out_features).to(x.dtype)
+
+    def extra_repr(self) -> str:
+        """Shape and kernel, for ``print(model)``."""
+        return f"in_features={self.in_features}, out_features={self.out_features}, kernel=torch._scaled_mm"
+
+
+@dataclass(frozen=True)
+class NativeResult:
+    """What ran natively: how many FP8 linears moved to the kernel, how many stayed emulated, and why."""
+
+    replaced: int
+    kept_emulated: int
+    device_name: str
+    capability: tuple[int, int]
+
+    @property
+    def note(self) -> str:
+        """The report line that replaces the emulation-fidelity note."""
+        major, minor = self.capability
+        kept = (
+            f"; {self.kept_emulated} left emulated (K or N not a multiple of 16)"
+            if self.kept_emulated
+            else ""
+        )
+        return (
+            f"native: {self.replaced} FP8 linears on torch._scaled_mm ({self.device_name}, sm_{major}{minor}), "
+            "per-token activation and per-channel weight scales in the epilogue, precise fp32 accumulation, "
+            f"bf16 output, as vLLM's CUTLASS FP8 path{kept}"
+        )
+
+
+def _kernel_accepts(module: EmulatedLinear) -> bool:
+    return module.in_features % 16 == 0 and module.out_features % 16 == 0
+
+
+def apply_native(model: nn.Module, device: str | torch.device) -> NativeResult | None:
+    """Swap every emulated FP8 W8A8 Linear of ``model`` (already on ``device``) for the native kernel.
+
+    None (nothing changed) where ``device`` has no FP8 tensor cores or the model has no module
+    of a natively supported format: those stay emulated and are labelled so.
+    """
+    if not native_fp8_device(device):
+        return None
+    candidates = [
+        (name, m)
+        for name, m in model.named_modules()
+        if isinstance(m, EmulatedLinear)
+        and (m.weight_format, m.activation.name if m.activation is not None else None) in _NATIVE_PAIRS
+    ]
+    if not candidates:
+        return None
+    replaced = 0
+    for name, module in candidates:
+        if not _kernel_accepts(module):
+            continue
+        parent, _, child = name.rpartition(".")
+        setattr(model.get_submodule(parent), child, NativeFP8Linear.from_emulated(module).to(device))
+        replaced += 1
+    if not replaced:
+        return None
+    torch_device = torch.device(device)
+    return NativeResult(
+        replaced=replaced,
+        kept_emulated=len(candidates) - replaced,
+        device_name=torch.cuda.get_device_name(torch_device),
+        capability=torch.cuda.get_device_capability(torch_device),
+    )

@@ -1,0 +1,114 @@
+"""Native FP8 (torch._scaled_mm) against the emulated path: same operands, labelled honestly.
+
+The module tests run on CPU too (torch's CPU ``_scaled_mm`` takes the same row-wise scales), so
+the operand recovery and the per-token quantization are checked in CI; the end-to-end tests are
+marked ``gpu`` and run only where CUDA with FP8 tensor cores exists.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from quantgate.calibration import build_set, load_spec
+from quantgate.config.gates import load_gates
+from quantgate.intake import intake
+from quantgate.numerics import EmulatedLinear, load_for_eval
+from quantgate.numerics.formats import activation_format, fp8_e4m3fn_per_token
+from quantgate.numerics.native import NativeFP8Linear, apply_native, native_fp8_device, quantize_per_token
+from quantgate.numerics.weights import weight_format
+from quantgate.quantize.pipeline import build_targets
+
+pytestmark = pytest.mark.unit
+
+IDS = torch.randint(3, 512, (2, 24), generator=torch.Generator().manual_seed(0))
+needs_fp8_gpu = pytest.mark.skipif(
+    not native_fp8_device("cuda"), reason="needs CUDA with FP8 tensor cores (compute capability >= 8.9)"
+)
+
+
+def _emulated_fp8(out_features: int = 48, in_features: int = 64, seed: int = 0) -> EmulatedLinear:
+    g = torch.Generator().manual_seed(seed)
+    weight = (torch.randn(out_features, in_features, generator=g) * 100).clamp(-448, 448)
+    tensors = {
+        "weight": weight.to(torch.float8_e4m3fn),
+        "weight_scale": torch.rand(out_features, 1, generator=g) * 1e-3 + 1e-5,
+    }
+    return EmulatedLinear(
+        weight_format("fp8_e4m3fn").decode(tensors),
+        activation_format("fp8_e4m3fn_per_token"),
+        weight_format="fp8_e4m3fn",
+    )
+
+
+def test_native_module_holds_the_stored_fp8_bytes_exactly():
+    emulated = _emulated_fp8()
+    native = NativeFP8Linear.from_emulated(emulated)
+    assert native.weight.dtype == torch.float8_e4m3fn
+    back = native.weight.float() * native.weight_scale.reshape(-1, 1)
+    assert torch.equal(back, emulated.weight)  # bit for bit the operand the emulation multiplies
+
+
+def test_per_token_quantization_is_the_emulated_one():
+    x = torch.randn(7, 64, dtype=torch.bfloat16) * torch.logspace(-3, 2, 7).reshape(7, 1)
+    x[3] = 0  # an all-zero row takes the floor scale, not a division by zero
+    q, scale = quantize_per_token(x)
+    assert torch.equal(q.float() * scale, fp8_e4m3fn_per_token(x))
+
+
+def test_native_module_matches_emulation_up_to_its_bf16_output():
+    emulated = _emulated_fp8()
+    native = NativeFP8Linear.from_emulated(emulated)
+    x = torch.randn(3, 5, 64, dtype=torch.bfloat16)
+    reference = emulated.matmul(x)  # float32: exactly decoded operands, fp32 accumulation
+    out = native(x)
+    assert out.shape == (3, 5, 48) and out.dtype == torch.bfloat16
+    relative = (out.float() - reference).norm() / reference.norm()
+    assert relative < 4e-3  # bf16 output rounding (2^-9 relative per element), nothing more
+
+
+def test_on_cpu_nothing_is_native(tmp_path):
+    model = torch.nn.Sequential(_emulated_fp8())
+    assert apply_native(model, "cpu") is None
+    assert isinstance(model[0], EmulatedLinear)
+
+
+@pytest.fixture(scope="module")
+def hopper_artifact(tiny_source, tmp_path_factory, repo_root, catalog) -> Path:
+    record = intake(tiny_source, load_gates(repo_root / "gates.yaml", catalog))
+    out = tmp_path_factory.mktemp("native-artifacts")
+    calibration = build_set(load_spec(repo_root / "calibration_sets" / "default.yaml"))
+    (result,) = build_targets(record, ["hopper-fp8"], out, catalog, calibration)
+    return result.path
+
+
+def test_cpu_evaluation_is_labelled_emulated(hopper_artifact):
+    numerics = load_for_eval(hopper_artifact).numerics
+    assert numerics.mode == "emulated"
+    assert not any(note.startswith("native:") for note in numerics.notes)
+
+
+@pytest.mark.gpu
+@needs_fp8_gpu
+def test_gpu_evaluation_runs_the_fp8_kernel_and_says_so(hopper_artifact):
+    loaded = load_for_eval(hopper_artifact, device="cuda")
+    assert loaded.numerics.mode == "native"
+    assert loaded.numerics.notes[0].startswith("native:") and "_scaled_mm" in loaded.numerics.notes[0]
+    assert any(isinstance(m, NativeFP8Linear) for m in loaded.model.modules())
+    assert not any(isinstance(m, EmulatedLinear) for m in loaded.model.modules())
+    assert loaded.numerics.kv_cache_layers > 0 and "stays emulated" in loaded.numerics.notes[3]
+
+
+@pytest.mark.gpu
+@needs_fp8_gpu
+def test_gpu_native_logits_agree_with_emulation_on_the_same_artifact(hopper_artifact):
+    ids = IDS.to("cuda")
+    with torch.no_grad():
+        native = load_for_eval(hopper_artifact, device="cuda").model(ids).logits.float()
+        emulated_model = load_for_eval(hopper_artifact, device="cuda", native=False)
+        assert emulated_model.numerics.mode == "emulated"
+        emulated = emulated_model.model(ids).logits.float()
+    relative = (native - emulated).norm() / emulated.norm()
+    assert 0 < relative < 2e-2  # the kernel is really used (not identical) and computes the same function

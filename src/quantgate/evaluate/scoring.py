@@ -83,10 +83,12 @@ def _chunks(model, batch: list[list[int]], pad_id: int, stats: fusion.ChunkStats
     for row, seq in enumerate(batch):
         ids[row, : len(seq)] = torch.tensor(seq)
         mask[row, : len(seq)] = 1
+    device = head.weight.device  # the model's device (a GPU worker's CUDA): inputs go to it
     # no mask when nothing is padded: the decoder's causal fast paths apply
-    hidden = decoder(input_ids=ids, attention_mask=None if bool(mask.all()) else mask).last_hidden_state
+    attention_mask = None if bool(mask.all()) else mask.to(device)
+    hidden = decoder(input_ids=ids.to(device), attention_mask=attention_mask).last_hidden_state
     scored = torch.cat([hidden[row, : len(seq) - 1] for row, seq in enumerate(batch)])
-    targets = torch.tensor([t for seq in batch for t in seq[1:]], dtype=torch.long)
+    targets = torch.tensor([t for seq in batch for t in seq[1:]], dtype=torch.long).to(device)
     for start in range(0, len(scored), _CHUNK):
         rows = slice(start, min(len(scored), start + _CHUNK))
         logits, lse, top = stats(head(scored[rows]))
@@ -115,9 +117,10 @@ def build_reference(
             ids.append(top.indices.to(torch.int32))
             logp.append(top.values - chunk.lse[:, None])
             target.append(chunk.logits.gather(1, chunk.targets[:, None])[:, 0] - chunk.lse)
-        ref.topk_ids += _split(torch.cat(ids), batch)
-        ref.topk_logp += _split(torch.cat(logp), batch)
-        ref.target_logp += _split(torch.cat(target), batch)
+        # the reference lives on the CPU (it is cached on disk and outlives the model)
+        ref.topk_ids += _split(torch.cat(ids).cpu(), batch)
+        ref.topk_logp += _split(torch.cat(logp).cpu(), batch)
+        ref.target_logp += _split(torch.cat(target).cpu(), batch)
         if on_batch:
             on_batch(len(batch))
     return ref
@@ -148,10 +151,12 @@ def score(
     """Score ``model`` on ``sequences`` against the source's reference: per position NLL, KL
     to the source and top-1 agreement (the source against itself: KL 0, agreement 1)."""
     out: list[Scores] = []
-    stats = fusion.prepare(_decoder_and_head(model)[0], _scored_tokens(sequences))
+    decoder, head = _decoder_and_head(model)
+    stats = fusion.prepare(decoder, _scored_tokens(sequences))
+    device = head.weight.device
     for start, batch in _batches(sequences, batch_size):
-        ref_ids = torch.cat(ref.topk_ids[start : start + len(batch)]).long()
-        ref_logp = torch.cat(ref.topk_logp[start : start + len(batch)])
+        ref_ids = torch.cat(ref.topk_ids[start : start + len(batch)]).long().to(device)
+        ref_logp = torch.cat(ref.topk_logp[start : start + len(batch)]).to(device)
         nll, kld, agree = [], [], []
         for chunk in _chunks(model, batch, pad_id, stats):
             ids = ref_ids[chunk.rows]
@@ -163,9 +168,9 @@ def score(
         out += [
             Scores(nll=n, kld=d, agree=a)
             for n, d, a in zip(
-                _split(torch.cat(nll), batch),
-                _split(torch.cat(kld), batch),
-                _split(torch.cat(agree), batch),
+                _split(torch.cat(nll).cpu(), batch),
+                _split(torch.cat(kld).cpu(), batch),
+                _split(torch.cat(agree).cpu(), batch),
                 strict=True,
             )
         ]

@@ -20,9 +20,16 @@ from quantgate.config.targets import Frozen
 from quantgate.errors import ConfigFileError
 from quantgate.evaluate.paired import flip_metrics
 from quantgate.evaluate.suites import EvalContext, SuiteKind, SuiteResult, SuiteSpec, register
-from quantgate.evaluate.suites.metrics import Metric, correctness, perplexity, require_evaluated
+from quantgate.evaluate.suites.metrics import Metric, Sums, correctness, perplexity, require_evaluated
 
-PERPLEXITY = Metric(False, True, "exp of the token-weighted mean NLL over items", perplexity("nll"))
+PERPLEXITY = Metric(
+    False,
+    True,
+    "exp of the token-weighted mean NLL over items",
+    perplexity("nll"),
+    # per-item ranges for sequential evaluation, as the text suites declare them
+    sums=Sums(lambda a, s: a["nll"], lambda a, s: a["tokens"], (0.0, 30.0), log=True, diff=(-1.0, 1.0)),
+)
 
 
 class DomainSizes(Frozen):

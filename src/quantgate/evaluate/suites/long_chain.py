@@ -20,20 +20,31 @@ from pydantic import Field, NonNegativeInt, PositiveInt
 from quantgate.config.targets import Frozen
 from quantgate.evaluate.data import DataSource, load_jsonl_records
 from quantgate.evaluate.suites import EvalContext, SuiteKind, SuiteResult, SuiteSpec, register
-from quantgate.evaluate.suites.metrics import Metric, mean, require_evaluated, weighted_mean
+from quantgate.evaluate.suites.metrics import Metric, mean, require_evaluated, weighted_mean, weighted_sums
+
+KLD_RANGE = (0.0, 1.0)  # a trace's mean KL, declared for sequential evaluation (as text.KLD_RANGE)
 
 METRICS = {
     "kld_mean": Metric(
-        False, False, "trace-token-weighted mean KL divergence", weighted_mean("kld_mean", "trace_tokens")
+        False,
+        False,
+        "trace-token-weighted mean KL divergence",
+        weighted_mean("kld_mean", "trace_tokens"),
+        sums=weighted_sums("kld_mean", "trace_tokens", KLD_RANGE),
     ),
     "top1_agreement": Metric(
-        True, False, "trace-token-weighted top-1 agreement", weighted_mean("top1_agreement", "trace_tokens")
+        True,
+        False,
+        "trace-token-weighted top-1 agreement",
+        weighted_mean("top1_agreement", "trace_tokens"),
+        sums=weighted_sums("top1_agreement", "trace_tokens", (0.0, 1.0)),
     ),
     "agreement_at_depth": Metric(
         True,
         False,
         "top-1 agreement in the deepest bin, weighted by each trace's tokens there",
         weighted_mean("depth_agreement", "depth_tokens"),
+        sums=weighted_sums("depth_agreement", "depth_tokens", (0.0, 1.0)),
     ),
     "first_divergence_mean": Metric(
         True, False, "mean free-running first divergence position", mean("first_divergence")
@@ -48,6 +59,9 @@ def acceptance(k: int) -> Metric:
         True,
         f"draft tokens accepted per verification step with k={k}, per-trace mean weighted by trace tokens",
         weighted_mean(f"accepted_k{k}", "trace_tokens"),
+        sums=weighted_sums(
+            f"accepted_k{k}", "trace_tokens", (0.0, float(k + 1))
+        ),  # tokens per step: at most k + 1
     )
 
 

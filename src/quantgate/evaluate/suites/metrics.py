@@ -79,6 +79,45 @@ def nonzero(base: np.ndarray) -> np.ndarray:
 
 
 @dataclass(frozen=True)
+class Sums:
+    """The metric as a ratio of per-item sums, sum(num) / sum(den) (``log``: exp of it, as
+    perplexity), so that a confidence sequence can bound it while items arrive (gate/sequence.py).
+
+    ``num``, ``den``: per item, from (artifact columns, source columns); ``den`` is a weight both
+    models share (the tokens of the same window, 1 per item, the items the source solved).
+    ``unit``: the range of num/den on one item, an *assumption* where the quantity has no natural
+    bound (KL divergence), stated where it is declared; ``diff``: the range of
+    (num_a - num_s) / den on one item, for ratio floors on a ``log`` metric.
+    """
+
+    num: Callable[[Columns, Columns], np.ndarray]
+    den: Callable[[Columns, Columns], np.ndarray]
+    unit: tuple[float, float]
+    log: bool = False
+    diff: tuple[float, float] | None = None
+
+
+@dataclass(frozen=True)
+class Exceeds:
+    """A pooled ``q`` quantile of per-token ``values`` (``count`` tokens per item): "the quantile is
+    at most L" read as "at most 1 - q of the tokens exceed L", a ratio of sums in [0, 1]."""
+
+    values: str
+    count: str
+    q: float
+
+
+def weighted_sums(value: str, weight: str, unit: tuple[float, float]) -> Sums:
+    """``weighted_mean(value, weight)`` as sums, with the declared range of ``value``."""
+    return Sums(lambda a, s: a[value] * a[weight], lambda a, s: np.asarray(a[weight], dtype=float), unit)
+
+
+def ones(a: Columns, s: Columns) -> np.ndarray:
+    """A weight of 1 per item (plain means)."""
+    return np.ones(len(next(iter(a.values()))))
+
+
+@dataclass(frozen=True)
 class Metric:
     """One metric a floor may name: direction, level or comparison, statistic, when informative."""
 
@@ -89,6 +128,8 @@ class Metric:
     informative: Callable[[np.ndarray], np.ndarray] = nonzero  # on the source's level, for ratio floors
     uninformative: str = "is 0, so the ratio is undefined (0/0 or x/0)"  # why, after "the source's <metric>"
     detectable: Detectable | None = None  # event metrics: the resolution the source's level allows
+    sums: Sums | None = None  # the statistic as a ratio of per-item sums: sequential evaluation can bound it
+    exceeds: Exceeds | None = None  # a pooled quantile: sequential evaluation bounds its exceedance
 
     @property
     def point_only(self) -> bool:
@@ -189,7 +230,12 @@ def correctness(accuracy: str) -> dict[str, Metric]:
     """
     return {
         accuracy: Metric(
-            True, True, "fraction of items correct", mean("correct"), detectable=_losses("fraction")
+            True,
+            True,
+            "fraction of items correct",
+            mean("correct"),
+            detectable=_losses("fraction"),
+            sums=Sums(lambda a, s: a["correct"], ones, (0.0, 1.0)),
         ),
         "flip_rate": Metric(
             False,
@@ -197,6 +243,7 @@ def correctness(accuracy: str) -> dict[str, Metric]:
             "fraction of items whose correctness changed against the source, either way",
             lambda a, s, axis: np.mean(a["correct"] != s["correct"], axis=axis),
             detectable=_any_flip,
+            sums=Sums(lambda a, s: (a["correct"] != s["correct"]).astype(float), ones, (0.0, 1.0)),
         ),
         "flips_lost": Metric(
             False,
@@ -215,6 +262,11 @@ def correctness(accuracy: str) -> dict[str, Metric]:
             ),
             uninformative="base is 0 (it solves none of these items), so no answer can be lost",
             detectable=_losses("rate"),
+            sums=Sums(
+                lambda a, s: ((s["correct"] > 0) & (a["correct"] == 0)).astype(float),
+                lambda a, s: (s["correct"] > 0).astype(float),
+                (0.0, 1.0),
+            ),
         ),
         f"{accuracy}_delta": Metric(
             True,
@@ -222,5 +274,6 @@ def correctness(accuracy: str) -> dict[str, Metric]:
             "paired accuracy difference, artifact minus source",
             lambda a, s, axis: np.mean(a["correct"], axis=axis) - np.mean(s["correct"], axis=axis),
             detectable=_losses("fraction"),
+            sums=Sums(lambda a, s: a["correct"] - s["correct"], ones, (-1.0, 1.0)),
         ),
     }

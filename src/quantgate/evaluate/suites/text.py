@@ -25,34 +25,50 @@ from quantgate.errors import ConfigFileError
 from quantgate.evaluate.data import DataSource, load_text
 from quantgate.evaluate.suites import EvalContext, SuiteKind, SuiteResult, SuiteSpec, register
 from quantgate.evaluate.suites.metrics import (
+    Exceeds,
     Metric,
+    Sums,
     perplexity,
     pooled_quantile,
     require_evaluated,
     tail_size,
     weighted_mean,
+    weighted_sums,
 )
 
 KLD_Q = 0.99  # the quantile kld_p99 reports
+# Declared per-window ranges for sequential evaluation (gate/sequence.py), assumptions stated: a
+# window's mean KL divergence is at most 1 nat, and its mean per-token NLL moves by at most 1 nat
+# against the source (perplexity x2.7), for any artifact that could pass a floor; a window beyond
+# them disables early passes for its floor (the fixed design then decides on every window)
+KLD_RANGE = (0.0, 1.0)
+NLL_CHANGE = (-1.0, 1.0)
+NLL_SUMS = Sums(lambda a, s: a["nll_sum"], lambda a, s: a["tokens"], (0.0, 30.0), log=True, diff=NLL_CHANGE)
 
 METRICS = {
     "perplexity": Metric(
-        False, True, "exp of the token-weighted mean NLL over windows", perplexity("nll_sum")
+        False, True, "exp of the token-weighted mean NLL over windows", perplexity("nll_sum"), sums=NLL_SUMS
     ),
     "kld_mean": Metric(
-        False, False, "token-weighted mean KL divergence to the source", weighted_mean("kld_mean", "tokens")
+        False,
+        False,
+        "token-weighted mean KL divergence to the source",
+        weighted_mean("kld_mean", "tokens"),
+        sums=weighted_sums("kld_mean", "tokens", KLD_RANGE),
     ),
     "kld_p99": Metric(
         False,
         False,
         "99th percentile of per-token KL divergence, pooled over windows",
         pooled_quantile(KLD_Q, "kld_top", "tokens"),
+        exceeds=Exceeds("kld_top", "tokens", KLD_Q),
     ),
     "top1_agreement": Metric(
         True,
         False,
         "token-weighted top-1 agreement with the source",
         weighted_mean("top1_agreement", "tokens"),
+        sums=weighted_sums("top1_agreement", "tokens", (0.0, 1.0)),
     ),
 }
 

@@ -56,7 +56,8 @@ class FloorResult(_Frozen):
     passed: bool | None  # None: neither pass nor fail (insufficient evidence, no approved version)
     informative: bool  # decided with evidence (pass or fail)
     status: Status
-    interval: Literal["paired-bootstrap", "point"] | None  # point: schema 1 only
+    # point: schema 1 only; confidence-sequence: decided early by sequential evaluation (gate/sequence.py)
+    interval: Literal["paired-bootstrap", "point", "confidence-sequence"] | None
     confidence: float
     items: int
     reason: str

@@ -127,9 +127,11 @@ class Sequential:
     decision: Decision
     items: int  # items seen
     at: int | None  # after how many items it was decided
-    upper: float  # the confidence sequence's ends, in the floor's units (worse end first)
-    lower: float
+    upper: float  # the confidence sequence's conservative end (the side a pass needs), in the floor's units
+    lower: float  # its other end
     note: str = ""
+    quantity: str = ""  # what the ends bound, when not the floor's own quantity (Linear.quantity)
+    limit: float | None = None
 
 
 def decide(lin: Linear, alpha: float) -> Sequential:
@@ -146,11 +148,12 @@ def decide(lin: Linear, alpha: float) -> Sequential:
     up_y, lo_y = lin.lo + span * upper, lin.lo + span * lower
     note = "a value above the declared range: no early pass" if lin.above else ""
     note = note or ("a value below the declared range: no early fail" if lin.below else "")
+    ends = (lin.to_floor(up_y), lin.to_floor(lo_y), note, lin.quantity, lin.limit)
     if passed is not None and (failed is None or passed <= failed):
-        return Sequential("pass", n, passed, lin.to_floor(up_y), lin.to_floor(lo_y), note)
+        return Sequential("pass", n, passed, *ends)
     if failed is not None:
-        return Sequential("fail", n, failed, lin.to_floor(up_y), lin.to_floor(lo_y), note)
-    return Sequential("undecided", n, None, lin.to_floor(up_y), lin.to_floor(lo_y), note)
+        return Sequential("fail", n, failed, *ends)
+    return Sequential("undecided", n, None, *ends)
 
 
 def linearize(kind: str, limit: float, measure, a: dict, s: dict, s_all: dict) -> Linear | str:
@@ -241,3 +244,40 @@ def _exceedance(exceed, limit: float, a: dict, s_all: dict) -> Linear:
         quantity=f"fraction of tokens above {limit:.6g}",
         limit=1.0 - q,
     )
+
+
+def ordered_columns(suite, samples: list[dict]) -> dict[str, np.ndarray]:
+    """Per-item records as numeric columns, in the order given (the evaluation order)."""
+    rows = [suite.columns(r) for r in samples]
+    names = list(rows[0]) if rows else []
+    out: dict[str, np.ndarray] = {}
+    for c in names:
+        values = [r[c] for r in rows]
+        if values and isinstance(values[0], (list, tuple)):
+            column = np.empty(len(values), dtype=object)
+            for i, v in enumerate(values):
+                column[i] = np.asarray(v, dtype=float)
+            out[c] = column
+        else:
+            out[c] = np.asarray(values, dtype=float)
+    return out
+
+
+def check(floor, suite, source: dict, samples: list[dict], confidence: float) -> Sequential | str:
+    """One floor after the artifact's ``samples`` so far (in evaluation order), against the source's
+    records of the same items and, for y's range, of every item: the always-valid decision at
+    ``early_alpha(confidence)``. A string: why this floor has no sequential form."""
+    measure = suite.metrics().get(floor.metric)
+    if measure is None:
+        return f"the suite has no metric {floor.metric}"
+    by_item = {str(r["item"]): r for r in source.get("samples") or []}
+    try:
+        paired = [by_item[str(r["item"])] for r in samples]
+        a, s = ordered_columns(suite, samples), ordered_columns(suite, paired)
+        s_all = ordered_columns(suite, list(by_item.values()))
+        lin = linearize(floor.kind, floor.value, measure, a, s, s_all)
+    except KeyError as exc:  # an item not evaluated, a field missing: the fixed design reports it
+        return f"per-item records lack {exc}"
+    if isinstance(lin, str):
+        return lin
+    return decide(lin, early_alpha(confidence))

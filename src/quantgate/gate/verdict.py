@@ -34,6 +34,7 @@ import numpy as np
 
 from quantgate.config.gates import RATIO_KINDS, Floor, Gates, Tenant
 from quantgate.evaluate.suites.metrics import Metric
+from quantgate.gate import sequence
 from quantgate.report_schema import STATUS_TEXT, BaselineRef, FloorResult, Status, Verdict
 
 if TYPE_CHECKING:
@@ -216,7 +217,9 @@ def evaluate_floor(
     }
     pct = f"{confidence:.0%}"
 
-    def result(status: Status, reason: str, estimate=None, bound=None, items=0, **power) -> FloorResult:
+    def result(
+        status: Status, reason: str, estimate=None, bound=None, items=0, interval=None, **power
+    ) -> FloorResult:
         margin = None  # upper is read when called: a regression compares as lower-is-better
         if bound is not None and math.isfinite(bound) and status in ("pass", "fail"):
             margin = limit - bound if upper else bound - limit
@@ -238,7 +241,7 @@ def evaluate_floor(
             passed=passed,
             informative=status in ("pass", "fail"),
             status=status,
-            interval="paired-bootstrap" if bound is not None and math.isfinite(bound) else None,
+            interval=interval or ("paired-bootstrap" if bound is not None and math.isfinite(bound) else None),
             items=items,
             reason=f"{label}: {reason}",
             spread=spread,
@@ -262,6 +265,23 @@ def evaluate_floor(
         reported = res.get("metrics") or {}
         if floor.metric in reported and reported.get(floor.metric) is None:
             return result("missing", f"missing: the {who}'s reported {floor.metric} is None")
+    design = artifact.get("sequential") or {}
+    used = ""
+    if design:  # evaluated sequentially (evaluate/sequential.py): its items, its confidence
+        total = design.get("items_total")
+        used = f"; sequential: {design.get('items_used')} of {total} items, stopped: {design.get('stopped')}"
+        if design.get("stopped") == "decided":
+            decided = sequence.check(floor, suite, source, artifact.get("samples") or [], confidence)
+            if not isinstance(decided, str) and decided.decision != "undecided":
+                return _sequential_result(result, floor, decided, confidence, label_used=used)
+            items = {str(r.get("item")) for r in artifact.get("samples") or []}
+            source = {
+                **source,
+                "samples": [r for r in source.get("samples") or [] if str(r.get("item")) in items],
+            }
+            used += f" (this floor on those items with the fixed design: {decided if isinstance(decided, str) else 'undecided'})"
+        confidence = sequence.final_confidence(confidence)
+        pct = f"{confidence:.1%}"
     paired = _paired_columns(suite, source, artifact)
     if isinstance(paired, str):
         return result("missing", f"missing: {paired}")
@@ -319,7 +339,7 @@ def evaluate_floor(
             evidence=level[1] if level else "too few source successes for a bound",
         )
     mde = max(2.0 * abs(bound - est), level[0] if level else 0.0)
-    how = f"one-sided, paired bootstrap over {n} items; {measure.how}"
+    how = f"one-sided, paired bootstrap over {n} items; {measure.how}{used}"
 
     delta: float | None = None
     # the floor's quantity from the metric's value: itself, or its regression from the approved version
@@ -401,6 +421,42 @@ def evaluate_floor(
         evidence=(f"{level[1]}: " if level else "")
         + f"MDE {_fmt(mde)} exceeds the tolerance {_fmt(tolerance)} on {n} items",
         **power,
+    )
+
+
+def _sequential_result(
+    result, floor: Floor, decided: sequence.Sequential, confidence: float, *, label_used: str
+):
+    """A floor decided early by the confidence sequence: its decision, both ends, the items it took.
+
+    A pass has the conservative end on the floor's side; a fail has even the other end beyond it.
+    A quantile floor is bounded through the fraction of tokens above the floor (``quantity``): its
+    ends are reported in the reason, not as the floor's bound.
+    """
+    level = f"{1 - sequence.early_alpha(confidence):.1%}"
+    upper = floor.kind in ("max", "max_delta_pct")
+    passed = decided.decision == "pass"
+    limit = decided.limit if decided.quantity and decided.limit is not None else floor.value
+    worse, better = ("upper", "lower") if upper else ("lower", "upper")
+    if passed:
+        shown = (
+            f"{level} always-valid {worse} end {_fmt(decided.upper)} {'<=' if upper else '>='} {_fmt(limit)}"
+        )
+    else:
+        shown = (
+            f"{level} always-valid {better} end {_fmt(decided.lower)} {'>' if upper else '<'} {_fmt(limit)}"
+        )
+    if decided.quantity:
+        shown = f"{decided.quantity}: {shown} (at most {1 - limit:.0%} of tokens above {_fmt(floor.value)})"
+    status: Status = "pass" if passed else "fail"
+    return result(
+        status,
+        f"{shown}: {'pass' if passed else 'FAIL'} ({floor.kind} {_fmt(floor.value)}; betting confidence "
+        f"sequence, decided after {decided.at} of {decided.items} items{label_used}"
+        f"{'; ' + decided.note if decided.note else ''})",
+        bound=None if decided.quantity else decided.upper,
+        items=decided.items,
+        interval=None if decided.quantity else "confidence-sequence",
     )
 
 

@@ -229,6 +229,16 @@ ProfileOpt = Annotated[
 ]
 
 
+SequentialOpt = Annotated[
+    bool | None,
+    typer.Option(
+        "--sequential/--fixed",
+        help="Sequential: score each suite in a seeded order, in batches, and stop once every floor on it "
+        "is decided (always-valid bounds); fixed (the default): every item.",
+    ),
+]
+
+
 @app.command("eval")
 def eval_(
     artifacts: Annotated[
@@ -265,6 +275,13 @@ def eval_(
     cache: CacheOpt = None,
     root: RootOpt = None,
     plan_file: PlanOpt = None,
+    sequential: SequentialOpt = None,
+    tenants: Annotated[
+        str | None,
+        typer.Option(
+            "--tenants", help="With --sequential: stop on these tenants' floors only (default: all)."
+        ),
+    ] = None,
 ) -> None:
     """Evaluate the source once and every artifact against it, in each target's numerics."""
     from rich.console import Console
@@ -294,6 +311,10 @@ def eval_(
         )
         run_plan = read_plan(plan_file)
         run_plan.select(_split(targets))  # a target the plan does not have is a typo
+        if sequential is None:
+            sequential = run_plan.sequential
+        watch = run_plan.tenants if tenants is None else _split(tenants)
+        floors = load_gates(Path(run_plan.gates), Catalog(Path(run_plan.root))) if sequential else None
         profile, project, cache_path = run_plan.profile, Path(run_plan.root), Path(run_plan.cache_dir)
         data_dir = Path(run_plan.data_dir) if run_plan.data_dir else None
         loaded, model = run_plan.loaded_suites(), run_plan.model
@@ -305,6 +326,7 @@ def eval_(
         policy = load_gates(gates or project / "gates.yaml", Catalog(project))
         cache_path = (cache or cache_dir()).resolve()
         loaded = load_suites(project / "eval_suites", _split(suites))
+        watch, floors = _split(tenants), policy
     if not reference_only and not artifacts.is_dir():
         raise UsageError(
             artifacts,
@@ -334,6 +356,9 @@ def eval_(
             model_class=record.model_class,
             source_bytes=record.bytes,
             reference_only=reference_only,
+            sequential=bool(sequential),
+            gates=floors if sequential else None,
+            tenants=watch,
         )
 
     table = Table(title=f"quantgate eval ({profile}); source ran {run.source_forward_passes} forward passes")
@@ -593,6 +618,7 @@ def run(
     step_timeout: Annotated[
         float, typer.Option("--step-timeout", help="Seconds before a build or evaluation step is killed.")
     ] = 6 * 3600,
+    sequential: SequentialOpt = None,
 ) -> None:
     """Build, evaluate, gate and publish in one Prefect flow run (ephemeral, or PREFECT_API_URL's server)."""
     from quantgate.orchestrate.run import run_flow
@@ -612,6 +638,7 @@ def run(
         step_timeout_s=step_timeout,
         dask_workers=dask_workers,
         dask_address=dask_address,
+        sequential=bool(sequential),
     )
     if outcome is None:
         typer.secho(f"error: the flow run ended {state.name}: {state.message}", fg=typer.colors.RED, err=True)

@@ -20,8 +20,11 @@ import torch
 
 from quantgate.artifact import Manifest, artifact_dirs, require_manifest, verify_files
 from quantgate.atomic import staged_file, write_json
+from quantgate.config.gates import Gates
 from quantgate.errors import InputError
 from quantgate.evaluate import environment
+from quantgate.evaluate.sequential import BATCH_MIN, watched
+from quantgate.evaluate.sequential import run as sequential_run
 from quantgate.evaluate.suites import EvalContext, LoadedSuite, SuiteResult
 
 # 2: references computed with tiled prefill attention and log-sum-exp scoring; a version-1
@@ -65,6 +68,7 @@ class EvalRun:
     reference_hits: list[str] = field(default_factory=list)
     reference_misses: list[str] = field(default_factory=list)
     source_forward_passes: int = 0
+    sequential: dict[str, dict[str, dict]] = field(default_factory=dict)  # artifact -> suite -> design
 
 
 def reference_path(ctx: EvalContext, suite: LoadedSuite, source_hash: str) -> Path:
@@ -116,11 +120,16 @@ def evaluate(
     model_class: str | None = None,
     source_bytes: int | None = None,
     reference_only: bool = False,
+    sequential: bool = False,
+    gates: Gates | None = None,
+    tenants: list[str] | None = None,
 ) -> EvalRun:
     """Evaluate the source (from its reference cache when present) and every artifact.
 
     ``reference_only`` evaluates the source alone: an orchestrator runs it once, then one
     evaluation per artifact in parallel, each finding every reference in the cache.
+    ``sequential`` (with ``gates``, and ``tenants`` to watch only those): each artifact's suites
+    that can score a subset stop once every floor on them is decided (``evaluate/sequential.py``).
     """
     # visible directories with a valid manifest only: a killed build's .<target>.tmp-* is none
     dirs = [] if reference_only else artifact_dirs(artifacts, targets)
@@ -143,10 +152,11 @@ def evaluate(
     sizes = {"source": source_bytes, **{d.name: manifests[d].total_bytes for d in dirs}}
     source = SourceRuns(source_checkpoint)
     extra = {"profile": ctx.profile, "source_hash": source_hash}
-    references = {}
+    references, source_results = {}, {}
     source_numerics = {"target": "source", "mode": "native", "weights": "bf16", "activations": "bf16"}
     for suite in suites:
         references[suite.spec.name], result = _reference(ctx, suite, source_hash, source, run)
+        source_results[suite.spec.name] = result
         _record(run, "source", result, source_numerics, extra)
     run.numerics["source"] = source_numerics
     source._model = None  # free the source before loading artifacts
@@ -163,13 +173,23 @@ def evaluate(
         )
         run.numerics[d.name] = numerics
         for suite in suites:
-            result = suite.runner.score(ctx, loaded, references[suite.spec.name])
+            name = suite.spec.name
+            watches = watched(gates, name, d.name, tenants) if sequential and gates is not None else []
+            design: dict[str, Any] = {}
+            if watches and suite.runner.subset(references[name], []) is not None:
+                result, design = _sequential(
+                    ctx, suite, loaded, references[name], source_results[name], watches
+                )
+                run.sequential.setdefault(d.name, {})[name] = design
+            else:
+                result = suite.runner.score(ctx, loaded, references[name])
             _record(
                 run,
                 d.name,
                 result,
                 numerics,
-                {**extra, "target": manifest.target, "build_key": manifest.build_key},
+                {**extra, "target": manifest.target, "build_key": manifest.build_key}
+                | ({"sequential": design} if design else {}),
             )
         del loaded
     run.source_forward_passes = source.forward_passes
@@ -187,6 +207,38 @@ def evaluate(
             "reference_cache": {"hits": run.reference_hits, "computed": run.reference_misses},
             "source_forward_passes": run.source_forward_passes,
             "environment": environment.recorded(),
+            "design": "sequential" if sequential else "fixed",
+            "sequential": run.sequential,
         },
     )
     return run
+
+
+def _sequential(ctx: EvalContext, suite: LoadedSuite, loaded, reference, source: SuiteResult, watches):
+    """One suite of one artifact, sequentially: its result over the items used, and the design block."""
+    from quantgate.gate.sequence import ordered_columns
+
+    runner = suite.runner
+    sizes = suite.spec.sizes(ctx.profile)
+    batch = max(BATCH_MIN, int(getattr(sizes, "batch_size", 1)))
+
+    def score(positions: list[int]) -> list[dict]:
+        return runner.score(ctx, loaded, runner.subset(reference, positions)).samples
+
+    samples, design = sequential_run(suite, source, watches, len(source.samples), score, batch=batch)
+    # the suite's metrics over the items used, from the statistics the gate bounds
+    by_item = {str(r["item"]): r for r in source.samples}
+    a = ordered_columns(runner, samples)
+    s = ordered_columns(runner, [by_item[str(r["item"])] for r in samples])
+    metrics: dict[str, float | None] = {}
+    for metric, measure in runner.metrics().items():
+        if measure.statistic is not None:
+            try:
+                metrics[metric] = float(measure.statistic(a, s, -1))
+            except KeyError:
+                metrics[metric] = None
+    note = (
+        f"sequential: {design['items_used']} of {design['items_total']} items in a seeded order, "
+        f"stopped: {design['stopped']}"
+    )
+    return SuiteResult(suite.spec.name, suite.spec.kind, metrics, samples, [note]), design

@@ -160,6 +160,8 @@ def evaluate_reference(plan: RunPlan) -> dict[str, Any]:
             p["plan"].suites_hash,
             p["plan"].profile,
             p["plan"].eval_env,
+            # a sequential evaluation stops where the floors are decided: it depends on gates.yaml
+            *([p["plan"].gates_hash, p["plan"].tenants] if p["plan"].sequential else []),
         ],
     ),
     persist_result=True,
@@ -268,13 +270,15 @@ def build_and_gate(
     gates: str | None = None,
     max_heavy: int = 1,
     step_timeout_s: float = 6 * 3600,
+    sequential: bool = False,
 ) -> State[Any]:
     """Build, evaluate, gate and publish every target of one source checkpoint.
 
     ``checkpoint``: a local directory or an ``s3://bucket/prefix`` URI (default: the embedded
     SmolLM2-135M-Instruct). ``targets``: override the model class's targets. ``tenants``: gate
     only these. ``max_heavy``: heavy steps (builds, evaluations) running at once, across every
-    flow run on the same Prefect server (0: no limit).
+    flow run on the same Prefect server (0: no limit). ``sequential``: each artifact's suites stop
+    once every floor on them is decided (``evaluate/sequential.py``); False: the fixed design.
     """
     from quantgate.paths import cache_dir, project_root
 
@@ -293,6 +297,7 @@ def build_and_gate(
         "out": Path(out),
         "step_timeout_s": step_timeout_s,
         "max_heavy": max_heavy,
+        "sequential": sequential,
     }
     plan = plan_run(options)
     heavy_slots.ensure_limit(max_heavy)

@@ -73,6 +73,8 @@ class RunPlan(Frozen):
     )
     tenants: list[str] | None
     profile: str
+    # evaluation stops each suite once its floors are decided (evaluate/sequential.py); False: every item
+    sequential: bool = False
     root: str
     gates: str
     cache_dir: str
@@ -237,6 +239,7 @@ def make_plan(
     step_timeout_s: float,
     max_heavy: int = 1,
     progress: Progress = SILENT,
+    sequential: bool = False,
 ) -> RunPlan:
     """Validate every input, take the source in and hash what the cache keys need; write plan.json.
 
@@ -292,6 +295,7 @@ def make_plan(
         calibration=calib,
         tenants=tenants,
         profile=profile,
+        sequential=sequential,
         root=str(root),
         gates=str(gates),
         cache_dir=str(cache.resolve()),

@@ -130,6 +130,13 @@ class SuiteKind(ABC):
     def metrics(self) -> dict[str, Metric]:
         """Every metric a gate floor may name on this suite, as this suite's spec configures it."""
 
+    def subset(self, reference: Any, positions: list[int]) -> Any | None:
+        """The reference restricted to the items at ``positions`` (in that order), whose scored
+        records keep their items' own ids: what sequential evaluation scores batch by batch
+        (``quantgate.evaluate.sequential``). None (the default): this kind scores all its items
+        at once, and runs the fixed design."""
+        return None
+
     def item_error(self, sample: Mapping[str, Any]) -> str | None:
         """Why this per-item record could not be evaluated (its ``"error"``), or None when it was.
 

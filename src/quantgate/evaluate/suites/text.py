@@ -122,8 +122,15 @@ def windows(tokenizer, text: str, sizes: TextSizes) -> list[list[int]]:
     return [ids[i * sizes.seq_len : (i + 1) * sizes.seq_len] for i in range(n)]
 
 
-def summarize(name: str, scores, samples_extra=None) -> tuple[dict[str, float | None], list[dict]]:
-    """The suite's metrics over all windows, and one per-item record per window."""
+def summarize(
+    name: str, scores, samples_extra=None, *, items: list[int] | None = None, tail_items: int | None = None
+) -> tuple[dict[str, float | None], list[dict]]:
+    """The suite's metrics over all windows, and one per-item record per window.
+
+    ``items``: the windows' ids when they are a subset (sequential evaluation), else their
+    positions; ``tail_items``: how many windows the suite has in all, so that each keeps as many
+    of its largest KL values as a pooled p99 over all of them can need.
+    """
     import torch
 
     nll = torch.cat([s.nll for s in scores])
@@ -136,10 +143,11 @@ def summarize(name: str, scores, samples_extra=None) -> tuple[dict[str, float | 
         "top1_agreement": float(agree.mean()),
         "tokens": float(len(nll)),
     }
-    keep = tail_size(KLD_Q, len(scores), max((len(s.kld) for s in scores), default=0))
+    keep = tail_size(KLD_Q, tail_items or len(scores), max((len(s.kld) for s in scores), default=0))
+    ids = items if items is not None else list(range(len(scores)))
     samples = [
         {
-            "item": i,
+            "item": ids[i],
             "tokens": len(s.nll),
             "nll_sum": float(s.nll.sum()),
             "kld_mean": float(s.kld.mean()),
@@ -206,5 +214,18 @@ class TextSuite(SuiteKind):
             scores = score(
                 model.model, seqs, ref, batch_size=sizes.batch_size, pad_id=pad, on_batch=task.advance
             )
-        metrics, samples = summarize(self.spec.name, scores)
+        metrics, samples = summarize(
+            self.spec.name, scores, items=reference.get("items"), tail_items=reference.get("tail_items")
+        )
         return SuiteResult(self.spec.name, "text", metrics, samples)
+
+    def subset(self, reference: dict, positions: list[int]) -> dict:
+        """The windows at ``positions`` and the source's distributions over them, labelled with
+        their own ids, keeping KL tails sized for every window of the suite."""
+        ref = reference["reference"]
+        return {
+            "sequences": [reference["sequences"][i] for i in positions],
+            "reference": {k: [v[i] for i in positions] for k, v in ref.items()},
+            "items": list(positions),
+            "tail_items": len(reference["sequences"]),
+        }

@@ -405,7 +405,11 @@ def load_for_eval(
     elif kv_name is not None:
         kv_fmt = kv_cache_format(kv_name)
         try:
-            kv_layers = install_kv_cache(model, kv_fmt, scales)
+            # the hooks hold the scales outside the module tree, so model.to(device) would not move them
+            on_device = (
+                {k: (a.to(device), b.to(device)) for k, (a, b) in scales.items()} if scales else scales
+            )
+            kv_layers = install_kv_cache(model, kv_fmt, on_device)
         except ValueError as exc:
             raise InputError(
                 artifact_dir, f"cannot emulate the FP8 KV cache: {exc}", "pass kv_cache=False"

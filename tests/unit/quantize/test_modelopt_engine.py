@@ -158,7 +158,7 @@ def test_quant_config_accepts_both_modelopt_config_shapes():
 
 def _modelopt_catalog(repo_root: Path, dest: Path) -> Catalog:
     """The project's catalog with blackwell-nvfp4 built by the recipe nvfp4-modelopt (as a GPU worker)."""
-    for part in ("targets", "recipes", "calibration_sets"):
+    for part in ("targets", "recipes", "calibration_sets", "eval_suites"):
         shutil.copytree(repo_root / part, dest / part)
     shutil.copy(repo_root / "gates.yaml", dest / "gates.yaml")
     target = dest / "targets" / "blackwell-nvfp4.yaml"

@@ -21,6 +21,7 @@ Phases:
   nvfp4       both NVFP4 artifacts through the same scoring (emulated: Hopper has no FP4 tensor cores)
   throughput  the 8B-shaped model, bf16: quantgate's scoring pass and lm-eval's HF backend on the same
               windows of the full text suites; tokens/s and the fraction of the measured matrix rate
+  chunks      (asked for by --phases only) quantgate's scoring pass at other lm_head chunk sizes
 """
 
 from __future__ import annotations
@@ -384,22 +385,64 @@ LLAMA3_8B = {
 }  # fmt: skip
 
 
-def throughput(args, state: dict) -> dict:
-    from lm_eval.models.huggingface import HFLM
-    from transformers import AutoModelForCausalLM, AutoTokenizer, LlamaConfig
+def _model_8b(config):
+    """The Llama-3-8B-shaped model with random weights, made on the GPU, loaded as quantgate loads a source
+    (its attention name, which is sdpa on a GPU)."""
+    from transformers import AutoModelForCausalLM
 
-    from quantgate.evaluate.scoring import build_reference, score
     from quantgate.numerics import attention as tiled_attention
 
-    tokenizer = AutoTokenizer.from_pretrained(args.skeleton)
-    config = LlamaConfig(**LLAMA3_8B)
     torch.manual_seed(0)
     with torch.device("cuda"):
-        # as load_source_for_eval loads a source: quantgate's attention name (sdpa on a GPU)
         model = AutoModelForCausalLM.from_config(
             config, dtype=torch.bfloat16, attn_implementation=tiled_attention.register()
         )
-    model.eval().requires_grad_(False)
+    return model.eval().requires_grad_(False)
+
+
+def chunks(args, state: dict) -> dict:
+    """quantgate's scoring pass on wikitext (full) at other lm_head chunk sizes than ``scoring._CHUNK``
+    (chosen on CPU, where a chunk's logits should stay in cache): what a GPU would gain."""
+    from transformers import AutoTokenizer, LlamaConfig
+
+    from quantgate.evaluate import scoring
+
+    tokenizer = AutoTokenizer.from_pretrained(args.skeleton)
+    model = _model_8b(LlamaConfig(**LLAMA3_8B))
+    spec, sizes, seqs = _windows_for("wikitext", tokenizer, "full", args.data)
+    total_tokens = sum(len(s) for s in seqs)
+    ref = scoring.build_reference(model, seqs, k=spec.top_k, batch_size=sizes.batch_size, pad_id=0)
+    default = scoring._CHUNK
+    out: dict = {"default_chunk": default, "tokens": total_tokens, "tokens_per_s": {}, "runs_s": {}}
+    try:
+        for chunk in [int(c) for c in args.chunks.split(",")]:
+            scoring._CHUNK = chunk
+            scoring.score(
+                model, seqs[: sizes.batch_size], ref, batch_size=sizes.batch_size, pad_id=0
+            )  # warm-up
+            runs = []
+            for _ in range(2):
+                torch.cuda.synchronize()
+                started = time.perf_counter()
+                scoring.score(model, seqs, ref, batch_size=sizes.batch_size, pad_id=0)
+                torch.cuda.synchronize()
+                runs.append(time.perf_counter() - started)
+            out["runs_s"][chunk] = runs
+            out["tokens_per_s"][chunk] = total_tokens / statistics.median(runs)
+    finally:
+        scoring._CHUNK = default
+    return out
+
+
+def throughput(args, state: dict) -> dict:
+    from lm_eval.models.huggingface import HFLM
+    from transformers import AutoTokenizer, LlamaConfig
+
+    from quantgate.evaluate.scoring import build_reference, score
+
+    tokenizer = AutoTokenizer.from_pretrained(args.skeleton)
+    config = LlamaConfig(**LLAMA3_8B)
+    model = _model_8b(config)
     params = sum(p.numel() for p in model.parameters())
     linear = sum(m.weight.numel() for m in model.modules() if isinstance(m, torch.nn.Linear))
     out: dict = {"params": params, "suites": {}}
@@ -466,7 +509,14 @@ def throughput(args, state: dict) -> dict:
     return out
 
 
-PHASES = {"ceilings": ceilings, "builds": builds, "native": native, "nvfp4": nvfp4, "throughput": throughput}
+PHASES = {
+    "ceilings": ceilings,
+    "builds": builds,
+    "native": native,
+    "nvfp4": nvfp4,
+    "throughput": throughput,
+    "chunks": chunks,
+}
 
 
 def main() -> None:
@@ -479,7 +529,8 @@ def main() -> None:
     parser.add_argument("--work", type=Path, default=Path("/tmp/gpu18"))
     parser.add_argument("--profile", default="full", help="text suites' profile for the numerics phases")
     parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--phases", default=",".join(PHASES))
+    parser.add_argument("--phases", default="ceilings,builds,native,nvfp4,throughput")
+    parser.add_argument("--chunks", default="128,512,2048", help="lm_head chunk sizes for the chunks phase")
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     args.work.mkdir(parents=True, exist_ok=True)

@@ -99,7 +99,7 @@ def run(
         if not left and watches:
             break
     seconds = time.perf_counter() - started
-    stopped = "decided" if used < n else "exhausted"
+    stopped = "decided" if not left and watches else "exhausted"
     design = {
         "design": "sequential",
         "order_seed": f"{suite.spec.seed}|{suite.spec.name}",

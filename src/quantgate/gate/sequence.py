@@ -118,6 +118,7 @@ class Linear:
     below: bool = False  # some y was below lo (clipped): no early fail
     quantity: str = ""  # what to_floor's values are, when not the floor's own quantity
     limit: float | None = None  # the limit to_floor's values compare with, when not the floor's
+    y_low: np.ndarray | None = None  # where y is known only within a range: its low ends (the fail side's)
 
 
 @dataclass(frozen=True)
@@ -138,13 +139,15 @@ def decide(lin: Linear, alpha: float) -> Sequential:
     """Decide ``lin`` (pass: mean y <= 0 with every m > 0 excluded; fail: every m <= 0 excluded)."""
     span = lin.hi - lin.lo
     z = np.clip((lin.y - lin.lo) / span, 0.0, 1.0)
+    z_low = z if lin.y_low is None else np.clip((lin.y_low - lin.lo) / span, 0.0, 1.0)
     t0 = (0.0 - lin.lo) / span  # the floor, rescaled
     n = len(z)
     if n == 0:
         return Sequential("undecided", 0, None, math.inf, -math.inf, "no items yet")
     passed = None if lin.above else first_rejection(z, t0, alpha, upper=True)
-    failed = None if lin.below else first_rejection(z, t0, alpha, upper=False)
-    upper, lower = bounds(z, alpha)
+    failed = None if lin.below else first_rejection(z_low, t0, alpha, upper=False)
+    upper, _ = bounds(z, alpha)
+    _, lower = bounds(z_low, alpha)
     up_y, lo_y = lin.lo + span * upper, lin.lo + span * lower
     note = "a value above the declared range: no early pass" if lin.above else ""
     note = note or ("a value below the declared range: no early fail" if lin.below else "")
@@ -223,16 +226,15 @@ def linearize(kind: str, limit: float, measure, a: dict, s: dict, s_all: dict) -
 def _exceedance(exceed, limit: float, a: dict, s_all: dict) -> Linear:
     """A pooled quantile floor ``q-quantile <= L`` as "at most 1 - q of the tokens exceed L":
     y = (values above L) - (1 - q) * count per item. An item that kept only its largest values,
-    all above L, counts every token as above (no early pass would be optimistic) and allows no
-    early fail."""
+    all above L, has between that many and all of its tokens above: all of them for the pass side,
+    the kept ones for the fail side (``y_low``)."""
     q = exceed.q
     tails = a[exceed.values]
     count = np.asarray(a[exceed.count], dtype=float)
     above = np.array([float(np.sum(np.asarray(t, dtype=float) > limit)) for t in tails])
     kept = np.array([float(len(t)) for t in tails])
     truncated = (above >= kept) & (kept < count)
-    above = np.where(truncated, count, above)
-    y = above - (1.0 - q) * count
+    y = np.where(truncated, count, above) - (1.0 - q) * count
     w = float(np.max(np.asarray(s_all[exceed.count], dtype=float)))
     d_bar = max(float(np.mean(count)) if len(count) else 1.0, 1e-300)
     return Linear(
@@ -240,7 +242,7 @@ def _exceedance(exceed, limit: float, a: dict, s_all: dict) -> Linear:
         -(1.0 - q) * w,
         q * w,
         lambda u: (1.0 - q) + u / d_bar,
-        below=bool(np.any(truncated)),
+        y_low=above - (1.0 - q) * count,
         quantity=f"fraction of tokens above {limit:.6g}",
         limit=1.0 - q,
     )

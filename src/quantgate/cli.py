@@ -576,6 +576,86 @@ def pull(
 
 
 @app.command()
+def repair(
+    results: Annotated[Path, typer.Option("--results", help="Evaluation directory (quantgate eval --out).")],
+    artifacts: Annotated[
+        Path, typer.Option("--artifacts", help="Artifacts directory (quantgate build --out).")
+    ],
+    out: Annotated[
+        Path | None,
+        typer.Option("--out", help="Where variants and repair.json go. Default: repair/ beside --results."),
+    ] = None,
+    report_json: Annotated[
+        Path | None,
+        typer.Option(
+            "--report",
+            help="The gate's report.json to repair (its repairs are added to it and re-rendered). "
+            "Default: report/report.json beside --results, else the results are gated now.",
+        ),
+    ] = None,
+    targets: Annotated[
+        str | None,
+        typer.Option("--targets", help="Comma-separated targets to repair (default: every failed one)."),
+    ] = None,
+    tenants: Annotated[
+        str | None,
+        typer.Option(
+            "--tenants",
+            help="Repair these tenants' failures (default: tenants or classes marked repair: true).",
+        ),
+    ] = None,
+    budget: Annotated[
+        int | None,
+        typer.Option(
+            "--budget", min=1, help="Variants built and evaluated per target (default: gates.yaml repair)."
+        ),
+    ] = None,
+    checkpoint: CheckpointOpt = None,
+    calibration: CalibrationOpt = None,
+    data_dir: Annotated[
+        Path | None,
+        typer.Option(
+            "--data-dir", help="Evaluation data. Default: $QUANTGATE_DATA, else ../shared/datasets."
+        ),
+    ] = None,
+    gates: GatesOpt = None,
+    cache: CacheOpt = None,
+    root: RootOpt = None,
+    plan_file: Annotated[
+        Path | None,
+        typer.Option("--plan", help="The run's plan.json (default: plan.json beside --results when there)."),
+    ] = None,
+) -> None:
+    """Search, for each failed (target, tenant), the smallest mixed-precision variant that passes.
+
+    Each variant keeps the k most sensitive layer groups one precision up (the target's repair:
+    section); bisection on k, every variant built, evaluated in its target's numerics and gated.
+    Exit 0 when every searched tenant found a variant, 1 when some found none within the budget.
+    """
+    from quantgate.repair.command import repair_command
+
+    code = repair_command(
+        results=results,
+        artifacts=artifacts,
+        out=out,
+        report_json=report_json,
+        targets=_split(targets),
+        tenants=_split(tenants),
+        budget=budget,
+        options={
+            "--checkpoint": checkpoint,
+            "--calibration": calibration,
+            "--data-dir": data_dir,
+            "--gates": gates,
+            "--cache-dir": cache,
+            "--root": root,
+        },
+        plan_file=plan_file,
+    )
+    raise typer.Exit(code)
+
+
+@app.command()
 def run(
     checkpoint: Annotated[
         str | None,

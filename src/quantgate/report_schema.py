@@ -107,6 +107,52 @@ class PreviousReport(_Frozen):
     report: str | None = None  # path of that report.json
 
 
+# ---------------------------------------------------------------- repair (quantgate.repair)
+
+
+class ProbeRecord(_Frozen):
+    """One variant tried, as repair.json and the report show it."""
+
+    k: int
+    bytes: int
+    passed: list[str]
+    quality: dict[str, float]  # "<suite>.<metric>" estimates of the repaired tenants' floors
+    seconds: float
+    path: str
+
+
+class TenantRepair(_Frozen):
+    """One (target, tenant): the smallest passing k (None: none within the budget) and why it stopped."""
+
+    tenant: str
+    k: int | None
+    stopped: str
+    variant: str | None = None  # the chosen variant's directory
+
+
+class TargetRepair(_Frozen):
+    """Everything one target's search did."""
+
+    target: str
+    upgrade: str
+    units: int
+    uniform_bytes: int
+    parent_build_key: str
+    sensitivity_seconds: float
+    sensitivity_cached: bool
+    kld_uniform: float
+    ranked: list[str]  # layer groups, most sensitive first
+    budget: int
+    probes: list[ProbeRecord]
+    tenants: list[TenantRepair]
+    seconds: float
+
+    @property
+    def builds(self) -> int:
+        """Variants built (each also evaluated and gated once)."""
+        return len(self.probes)
+
+
 class Report(_Frozen):
     """report.json, schema version 2 (version 1, without power, errors and baselines, still reads)."""
 
@@ -132,6 +178,8 @@ class Report(_Frozen):
     no_evidence: dict[str, list[str]] = {}
     baselines_from: str | None = None  # where approved versions were looked up; None: nowhere
     baseline_notes: list[str] = []
+    # quantgate repair: each repaired target's search (variants tried, bytes, why it stopped)
+    repairs: list[TargetRepair] = []
 
     def role(self, artifact: str) -> str:
         """required, optional, or outside class (built with --targets beyond the class)."""

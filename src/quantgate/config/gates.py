@@ -19,6 +19,7 @@ from pydantic import (
     ConfigDict,
     Field,
     NonNegativeFloat,
+    PositiveInt,
     ValidationInfo,
     field_validator,
     model_validator,
@@ -88,6 +89,7 @@ class ModelClass(Frozen):
     match: Match
     targets: TargetSet
     kv_cache: KVCache
+    repair: bool = Field(False, description="a failed (target, tenant) of this class searches for a repaired variant")
 
 
 class Floor(Frozen):
@@ -179,11 +181,20 @@ class Tenant(Frozen):
     confidence: float = Field(0.95, gt=0.5, lt=1.0, description="one-sided confidence of every bound")
     applies_to: list[str] | None = Field(None, description="targets gated for this tenant; all when absent")
     floors: list[Floor] = Field(min_length=1)
+    repair: bool = Field(False, description="a target failing this tenant searches for a repaired variant")
 
     @field_validator("applies_to")
     @classmethod
     def _targets_known(cls, names: list[str] | None, info: ValidationInfo) -> list[str] | None:
         return _check_targets(names, info)
+
+
+class RepairBudget(Frozen):
+    """How much one target's repair search may spend (``quantgate.repair.search``)."""
+
+    max_evaluations: PositiveInt = Field(
+        6, description="variants built and evaluated per target, the ceiling (every group kept) included"
+    )
 
 
 class Gates(BaseModel):
@@ -199,6 +210,12 @@ class Gates(BaseModel):
         description="per floor kind, '<suite>.<metric>' -> how far its bound moves between machines "
         "(bench/numerics_spread.py), in the floor's units: a bound this close to its floor is marginal",
     )
+    repair: RepairBudget = Field(default_factory=RepairBudget)
+
+    def repairs(self, model_class: str | None, tenant: str) -> bool:
+        """Whether a failed verdict for ``tenant`` is repaired: the tenant's or the class's ``repair``."""
+        cls = self.model_classes.get(model_class) if model_class is not None else None
+        return self.tenants[tenant].repair or (cls is not None and cls.repair)
 
     def spread(self, floor: Floor) -> float | None:
         """The measured machine-to-machine spread of ``floor``'s bound; None where not measured."""

@@ -1,0 +1,224 @@
+"""``quantgate repair``: the inputs a repair needs, from a run's plan or from the options, and the
+table a release engineer reads.
+
+With a plan (``quantgate run`` writes ``plan.json`` beside ``eval/``) everything comes from it:
+the confirmed source, the uniform builds' recipes and KV decisions, the calibration set, the suites
+and profile. Without one, the source is taken in again (``--checkpoint``, default: the embedded
+model) and the recipes, calibration set and suites are the project's current files.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from quantgate.errors import UsageError
+from quantgate.progress import Progress
+from quantgate.repair.run import RepairInputs, RepairOutcome, repair
+from quantgate.report_schema import Report, read_report
+
+
+def repair_command(
+    *,
+    results: Path,
+    artifacts: Path,
+    out: Path | None,
+    report_json: Path | None,
+    targets: list[str] | None,
+    tenants: list[str] | None,
+    budget: int | None,
+    options: dict[str, Any],
+    plan_file: Path | None,
+) -> int:
+    """Run a repair as the command does; its exit code."""
+    from quantgate.progress import RichProgress
+
+    results, artifacts = Path(results).resolve(), Path(artifacts).resolve()
+    for path, option in ((results, "--results"), (artifacts, "--artifacts")):
+        if not path.is_dir():
+            raise UsageError(
+                path, f"{option} is not a directory", f"pass the directory quantgate wrote for {option}"
+            )
+    if plan_file is None and (results.parent / "plan.json").is_file():
+        plan_file = results.parent / "plan.json"
+    out = Path(out).resolve() if out is not None else results.parent / "repair"
+    with RichProgress() as progress:
+        inputs, project, gates_path = (
+            _from_plan(plan_file, options, progress)
+            if plan_file is not None
+            else _from_options(results, options, progress)
+        )
+        report, report_json = _report(results, artifacts, report_json, project, gates_path, out)
+        outcome = repair(
+            report,
+            artifacts,
+            out,
+            inputs,
+            targets=targets,
+            tenants=tenants,
+            budget=budget,
+            progress=progress,
+        )
+        attach(report_json, report, outcome)
+    _print(outcome, report_json)
+    searched = [t for r in outcome.targets for t in r.tenants]
+    return 1 if searched and not any(t.k is not None for t in searched) else 0
+
+
+def attach(report_json: Path, report: Report, outcome: RepairOutcome) -> list[Path]:
+    """Add the repairs to ``report_json`` and render its Markdown and HTML again."""
+    from quantgate.gate.run import write_report_json
+    from quantgate.report import write_reports
+
+    updated = report.model_copy(update={"repairs": outcome.targets})
+    path = write_report_json(updated, Path(report_json).parent)
+    return [path, *write_reports(updated.payload(), path.parent).values()]
+
+
+def _report(
+    results: Path, artifacts: Path, given: Path | None, project: Path, gates_path: Path, out: Path
+) -> tuple[Report, Path]:
+    """The report to repair: given, beside the results, or the results gated now (offline)."""
+    from quantgate.gate.run import gate_results, write_report_json
+
+    found = given if given is not None else results.parent / "report" / "report.json"
+    if found.is_file():
+        return read_report(found, fix="pass --report the report.json quantgate gate wrote"), found
+    if given is not None:
+        raise UsageError(given, "no report.json there", "pass the report.json quantgate gate wrote")
+    decision = gate_results(results, gates_path, project, artifacts_dir=artifacts)
+    return decision, write_report_json(decision, out / "report")
+
+
+def _from_plan(
+    plan_file: Path, options: dict[str, Any], progress: Progress
+) -> tuple[RepairInputs, Path, Path]:
+    from quantgate.evaluate.data import DataDir
+    from quantgate.evaluate.suites import EvalContext
+    from quantgate.orchestrate.plan import read_plan
+
+    for option, value in options.items():
+        if value is not None:
+            raise UsageError(
+                option, "is taken from the plan here", f"leave {option} out, or pass --plan none"
+            )
+    plan = read_plan(plan_file)
+    project = Path(plan.root)
+    ctx = EvalContext(
+        plan.profile,
+        DataDir.resolve(Path(plan.data_dir) if plan.data_dir else None, project),
+        project,
+        Path(plan.cache_dir),
+        progress,
+    )
+    source = plan.confirmed_source(progress)
+    inputs = RepairInputs(
+        source=source,
+        planned={b.target.name: b for b in plan.builds},
+        calibration=plan.calibration_set(),
+        suites=plan.loaded_suites(),
+        ctx=ctx,
+        gates_path=Path(plan.gates),
+        project_root=project,
+        model=plan.model,
+        sequential=plan.sequential,
+    )
+    return inputs, project, Path(plan.gates)
+
+
+def _from_options(
+    results: Path, options: dict[str, Any], progress: Progress
+) -> tuple[RepairInputs, Path, Path]:
+    from quantgate.calibration import load_or_build
+    from quantgate.config.gates import load_gates
+    from quantgate.config.targets import Catalog
+    from quantgate.embedded.smollm2 import default_checkpoint, model_name
+    from quantgate.evaluate.data import DataDir
+    from quantgate.evaluate.suites import EvalContext, load_suites
+    from quantgate.intake import intake
+    from quantgate.paths import cache_dir, project_root
+    from quantgate.quantize.kv_calibration import kv_decisions
+    from quantgate.quantize.pipeline import plan
+
+    project = (options["--root"] or project_root()).resolve()
+    gates_path = options["--gates"] or project / "gates.yaml"
+    catalog = Catalog(project)
+    policy = load_gates(gates_path, catalog)
+    cache = (options["--cache-dir"] or cache_dir()).resolve()
+    run_json = results / "run.json"
+    run_info = json.loads(run_json.read_text()) if run_json.is_file() else {}
+    source_dir = options["--checkpoint"] or default_checkpoint(cache, progress)
+    record = intake(source_dir, policy, progress, cache=cache / "intake")
+    names = [d.name for d in results.iterdir() if d.is_dir() and d.name in catalog.target_names()]
+    planned = plan(
+        catalog, names, kv_decisions(policy, record.model_class, names, [catalog.target(n) for n in names])
+    )
+    calibration = None
+    if any(p.needs_calibration for p in planned):
+        calibration = load_or_build(
+            options["--calibration"] or project / "calibration_sets" / "default.yaml", cache / "calibration"
+        )
+    ctx = EvalContext(
+        run_info.get("profile") or "smoke",
+        DataDir.resolve(options["--data-dir"], project),
+        project,
+        cache,
+        progress,
+    )
+    inputs = RepairInputs(
+        source=record,
+        planned={p.target.name: p for p in planned},
+        calibration=calibration,
+        suites=load_suites(project / "eval_suites", None),
+        ctx=ctx,
+        gates_path=gates_path,
+        project_root=project,
+        model=run_info.get("model") or model_name(record.path),
+    )
+    return inputs, project, gates_path
+
+
+def _print(outcome: RepairOutcome, report_json: Path) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console(width=None if sys.stdout.isatty() else 240)
+    for target in outcome.targets:
+        table = Table(
+            title=f"quantgate repair: {target.target} ({target.units} layer groups, kept at {target.upgrade}; "
+            f"uniform {target.uniform_bytes / 1e6:.1f} MB)"
+        )
+        for column in (
+            "k kept",
+            "MB",
+            "passes",
+            *sorted({q for p in target.probes for q in p.quality}),
+            "seconds",
+        ):
+            table.add_column(column)
+        keys = sorted({q for p in target.probes for q in p.quality})
+        for p in sorted(target.probes, key=lambda p: p.k):
+            table.add_row(
+                str(p.k),
+                f"{p.bytes / 1e6:.1f}",
+                ", ".join(p.passed) or "none",
+                *(f"{p.quality[q]:.4g}" if q in p.quality else "-" for q in keys),
+                f"{p.seconds:.0f}",
+            )
+        console.print(table)
+        for t in target.tenants:
+            verdict = f"k={t.k} -> {t.variant}" if t.k is not None else "no variant"
+            console.print(f"  {target.target} x {t.tenant}: {verdict} ({t.stopped})")
+        console.print(
+            f"  {target.builds} builds and evaluations, sensitivity "
+            f"{'cached' if target.sensitivity_cached else f'{target.sensitivity_seconds:.0f} s'}, {target.seconds:.0f} s in all"
+        )
+    for name, why in outcome.skipped.items():
+        console.print(f"  {name}: not repaired ({why})")
+    for where in sorted({t.variant for r in outcome.targets for t in r.tenants if t.variant is not None}):
+        console.print(
+            f"publish: quantgate publish --report {where}/publish/report.json --artifacts {where}/artifacts"
+        )
+    print(f"report: {report_json}")

@@ -52,7 +52,12 @@ def replay(fixed: Path, out: Path) -> dict:
                 continue
             batch = max(BATCH_MIN, int(getattr(suite.spec.sizes(profile), "batch_size", 1)))
             samples, design = sequential_run(
-                suite, src, watches, len(ids), lambda pos: [by_item[ids[i]] for i in pos], batch=batch
+                suite,
+                src,
+                watches,
+                len(ids),
+                lambda pos, by_item=by_item, ids=ids: [by_item[ids[i]] for i in pos],
+                batch=batch,
             )
             for key in ("seconds", "seconds_all_estimate", "seconds_saved_estimate"):
                 design.pop(key)  # replayed: no time was spent

@@ -1,8 +1,10 @@
 """Issue 18's GPU figures in one call on an H200: native vs emulated FP8, modelopt vs llm-compressor
 NVFP4, and evaluation throughput of an 8B-shaped model against lm-eval and the hardware.
 
-Usage (on the GPU machine, from the repository root; BENCHMARKS.md has the exact command):
-    PYTHONPATH=src python3 bench/gpu_issue18.py --out $OUT --skeleton .gpu18/smollm2 --data .gpu18/datasets
+Usage (BENCHMARKS.md has the exact commands):
+    here, once:      .venv/bin/python bench/gpu_issue18.py --prepare --out x --skeleton .gpu18/smollm2 --data .gpu18/datasets
+    on the GPU:      PYTHONPATH=/tmp/site:src python3 bench/gpu_issue18.py --out $OUT --skeleton .gpu18/smollm2 \
+                         --data .gpu18/datasets     (after installing .whl/*.whl into /tmp/site)
 
 Nothing can be downloaded there, so the models are made there with random weights: the default
 model's shape (SmolLM2-135M's config and tokenizer, carried) for the builds and numerics, and
@@ -519,6 +521,51 @@ PHASES = {
 }
 
 
+# what the GPU machine's image lacks (its torch, transformers, accelerate, safetensors... are used as they are)
+WHEELS = (
+    "pydantic==2.14.4", "pydantic-core==2.50.5", "annotated-types==0.8.0", "typing-inspection==0.4.5",
+    "compressed-tensors==0.19.0", "llmcompressor==0.14.0.1", "loguru==0.7.3", "datasets==5.2.0",
+    "multiprocess==0.70.19", "dill==0.4.1", "lm-eval==0.4.13", "more-itertools==11.2.1",
+    "nvidia-modelopt==0.47.0", "omegaconf==2.3.0", "pulp==3.3.2",
+)  # fmt: skip
+SDIST_ONLY = ("antlr4-python3-runtime==4.9.3",)  # omegaconf's; built into a wheel here
+PLATFORMS = (
+    "manylinux_2_28_x86_64",
+    "manylinux_2_27_x86_64",
+    "manylinux_2_17_x86_64",
+    "manylinux2014_x86_64",
+)
+
+
+def prepare(skeleton: Path, data: Path) -> None:
+    """On the development machine: the wheels (``.whl``), the default model's config and tokenizer and
+    the WikiText file, into the git-ignored folders the device call carries."""
+    import subprocess
+
+    from quantgate.embedded.smollm2 import default_checkpoint
+    from quantgate.evaluate.data import DataDir
+    from quantgate.paths import cache_dir
+
+    wheels = ROOT / ".whl"
+    platforms = [arg for p in PLATFORMS for arg in ("--platform", p)]
+    pip = [sys.executable, "-m", "pip"]
+    subprocess.run(
+        [*pip, "download", "--no-deps", "--only-binary=:all:", "--python-version", "3.12", "--implementation", "cp",
+         *platforms, "-d", str(wheels), *WHEELS],
+        check=True,
+    )  # fmt: skip
+    subprocess.run([*pip, "wheel", "--no-deps", "-w", str(wheels), *SDIST_ONLY], check=True)
+    checkpoint = default_checkpoint(cache_dir())
+    skeleton.mkdir(parents=True, exist_ok=True)
+    for f in checkpoint.iterdir():
+        if f.suffix != ".safetensors":
+            shutil.copy(f, skeleton / f.name)
+    wiki = DataDir.resolve(None, ROOT).candidates[-1] / "wikitext-2-raw" / "wiki.test.raw"
+    (data / "wikitext-2-raw").mkdir(parents=True, exist_ok=True)
+    shutil.copy(wiki, data / "wikitext-2-raw" / "wiki.test.raw")
+    print(f"ready: {wheels}, {skeleton}, {data} (add them to .git/info/exclude and carry them)")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, required=True)
@@ -531,7 +578,11 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--phases", default="ceilings,builds,native,nvfp4,throughput")
     parser.add_argument("--chunks", default="128,512,2048", help="lm_head chunk sizes for the chunks phase")
+    parser.add_argument("--prepare", action="store_true", help="fetch wheels and copy data here, then exit")
     args = parser.parse_args()
+    if args.prepare:
+        prepare(args.skeleton, args.data)
+        return
     args.out.mkdir(parents=True, exist_ok=True)
     args.work.mkdir(parents=True, exist_ok=True)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")

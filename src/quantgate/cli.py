@@ -699,6 +699,14 @@ def run(
         float, typer.Option("--step-timeout", help="Seconds before a build or evaluation step is killed.")
     ] = 6 * 3600,
     sequential: SequentialOpt = None,
+    repair: Annotated[
+        bool,
+        typer.Option(
+            "--repair/--no-repair",
+            help="After the gate, search each failed (target, tenant) marked repair: true in gates.yaml for "
+            "the smallest mixed-precision variant that passes it; chosen variants are published too.",
+        ),
+    ] = False,
 ) -> None:
     """Build, evaluate, gate and publish in one Prefect flow run (ephemeral, or PREFECT_API_URL's server)."""
     from quantgate.orchestrate.run import run_flow
@@ -719,6 +727,7 @@ def run(
         dask_workers=dask_workers,
         dask_address=dask_address,
         sequential=bool(sequential),
+        repair=repair,
     )
     if outcome is None:
         typer.secho(f"error: the flow run ended {state.name}: {state.message}", fg=typer.colors.RED, err=True)
@@ -729,6 +738,19 @@ def run(
         aliases = {a["artifact"]: a.get("aliases", []) for a in outcome["published"].get("artifacts", [])}
     title = f"quantgate run: {outcome['model']} ({outcome['model_class']}), flow run {state.name}"
     print_table(verdict_table(report, title, aliases))
+    for target in (outcome.get("repair") or {}).get("targets", []):
+        for t in target["tenants"]:
+            found = (
+                f"k={t['k']} of {target['units']} groups kept at {target['upgrade']}"
+                if t["k"] is not None
+                else "none"
+            )
+            print(f"repair {target['target']} x {t['tenant']}: {found} ({t['stopped']})")
+    for published in (outcome.get("published") or {}).get("repaired", []):
+        for a in published["artifacts"]:
+            print(
+                f"repaired: {a['registered_model']} version {a['version']}, aliases {', '.join(a['aliases']) or 'none'}"
+            )
     for target, message in outcome["build_failures"].items():
         typer.secho(f"build failed: {target}: {message}", fg=typer.colors.RED, err=True)
     for kind in ("md", "html", "json"):

@@ -250,6 +250,50 @@ def publish_artifacts(root: str, report_json: str, artifacts_dir: str) -> dict[s
     return publish_report(Path(report_json), Path(artifacts_dir), config).to_dict()
 
 
+@task(
+    name="repair",
+    cache_key_fn=_keyed(
+        "repair",
+        lambda p: [
+            p["plan"].source_hash,
+            p["plan"].target_hashes,
+            p["plan"].gates_hash,
+            p["plan"].suites_hash,
+            p["verdicts"],
+        ],
+    ),
+    persist_result=True,
+)
+def repair_failed(plan: RunPlan, report_json: str, verdicts: list[dict[str, str]]) -> dict[str, Any]:
+    """Search variants for the failed (target, tenant) pairs marked ``repair`` (``quantgate repair
+    --plan``, a heavy step: it builds and evaluates); repair.json, and the report re-rendered with it."""
+    from quantgate.errors import StepFailed, StepTimeout
+
+    out = Path(plan.out) / "repair"
+    (out / "repair.json").unlink(missing_ok=True)
+    args = [
+        "repair",
+        "--plan",
+        str(plan.file),
+        "--results",
+        str(plan.eval_dir),
+        "--artifacts",
+        str(plan.artifacts_dir),
+        "--report",
+        report_json,
+        "--out",
+        str(out),
+    ]
+    try:
+        _step(plan, "repair", args)
+    except StepTimeout:
+        raise
+    except StepFailed as exc:  # exit 1: no variant within the budget, which repair.json says
+        if exc.exit_code != 1 or not (out / "repair.json").is_file():
+            raise
+    return json.loads((out / "repair.json").read_text())
+
+
 @task(name="withdraw", retries=_RETRIES, retry_condition_fn=_only_transient)
 def withdraw_approvals(root: str, report_json: str, artifacts_dir: str) -> dict[str, list[str]]:
     """A failed run: take ``approved-<tenant>`` off registered versions that now fail it."""
@@ -271,6 +315,7 @@ def build_and_gate(
     max_heavy: int = 1,
     step_timeout_s: float = 6 * 3600,
     sequential: bool = False,
+    repair: bool = False,
 ) -> State[Any]:
     """Build, evaluate, gate and publish every target of one source checkpoint.
 
@@ -279,6 +324,8 @@ def build_and_gate(
     only these. ``max_heavy``: heavy steps (builds, evaluations) running at once, across every
     flow run on the same Prefect server (0: no limit). ``sequential``: each artifact's suites stop
     once every floor on them is decided (``evaluate/sequential.py``); False: the fixed design.
+    ``repair``: each failed (target, tenant) marked ``repair`` in gates.yaml searches for the
+    smallest variant that passes (``quantgate.repair``); chosen variants are published with the run.
     """
     from quantgate.paths import cache_dir, project_root
 
@@ -303,10 +350,10 @@ def build_and_gate(
     heavy_slots.ensure_limit(max_heavy)
     heavy_slots.reclaim_expired(get_run_logger().info)
     with _steps_stopped_on_signal():
-        return _pipeline(plan, publish)
+        return _pipeline(plan, publish, repair)
 
 
-def _pipeline(plan: RunPlan, publish: bool) -> State[Any]:
+def _pipeline(plan: RunPlan, publish: bool, repair: bool = False) -> State[Any]:
     """The flow's body past the plan: builds, the reference, evaluations, gate, publish, outcome."""
     logger = get_run_logger()
     logger.info(
@@ -344,12 +391,20 @@ def _pipeline(plan: RunPlan, publish: bool) -> State[Any]:
     baselines = find_baselines(plan.root, plan.model, {b["target"]: b["build_key"] for b in built_results})
     gated = gate_run(plan, parts, baselines)
     report = gated["report"]
+    repaired = None
+    if repair:
+        verdicts = [{k: v[k] for k in ("artifact", "tenant", "verdict")} for v in report["verdicts"]]
+        repaired = repair_failed(plan, gated["paths"]["json"], verdicts)
     _report_artifacts(plan, report, gated["paths"])
     # a failed run publishes nothing: no version of it may be mistaken for a release
     failing = [a for a in report["required"] if not report["approvals"].get(a)]
     published = None
     if publish and not (failing or build_failures or eval_failures):
         published = publish_artifacts(plan.root, gated["paths"]["json"], str(plan.artifacts_dir))
+        published["repaired"] = [
+            publish_artifacts(plan.root, f"{where}/publish/report.json", f"{where}/artifacts")
+            for where in _chosen_variants(repaired)
+        ]
     elif publish:
         logger.warning("not publishing: the run failed its gate")
         published = {
@@ -368,6 +423,7 @@ def _pipeline(plan: RunPlan, publish: bool) -> State[Any]:
         "verdicts": [{k: v[k] for k in ("artifact", "tenant", "verdict")} for v in report["verdicts"]],
         "reports": gated["paths"],
         "published": published,
+        "repair": repaired,
         "out": plan.out,
         "flow_run_id": str(flow_run.id),
         "flow_ran_in": _where(),
@@ -384,6 +440,14 @@ def _pipeline(plan: RunPlan, publish: bool) -> State[Any]:
     return Completed(
         message=f"every required artifact passed (report: {gated['paths'].get('md')})", data=outcome
     )
+
+
+def _chosen_variants(repaired: dict[str, Any] | None) -> list[str]:
+    """The variant directories a repair chose for some tenant (repair.json), each once."""
+    if not repaired:
+        return []
+    found = {t["variant"] for r in repaired["targets"] for t in r["tenants"] if t.get("variant")}
+    return sorted(found)
 
 
 @flow(name="regate", validate_parameters=True)

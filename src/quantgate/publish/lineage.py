@@ -55,8 +55,10 @@ def run_metrics(report: Report, artifact: str) -> dict[str, float]:
 def lineage_tags(
     manifest: Manifest, content_hash: str, manifest_sha256: str, report_sha256: str
 ) -> dict[str, str]:
-    """Version tags that say where the bytes came from and which gate report approved them."""
+    """Version tags that say where the bytes came from and which gate report approved them; a
+    repaired variant's also say what it kept one precision up and which uniform build it repairs."""
     return {
+        **repair_tags(manifest),
         naming.CONTENT_HASH: content_hash,
         naming.MANIFEST_SHA256: manifest_sha256,
         naming.TARGET: manifest.target,
@@ -66,4 +68,26 @@ def lineage_tags(
         naming.CALIBRATION_SHA256: manifest.calibration.sha256 if manifest.calibration else "none",
         naming.QUANTGATE_VERSION: quantgate_version(),
         naming.REPORT_SHA256: report_sha256,
+    }
+
+
+# MLflow keeps a tag value up to 5000 characters (8000 in newer servers): the list is cut there,
+# the manifest (in the store, signed) names every module
+_MAX_TAG = 4000
+
+
+def repair_tags(manifest: Manifest) -> dict[str, str]:
+    """The repair's tags (none for a uniform artifact)."""
+    repair = manifest.repair
+    if repair is None:
+        return {}
+    units = ",".join(repair.kept_units)
+    if len(units) > _MAX_TAG:
+        units = units[: units.rfind(",", 0, _MAX_TAG)] + ",..."
+    return {
+        naming.REPAIR_UPGRADE: repair.upgrade,
+        naming.REPAIR_KEPT: f"{len(repair.kept_units)} of {repair.units_total}",
+        naming.REPAIR_KEPT_UNITS: units,
+        naming.REPAIR_PARENT_BUILD_KEY: repair.parent_build_key,
+        naming.REPAIR_BYTES: str(manifest.total_bytes),
     }

@@ -196,6 +196,7 @@ def _publish_one(job: _Job, mlflow_client, cfg: RegistryConfig, progress: Progre
         mlflow_client, cfg, job.name, version, job.approved, job.report.failed_tenants(job.artifact)
     )
     gate_tags = {
+        **_parent_version(mlflow_client, job),
         naming.APPROVED_TENANTS: ",".join(job.approved),
         naming.GATE: "approved" if job.approved else "failed",
         naming.REPORT_SHA256: job.report_sha256,
@@ -214,6 +215,18 @@ def _publish_one(job: _Job, mlflow_client, cfg: RegistryConfig, progress: Progre
         source=version.source,
         run_id=version.run_id or "",
     )
+
+
+def _parent_version(mlflow_client, job: _Job) -> dict[str, str]:
+    """A repaired variant's lineage: the registered version of the uniform build it repairs, if any."""
+    repair = job.manifest.repair
+    if repair is None:
+        return {}
+    found = mlflow_client.search_model_versions(
+        f"name = '{tracking.quote(job.name)}' and tags.`{naming.BUILD_KEY}` = '{repair.parent_build_key}'",
+        order_by=["version_number ASC"],
+    )
+    return {naming.REPAIR_PARENT_VERSION: str(found[0].version)} if found else {}
 
 
 def _complete_version(mlflow_client, job: _Job):

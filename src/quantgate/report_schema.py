@@ -180,6 +180,9 @@ class Report(_Frozen):
     baseline_notes: list[str] = []
     # quantgate repair: each repaired target's search (variants tried, bytes, why it stopped)
     repairs: list[TargetRepair] = []
+    # quantgate eval --sequential: artifact -> suite -> items used and in all, why it stopped, seconds
+    # taken and the estimate for every item (evaluate/sequential.py); empty: the fixed design
+    sequential: dict[str, dict[str, dict[str, Any]]] = {}
 
     def role(self, artifact: str) -> str:
         """required, optional, or outside class (built with --targets beyond the class)."""

@@ -151,6 +151,7 @@ def gate_results(
         model_class=model_class,
         source_hash=source_hash,
         profile=run_info.get("profile"),
+        sequential=run_info.get("sequential") or {},
         required=required,
         optional=optional,
         verdicts=verdicts,

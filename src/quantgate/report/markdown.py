@@ -26,6 +26,8 @@ def _floor_line(f: FloorResult) -> str:
         f"{head}: estimate {fmt(f.estimate)}, bound {fmt(f.bound, f.floor)}, floor {fmt(f.floor, f.bound)}, "
         f"margin {fmt(f.margin, sign=True)}"
     )
+    if f.interval == "confidence-sequence":
+        line += f", always-valid bound, decided early on {f.items} items"
     if f.mde is not None:
         line += f", MDE {fmt(f.mde)} (tolerance {fmt(f.tolerance)})"
     if f.marginal:
@@ -72,6 +74,16 @@ def render_markdown(report: Report | Mapping[str, Any]) -> str:
             out.append("")
             out += [_floor_line(f) for f in view.failed_floors(v)]
             out += [f"- {md(r)}" for r in view.other_reasons(v)]
+    if report.sequential:
+        out += ["", "## Sequential evaluation", ""]
+        out.append("| artifact | suite | items used | stopped | seconds | saved (estimate) |")
+        out.append("| --- | --- | --- | --- | --- | --- |")
+        for artifact, suites in report.sequential.items():
+            for suite, d in suites.items():
+                out.append(
+                    f"| {md(artifact)} | {md(suite)} | {d.get('items_used')} of {d.get('items_total')} | "
+                    f"{md(str(d.get('stopped')))} | {fmt(d.get('seconds'))} | {fmt(d.get('seconds_saved_estimate'))} |"
+                )
     marginal = [(v, f) for v in view.verdicts if v.verdict == "pass" for f in v.floors if f.marginal]
     if marginal:
         out += ["", "## Marginal passes (within the machine-to-machine spread of a floor)", ""]

@@ -443,7 +443,7 @@ def load_for_eval(
             weights=wfmt.name,
             activations=act.name if act is not None else "none",
             kv_cache=kv_report,
-            mode="native" if ran_native is not None else "emulated",
+            mode="native" if ran_native is not None and ran_native.whole else "emulated",
             device=str(device),
             native_on=n.native_on,
             modules_replaced=len(raw),

@@ -25,6 +25,7 @@ from torch import Tensor, nn
 
 from quantgate.numerics.emulated import EmulatedLinear
 from quantgate.numerics.formats import FP8_E4M3FN_MAX
+from quantgate.numerics.moe import EmulatedExperts
 
 MIN_CAPABILITY = (8, 9)  # Ada: the first NVIDIA architecture with FP8 tensor cores
 _NATIVE_PAIRS = {("fp8_e4m3fn", "fp8_e4m3fn_per_token")}  # (weights, activations) run natively
@@ -104,9 +105,15 @@ class NativeResult:
     """What ran natively: how many FP8 linears moved to the kernel, how many stayed emulated, and why."""
 
     replaced: int
-    kept_emulated: int
+    kept_emulated: int  # FP8 W8A8 linears the kernel refuses
+    other_emulated: int  # quantized modules of other formats (a mixed-precision artifact), MoE experts
     device_name: str
     capability: tuple[int, int]
+
+    @property
+    def whole(self) -> bool:
+        """Every quantized module runs natively: only then is the evaluation labelled ``native``."""
+        return not self.kept_emulated and not self.other_emulated
 
     @property
     def note(self) -> str:
@@ -117,6 +124,8 @@ class NativeResult:
             if self.kept_emulated
             else ""
         )
+        if self.other_emulated:
+            kept += f"; {self.other_emulated} quantized modules of other formats emulated"
         return (
             f"native: {self.replaced} FP8 linears on torch._scaled_mm ({self.device_name}, sm_{major}{minor}), "
             "per-token activation and per-channel weight scales in the epilogue, precise fp32 accumulation, "
@@ -132,7 +141,8 @@ def apply_native(model: nn.Module, device: str | torch.device) -> NativeResult |
     """Swap every emulated FP8 W8A8 Linear of ``model`` (already on ``device``) for the native kernel.
 
     None (nothing changed) where ``device`` has no FP8 tensor cores or the model has no module
-    of a natively supported format: those stay emulated and are labelled so.
+    of a natively supported format: those stay emulated and are labelled so. A model of which only
+    some modules run natively (a mixed-precision artifact) is labelled ``emulated``, its note counting both.
     """
     if not native_fp8_device(device):
         return None
@@ -154,9 +164,12 @@ def apply_native(model: nn.Module, device: str | torch.device) -> NativeResult |
     if not replaced:
         return None
     torch_device = torch.device(device)
+    kept = len(candidates) - replaced
+    others = sum(isinstance(m, EmulatedLinear | EmulatedExperts) for m in model.modules()) - kept
     return NativeResult(
         replaced=replaced,
-        kept_emulated=len(candidates) - replaced,
+        kept_emulated=kept,
+        other_emulated=others,
         device_name=torch.cuda.get_device_name(torch_device),
         capability=torch.cuda.get_device_capability(torch_device),
     )

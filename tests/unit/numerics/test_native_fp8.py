@@ -16,6 +16,7 @@ from quantgate.calibration import build_set, load_spec
 from quantgate.config.gates import load_gates
 from quantgate.intake import intake
 from quantgate.numerics import EmulatedLinear, load_for_eval
+from quantgate.numerics import native as native_module
 from quantgate.numerics.formats import activation_format, fp8_e4m3fn_per_token
 from quantgate.numerics.native import NativeFP8Linear, apply_native, native_fp8_device, quantize_per_token
 from quantgate.numerics.weights import weight_format
@@ -73,6 +74,32 @@ def test_on_cpu_nothing_is_native(tmp_path):
     model = torch.nn.Sequential(_emulated_fp8())
     assert apply_native(model, "cpu") is None
     assert isinstance(model[0], EmulatedLinear)
+
+
+def test_only_a_wholly_native_model_is_labelled_native(monkeypatch):
+    # CPU stands in for an FP8 GPU here (torch's CPU _scaled_mm takes the same arguments)
+    monkeypatch.setattr(native_module, "native_fp8_device", lambda device: True)
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: "test GPU")
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: (9, 0))
+    fp8 = _emulated_fp8()
+    w8a16 = EmulatedLinear(
+        weight_format("fp8_e4m3fn").decode(
+            {"weight": fp8.weight.to(torch.float8_e4m3fn), "weight_scale": torch.ones(48, 1)}
+        ),
+        None,
+        weight_format="fp8_e4m3fn",
+    )  # weight-only: no FP8 activations, so no FP8 GEMM to run natively
+    mixed = torch.nn.Sequential(_emulated_fp8(seed=1), w8a16)
+    result = apply_native(mixed, "cpu")
+    assert result is not None and result.replaced == 1 and result.other_emulated == 1 and not result.whole
+    assert isinstance(mixed[0], NativeFP8Linear) and isinstance(mixed[1], EmulatedLinear)
+    assert "1 quantized modules of other formats emulated" in result.note
+
+    whole = torch.nn.Sequential(torch.nn.Sequential(_emulated_fp8(seed=2)), _emulated_fp8(48, 48, seed=3))
+    result = apply_native(whole, "cpu")
+    assert result is not None and result.whole and result.replaced == 2
+    assert result.note.startswith("native: 2 FP8 linears on torch._scaled_mm (test GPU, sm_90)")
+    assert whole(torch.randn(2, 64, dtype=torch.bfloat16)).shape == (2, 48)
 
 
 @pytest.fixture(scope="module")

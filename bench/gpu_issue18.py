@@ -24,6 +24,8 @@ Phases:
   throughput  the 8B-shaped model, bf16: quantgate's scoring pass and lm-eval's HF backend on the same
               windows of the full text suites; tokens/s and the fraction of the measured matrix rate
   chunks      (asked for by --phases only) quantgate's scoring pass at other lm_head chunk sizes
+  native8b    (asked for by --phases only) hopper-fp8 of the 8B shape built there and scored as the bf16
+              source, emulated and native on the same wikitext windows: what a GPU worker's evaluation costs
 """
 
 from __future__ import annotations
@@ -436,6 +438,74 @@ def chunks(args, state: dict) -> dict:
     return out
 
 
+def native8b(args, state: dict) -> dict:
+    """hopper-fp8 of the 8B-shaped model (bf16 KV, data-free: no calibration pass) scored on the GPU:
+    the bf16 source, the emulation and the native kernel on the same wikitext windows."""
+    from transformers import AutoTokenizer, LlamaConfig
+
+    from quantgate.config.gates import load_gates
+    from quantgate.config.targets import Catalog, KVCache
+    from quantgate.evaluate.scoring import build_reference, score
+    from quantgate.evaluate.suites.text import summarize
+    from quantgate.intake import intake
+    from quantgate.numerics.load import load_for_eval
+    from quantgate.numerics.native import apply_native
+    from quantgate.quantize.pipeline import build_targets
+
+    tokenizer = AutoTokenizer.from_pretrained(args.skeleton)
+    source = args.work / "source-8b"
+    started = time.perf_counter()
+    model = _model_8b(LlamaConfig(**LLAMA3_8B))
+    model.save_pretrained(source)
+    for f in args.skeleton.iterdir():
+        if f.name != "config.json":
+            shutil.copy(f, source / f.name)
+    out: dict = {"save_s": time.perf_counter() - started}
+    spec, sizes, seqs = _windows_for("wikitext", tokenizer, "full", args.data)
+    seqs = seqs[: args.windows_8b]
+    tokens = sum(len(s) for s in seqs)
+    out["windows"], out["tokens"] = len(seqs), tokens
+
+    def timed_score(m, ref) -> tuple[float, dict]:
+        score(m, seqs[: sizes.batch_size], ref, batch_size=sizes.batch_size, pad_id=0)  # warm-up
+        torch.cuda.synchronize()
+        t = time.perf_counter()
+        scores = score(m, seqs, ref, batch_size=sizes.batch_size, pad_id=0)
+        torch.cuda.synchronize()
+        return time.perf_counter() - t, summarize("wikitext", scores)[0]
+
+    ref = build_reference(model, seqs, k=spec.top_k, batch_size=sizes.batch_size, pad_id=0)
+    seconds, metrics = timed_score(model, ref)
+    out["source_bf16"] = {"tokens_per_s": tokens / seconds, "metrics": metrics}
+    del model
+    torch.cuda.empty_cache()
+
+    catalog = Catalog(ROOT)
+    started = time.perf_counter()
+    record = intake(source, load_gates(ROOT / "gates.yaml", catalog))
+    out["intake_s"] = time.perf_counter() - started
+    started = time.perf_counter()
+    (built,) = build_targets(
+        record, ["hopper-fp8"], args.work / "built-8b", catalog, None, kv_cache={"hopper-fp8": KVCache.BF16}
+    )
+    out["build_s"] = time.perf_counter() - started
+    started = time.perf_counter()
+    loaded = load_for_eval(built.path, device="cuda", native=False)
+    out["load_s"] = time.perf_counter() - started
+    seconds, metrics = timed_score(loaded.model, ref)
+    out["emulated"] = {"mode": loaded.numerics.mode, "tokens_per_s": tokens / seconds, "metrics": metrics}
+    result = apply_native(loaded.model, "cuda")  # the same loaded model, its FP8 linears swapped
+    torch.cuda.empty_cache()
+    seconds, metrics = timed_score(loaded.model, ref)
+    out["native"] = {
+        "note": result.note if result else None,
+        "tokens_per_s": tokens / seconds,
+        "metrics": metrics,
+    }
+    out["peak_gib"] = torch.cuda.max_memory_allocated() / 2**30
+    return out
+
+
 def throughput(args, state: dict) -> dict:
     from lm_eval.models.huggingface import HFLM
     from transformers import AutoTokenizer, LlamaConfig
@@ -518,6 +588,7 @@ PHASES = {
     "nvfp4": nvfp4,
     "throughput": throughput,
     "chunks": chunks,
+    "native8b": native8b,
 }
 
 
@@ -578,6 +649,7 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--phases", default="ceilings,builds,native,nvfp4,throughput")
     parser.add_argument("--chunks", default="128,512,2048", help="lm_head chunk sizes for the chunks phase")
+    parser.add_argument("--windows-8b", type=int, default=32, help="wikitext windows for the native8b phase")
     parser.add_argument("--prepare", action="store_true", help="fetch wheels and copy data here, then exit")
     args = parser.parse_args()
     if args.prepare:

@@ -7,7 +7,7 @@ from typing import Any
 
 from jinja2 import Environment, StrictUndefined
 
-from quantgate.report import plots
+from quantgate.report import plots, repair_section
 from quantgate.report.view import View, fmt, status_text
 from quantgate.report_schema import Report, as_report
 from quantgate.units import format_bytes
@@ -62,6 +62,13 @@ td.reason{font-size:12px;color:#57606a;max-width:48rem}img{max-width:100%}
 <td class="num">{{ fmt(f.before) }}</td><td class="num">{{ fmt(f.before + f.delta if f.before is not none and f.delta is not none else none) }}</td><td class="num">{{ fmt(f.delta, sign=True) }}</td><td class="{{ f.status }}">{{ status_text(f.status) }}</td></tr>
 {% endfor %}</tbody></table>{% endif %}{% endif %}
 
+{% if repairs %}<h2 id="repair">Repair (mixed-precision variants of failed targets)</h2>
+{% for repair, lines, header, rows, uri in repairs %}<h3>{{ repair.target }}: layer groups kept at {{ repair.upgrade }}</h3>
+<ul>{% for line in lines %}<li>{{ line }}</li>{% endfor %}</ul>
+<table><thead><tr>{% for h in header %}<th>{{ h }}</th>{% endfor %}</tr></thead><tbody>
+{% for row in rows %}<tr>{% for cell in row %}<td>{{ cell }}</td>{% endfor %}</tr>{% endfor %}</tbody></table>
+<p><img alt="bytes against quality of every variant of {{ repair.target }}" src="{{ uri }}"></p>
+{% endfor %}{% endif %}
 <h2>Metrics against floors</h2>
 {% for tenant, uri in floor_plots %}<p><img alt="floors of tenant {{ tenant }}" src="{{ uri }}"></p>{% endfor %}
 <h2>Long-chain: KL divergence and agreement by position</h2>
@@ -127,4 +134,8 @@ def render_html(report: Report | Mapping[str, Any]) -> str:
         recovery=plots.recovery_figure(recovery) if recovery else None,
         deltas=view.previous_deltas(),
         serving=view.serving(),
+        repairs=[
+            (r, repair_section.outcome_lines(r), *repair_section.probe_rows(r), plots.frontier_figure(r))
+            for r in report.repairs
+        ],
     )

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from quantgate.report import repair_section
 from quantgate.report.view import View, fmt, status_text
 from quantgate.report_schema import FloorResult, Report, as_report
 from quantgate.units import format_bytes
@@ -84,6 +85,7 @@ def render_markdown(report: Report | Mapping[str, Any]) -> str:
                     f"| {md(artifact)} | {md(suite)} | {d.get('items_used')} of {d.get('items_total')} | "
                     f"{md(str(d.get('stopped')))} | {fmt(d.get('seconds'))} | {fmt(d.get('seconds_saved_estimate'))} |"
                 )
+    out += repair_section.markdown_lines(report)
     marginal = [(v, f) for v in view.verdicts if v.verdict == "pass" for f in v.floors if f.marginal]
     if marginal:
         out += ["", "## Marginal passes (within the machine-to-machine spread of a floor)", ""]

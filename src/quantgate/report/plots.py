@@ -16,7 +16,7 @@ import matplotlib
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
-from quantgate.report_schema import STATUS_TEXT, FloorResult
+from quantgate.report_schema import STATUS_TEXT, FloorResult, TargetRepair
 
 if TYPE_CHECKING:
     from matplotlib.typing import RcKeyType  # annotations only: not imported at run time
@@ -122,4 +122,43 @@ def recovery_figure(recovery: dict[str, dict[str, float]]) -> str:
         ax.set_ylabel("artifact / source")
         ax.set_title("recovery per suite (1 = the source's level)")
         ax.legend(fontsize=7)
+        return _png(fig)
+
+
+def frontier_figure(repair: TargetRepair) -> str:
+    """Bytes against quality for every variant a repair tried: one panel per floor metric, the
+    uniform artifact at k = 0, passing variants green, the chosen ones ringed."""
+    keys = sorted({q for p in repair.probes for q in p.quality})[:3] or ["(no metric)"]
+    chosen = {t.k for t in repair.tenants if t.k is not None}
+    with matplotlib.rc_context(RC):
+        fig = Figure(figsize=(3.2 * len(keys), 2.8), layout="constrained")
+        axes = fig.subplots(1, len(keys), squeeze=False)[0]
+        probes = sorted(repair.probes, key=lambda p: p.bytes)
+        for ax, key in zip(axes, keys, strict=True):
+            xs = [p.bytes / 1e6 for p in probes if key in p.quality]
+            ys = [p.quality[key] for p in probes if key in p.quality]
+            colors = [PASS if p.passed else FAIL for p in probes if key in p.quality]
+            ax.plot(xs, ys, color=GREY, linewidth=1)
+            ax.scatter(xs, ys, c=colors, zorder=3)
+            for p in probes:
+                if key in p.quality:
+                    ax.annotate(
+                        f"k={p.k}",
+                        (p.bytes / 1e6, p.quality[key]),
+                        fontsize=7,
+                        xytext=(3, 3),
+                        textcoords="offset points",
+                    )
+                    if p.k in chosen:
+                        ax.scatter(
+                            [p.bytes / 1e6],
+                            [p.quality[key]],
+                            s=120,
+                            facecolors="none",
+                            edgecolors=PASS,
+                            zorder=4,
+                        )
+            ax.axvline(repair.uniform_bytes / 1e6, color=FAIL, linestyle=":", linewidth=1)
+            ax.set_xlabel("MB on disk (dotted: uniform)")
+            ax.set_title(f"{repair.target}: {key}")
         return _png(fig)

@@ -19,7 +19,25 @@ import json
 import shutil
 from pathlib import Path
 
+import numpy as np
+
 ROOT = Path(__file__).resolve().parents[1]
+
+
+def resample(eval_dir: Path, sizes: dict[str, int], seed: int = 0) -> None:
+    """Grow (or shrink) each named suite to ``sizes[suite]`` items drawn with replacement from its
+    records, the same draws for the source and every artifact (pairs stay pairs): a projection of
+    a larger profile from a smaller one's windows, for items used, not a measurement."""
+    for suite, n in sizes.items():
+        src_path = eval_dir / "source" / f"{suite}.json"
+        source = json.loads(src_path.read_text())
+        ids = [str(r["item"]) for r in source["samples"]]
+        draw = np.random.default_rng(seed).integers(0, len(ids), n)
+        for path in eval_dir.glob(f"*/{suite}.json"):
+            record = json.loads(path.read_text())
+            by_item = {str(r["item"]): r for r in record["samples"]}
+            record["samples"] = [{**by_item[ids[j]], "item": k} for k, j in enumerate(draw)]
+            path.write_text(json.dumps(record))
 
 
 def replay(fixed: Path, out: Path) -> dict:
@@ -86,6 +104,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--eval", type=Path, action="append", required=True, help="fixed evaluation dirs")
     parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument(
+        "--resample",
+        default="",
+        help="suite=N,...: project to N items per suite by drawing windows with replacement (e.g. the full "
+        "profile's wikitext=128,traffic=64)",
+    )
     args = parser.parse_args()
     out = args.out.resolve()
     out.mkdir(parents=True, exist_ok=True)
@@ -98,6 +122,8 @@ def main() -> None:
         if fixed.exists():
             shutil.rmtree(fixed)
         shutil.copytree(args.eval[0], fixed)
+    if args.resample:
+        resample(fixed, {k: int(v) for k, v in (p.split("=") for p in args.resample.split(","))})
     designs = replay(fixed, out / "sequential")
     fixed_v, fixed_f = verdicts(fixed)
     seq_v, seq_f = verdicts(out / "sequential")

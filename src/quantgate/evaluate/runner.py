@@ -228,9 +228,12 @@ def _sequential(ctx: EvalContext, suite: LoadedSuite, loaded, reference, source:
     samples, design = sequential_run(suite, source, watches, len(source.samples), score, batch=batch)
     # the suite's metrics over the items used, from the statistics the gate bounds
     by_item = {str(r["item"]): r for r in source.samples}
-    a = ordered_columns(runner, samples)
-    s = ordered_columns(runner, [by_item[str(r["item"])] for r in samples])
     metrics: dict[str, float | None] = {}
+    try:
+        a = ordered_columns(runner, samples)
+        s = ordered_columns(runner, [by_item[str(r["item"])] for r in samples])
+    except KeyError:  # items not evaluated: the records say why, the gate reports them
+        a = s = {}
     for metric, measure in runner.metrics().items():
         if measure.statistic is not None:
             try:

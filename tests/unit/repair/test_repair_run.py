@@ -185,3 +185,31 @@ def test_the_variant_loads_in_transformers_with_each_group_in_its_scheme(gated_r
     assert {b for name, b in bits.items() if name not in kept} == {4}
     logits = model(torch.tensor([[1, 5, 7]])).logits
     assert logits.shape[-1] == 512 and torch.isfinite(logits).all()
+
+
+def test_a_published_variant_is_its_own_version_with_lineage_and_only_its_alias(gated_run, tmp_path):
+    from quantgate.publish import RegistryConfig, publish_report, tracking
+    from support.artifacts import write_report
+
+    report, inputs, _ = gated_run
+    registry = RegistryConfig.local(tmp_path / "registry")
+    # the uniform artifact, recorded (it passed nothing): the variant's parent in the registry
+    uniform_report = write_report(tmp_path / "uniform-report", {TARGET: []}, tenants=("loose",), model="tiny")
+    (uniform,) = publish_report(uniform_report, tmp_path / "artifacts", registry).artifacts
+    outcome = repair(report, tmp_path / "artifacts", tmp_path / "repair", inputs, tenants=["loose"])
+    (loose,) = outcome.targets[0].tenants
+    where = Path(loose.variant)
+    (variant,) = publish_report(where / "publish" / "report.json", where / "artifacts", registry).artifacts
+
+    assert variant.registered_model == uniform.registered_model == f"tiny.{TARGET}"
+    assert variant.version != uniform.version
+    assert variant.aliases == ["approved-loose"]
+    client = tracking.client(registry)
+    tags = client.get_model_version(variant.registered_model, variant.version).tags
+    assert tags["quantgate.repair.upgrade"] == "FP8"
+    assert tags["quantgate.repair.kept"] == f"{loose.k} of 8"
+    assert tags["quantgate.repair.parent_version"] == uniform.version
+    assert tags["quantgate.repair.parent_build_key"] == outcome.targets[0].parent_build_key
+    assert len(tags["quantgate.repair.kept_units"].split(",")) == loose.k
+    aliases = client.get_registered_model(variant.registered_model).aliases
+    assert {alias: str(v) for alias, v in aliases.items()} == {"approved-loose": variant.version}

@@ -89,7 +89,9 @@ class ModelClass(Frozen):
     match: Match
     targets: TargetSet
     kv_cache: KVCache
-    repair: bool = Field(False, description="a failed (target, tenant) of this class searches for a repaired variant")
+    repair: bool = Field(
+        False, description="a failed (target, tenant) of this class searches for a repaired variant"
+    )
 
 
 class Floor(Frozen):
@@ -210,7 +212,7 @@ class Gates(BaseModel):
         description="per floor kind, '<suite>.<metric>' -> how far its bound moves between machines "
         "(bench/numerics_spread.py), in the floor's units: a bound this close to its floor is marginal",
     )
-    repair: RepairBudget = Field(default_factory=RepairBudget)
+    repair: RepairBudget = RepairBudget()
 
     def repairs(self, model_class: str | None, tenant: str) -> bool:
         """Whether a failed verdict for ``tenant`` is repaired: the tenant's or the class's ``repair``."""

@@ -117,7 +117,9 @@ class RepairUpgrade(Frozen):
         """A quantized upgrade needs the numerics to emulate it; an unquantized one has none."""
         scheme, fmt = info.data.get("scheme"), info.data.get("format")
         if (scheme is None) != (numerics is None) or (scheme is None) != (fmt is None):
-            raise ValueError("scheme, format and numerics are given together (a quantized upgrade) or not at all (bf16)")
+            raise ValueError(
+                "scheme, format and numerics are given together (a quantized upgrade) or not at all (bf16)"
+            )
         return numerics
 
 

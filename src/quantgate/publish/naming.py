@@ -29,7 +29,9 @@ BUILD_KEY = "quantgate.build_key"
 # a repaired variant (quantgate.repair): what it kept one precision up, and the uniform artifact it repairs
 REPAIR_UPGRADE = "quantgate.repair.upgrade"  # the kept precision (FP8, bf16)
 REPAIR_KEPT = "quantgate.repair.kept"  # "<k> of <n>" layer groups
-REPAIR_KEPT_UNITS = "quantgate.repair.kept_units"  # comma-separated, most sensitive first (the manifest has all)
+REPAIR_KEPT_UNITS = (
+    "quantgate.repair.kept_units"  # comma-separated, most sensitive first (the manifest has all)
+)
 REPAIR_PARENT_BUILD_KEY = "quantgate.repair.parent_build_key"
 REPAIR_PARENT_VERSION = "quantgate.repair.parent_version"  # the uniform artifact's version, when registered
 REPAIR_BYTES = "quantgate.repair.bytes"

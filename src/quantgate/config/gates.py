@@ -194,9 +194,8 @@ class Tenant(Frozen):
 class RepairBudget(Frozen):
     """How much one target's repair search may spend (``quantgate.repair.search``)."""
 
-    max_evaluations: PositiveInt = Field(
-        6, description="variants built and evaluated per target, the ceiling (every group kept) included"
-    )
+    # variants built and evaluated per target, the ceiling (every group kept) included
+    max_evaluations: PositiveInt = 6
 
 
 class Gates(BaseModel):

@@ -12,7 +12,8 @@ from the metric's declared ratio of sums, ``metrics.Sums``; e.g. a token-weighte
 ``sum kld*T / sum T <= L`` becomes ``y = (kld - L) * T``). y is rescaled to z in [0, 1] with its
 *known* range, and for each candidate mean m a gambler bets against "the mean is at least m"
 (capital multiplied by 1 + lambda (m - z) per item) and against "at most m" (1 + lambda (z - m)),
-with bets lambda_i in [0, 0.9] computed from items before i only. Under its hypothesis each
+with bets lambda_i computed from items before i only, at most 0.9 of what keeps the capital
+nonnegative. Under its hypothesis each
 capital is a nonnegative supermartingale, so by Ville's inequality it ever reaches 1/alpha with
 probability at most alpha: the m whose capital did are excluded, for good (running
 intersection). A floor passes when every m above 0 is excluded (upper end <= 0), fails when
@@ -59,20 +60,27 @@ def final_confidence(confidence: float) -> float:
 
 def bets(z: np.ndarray, alpha: float) -> np.ndarray:
     """Predictable plug-in bets (Waudby-Smith & Ramdas 2023, eq. 26, one-sided): item i's bet uses
-    items before it only, large when the past spread is small, capped at ``CAP``."""
+    items before it only, large when the past spread is small (capped per m by ``_excluded``)."""
     n = len(z)
     t = np.arange(1, n + 1, dtype=float)
     mu_after = (0.5 + np.cumsum(z)) / (t + 1)  # mu-hat_i, after item i
     sq_before = np.concatenate([[0.0], np.cumsum((z - mu_after) ** 2)])[:-1]
     var_before = (0.25 + sq_before) / t  # sigma-hat^2_{i-1}
     lam = np.sqrt(2.0 * math.log(1.0 / alpha) / (var_before * t * np.log1p(t)))
-    return np.minimum(lam, CAP)
+    return lam
 
 
 def _excluded(z: np.ndarray, m: np.ndarray, alpha: float, *, upper: bool) -> np.ndarray:
     """Per (item count, m): whether m has been excluded by then (upper: "mean >= m" rejected;
-    lower: "mean <= m" rejected), running over every earlier count (Ville: valid at all of them)."""
+    lower: "mean <= m" rejected), running over every earlier count (Ville: valid at all of them).
+
+    Each m's bets are capped at ``CAP`` times the largest its capital allows (1 / (1 - m) against
+    "mean >= m", 1 / m against "mean <= m"), so every factor stays >= 1 - CAP: near the bottom of
+    the range a test that the mean is above m can bet big (a broken artifact far above a KL floor
+    near 0 is excluded from "at most the floor" after a few windows)."""
     lam = bets(z, alpha)[:, None]
+    room = (1.0 - m) if upper else m
+    lam = np.minimum(lam, CAP / np.maximum(room, 1e-12)[None, :])
     step = (m[None, :] - z[:, None]) if upper else (z[:, None] - m[None, :])
     log_capital = np.cumsum(np.log1p(lam * step), axis=0)
     return np.maximum.accumulate(log_capital, axis=0) >= math.log(1.0 / alpha)
@@ -81,7 +89,9 @@ def _excluded(z: np.ndarray, m: np.ndarray, alpha: float, *, upper: bool) -> np.
 def bounds(z: np.ndarray, alpha: float) -> tuple[float, float]:
     """The confidence sequence's ends for the mean of ``z`` (values in [0, 1]) after all its items:
     (upper, lower), each one-sided at level 1 - alpha, found by bisection to within ``TOL`` and
-    rounded outwards (an excluded m stays excluded for every m beyond it: bets do not depend on m)."""
+    rounded outwards. Bisection takes the excluded m to be those beyond one point, as they are when
+    every item lies on one side of the m in question; where not, the end is approximate (a
+    decision is the exact test at the floor, ``first_rejection``, never read off these ends)."""
     z = np.clip(np.asarray(z, dtype=float), 0.0, 1.0)
 
     def end(upper: bool) -> float:
@@ -135,8 +145,9 @@ class Sequential:
     limit: float | None = None
 
 
-def decide(lin: Linear, alpha: float) -> Sequential:
-    """Decide ``lin`` (pass: mean y <= 0 with every m > 0 excluded; fail: every m <= 0 excluded)."""
+def decide(lin: Linear, alpha: float, *, ends: bool = True) -> Sequential:
+    """Decide ``lin`` (pass: "mean y >= 0" rejected; fail: "mean y <= 0" rejected), with the
+    interval's ends (``ends=False``: the decision alone, ends infinite; for simulations)."""
     span = lin.hi - lin.lo
     z = np.clip((lin.y - lin.lo) / span, 0.0, 1.0)
     z_low = z if lin.y_low is None else np.clip((lin.y_low - lin.lo) / span, 0.0, 1.0)
@@ -146,17 +157,16 @@ def decide(lin: Linear, alpha: float) -> Sequential:
         return Sequential("undecided", 0, None, math.inf, -math.inf, "no items yet")
     passed = None if lin.above else first_rejection(z, t0, alpha, upper=True)
     failed = None if lin.below else first_rejection(z_low, t0, alpha, upper=False)
-    upper, _ = bounds(z, alpha)
-    _, lower = bounds(z_low, alpha)
+    upper, lower = (bounds(z, alpha)[0], bounds(z_low, alpha)[1]) if ends else (math.inf, -math.inf)
     up_y, lo_y = lin.lo + span * upper, lin.lo + span * lower
     note = "a value above the declared range: no early pass" if lin.above else ""
     note = note or ("a value below the declared range: no early fail" if lin.below else "")
-    ends = (lin.to_floor(up_y), lin.to_floor(lo_y), note, lin.quantity, lin.limit)
+    found = (lin.to_floor(up_y), lin.to_floor(lo_y), note, lin.quantity, lin.limit)
     if passed is not None and (failed is None or passed <= failed):
-        return Sequential("pass", n, passed, *ends)
+        return Sequential("pass", n, passed, *found)
     if failed is not None:
-        return Sequential("fail", n, failed, *ends)
-    return Sequential("undecided", n, None, *ends)
+        return Sequential("fail", n, failed, *found)
+    return Sequential("undecided", n, None, *found)
 
 
 def linearize(kind: str, limit: float, measure, a: dict, s: dict, s_all: dict) -> Linear | str:

@@ -446,6 +446,15 @@ def _sequential_result(
         shown = (
             f"{level} always-valid {better} end {_fmt(decided.lower)} {'>' if upper else '<'} {_fmt(limit)}"
         )
+    end = decided.upper if passed else decided.lower
+    if not (end <= limit if upper == passed else end >= limit) if not decided.quantity else False:
+        # the interval's ends are approximate where bets differ across m (sequence.bounds): the
+        # decision is the exact test at the floor, so say that rather than show an end across it
+        shown = (
+            f"{level} always-valid test at the floor rejects '{'at or beyond' if passed else 'within'} the floor' "
+            f"(interval ends {_fmt(decided.lower)} to {_fmt(decided.upper)})"
+        )
+        end = math.nan
     if decided.quantity:
         shown = f"{decided.quantity}: {shown} (at most {1 - limit:.0%} of tokens above {_fmt(floor.value)})"
     status: Status = "pass" if passed else "fail"
@@ -454,9 +463,9 @@ def _sequential_result(
         f"{shown}: {'pass' if passed else 'FAIL'} ({floor.kind} {_fmt(floor.value)}; betting confidence "
         f"sequence, decided after {decided.at} of {decided.items} items{label_used}"
         f"{'; ' + decided.note if decided.note else ''})",
-        bound=None if decided.quantity else decided.upper,
+        bound=None if decided.quantity or math.isnan(end) else decided.upper,
         items=decided.items,
-        interval=None if decided.quantity else "confidence-sequence",
+        interval=None if decided.quantity or math.isnan(end) else "confidence-sequence",
     )
 
 

@@ -85,7 +85,7 @@ def test_kl_far_beyond_the_floor_fails_early():
     """A broken artifact (true KL 0.3 against a floor 0.05) is failed after a few windows."""
     outcomes = kld_rates(0.3)
     assert all(d == "fail" for d, _ in outcomes)
-    assert np.median([used for _, used in outcomes]) <= 40
+    assert np.median([used for _, used in outcomes]) <= 16
 
 
 def test_kl_well_within_the_floor_passes_after_the_range_allows():

@@ -10,7 +10,6 @@ lineage; a floor no variant can reach ends with a clear verdict and no alias.
 from __future__ import annotations
 
 import json
-import shutil
 from pathlib import Path
 
 import pytest
@@ -27,59 +26,9 @@ from quantgate.quantize.pipeline import build_planned, plan
 from quantgate.repair.run import RepairInputs, repair
 from quantgate.repair.units import quantized_units
 from quantgate.serving.check import require_loadable
+from support.repair_project import TARGET, write_gates
 
 pytestmark = pytest.mark.unit
-
-TARGET = "blackwell-nvfp4"
-GATES = """version: 1
-model_classes:
-  any:
-    description: every model
-    match: {{}}
-    targets: {{required: [{target}]}}
-    kv_cache: bf16
-repair: {{max_evaluations: {budget}}}
-tenants:
-  loose:
-    description: half the uniform artifact's divergence
-    repair: true
-    floors:
-      - {{suite: tiny-text, metric: kld_mean, max: {loose}}}
-  impossible:
-    description: no divergence at all a quantized model can reach
-    repair: true
-    floors:
-      - {{suite: tiny-text, metric: kld_mean, max: {impossible}}}
-  unrepaired:
-    description: fails, and is not marked for repair
-    floors:
-      - {{suite: tiny-text, metric: kld_mean, max: {impossible}}}
-"""
-
-
-def _gates(project: Path, loose: float, impossible: float, budget: int = 6) -> Path:
-    path = project / "gates.yaml"
-    path.write_text(GATES.format(target=TARGET, budget=budget, loose=loose, impossible=impossible))
-    return path
-
-
-@pytest.fixture
-def project(tmp_path, repo_root) -> Path:
-    root = tmp_path / "project"
-    for part in ("targets", "recipes", "calibration_sets"):
-        shutil.copytree(repo_root / part, root / part)
-    (root / "data").mkdir()
-    (root / "data" / "corpus.txt").write_text(
-        " ".join(f"Item {i} comes after item {i - 1}." for i in range(300))
-    )
-    (root / "eval_suites").mkdir()
-    (root / "eval_suites" / "tiny-text.yaml").write_text(
-        "name: tiny-text\nkind: text\ndescription: t\ndata: {local: corpus.txt}\n"
-        "profiles: {smoke: {tokens: 512, seq_len: 64, batch_size: 4}, full: {tokens: 512, seq_len: 64}}\n"
-        "metrics: [perplexity, kld_mean, kld_p99, top1_agreement]\n"
-    )
-    _gates(root, 1.0, 1.0)
-    return root
 
 
 @pytest.fixture
@@ -97,7 +46,7 @@ def gated_run(project, tiny_llama, tmp_path):
     )
     uniform_kld = run.summary[TARGET]["tiny-text.kld_mean"]
     assert uniform_kld is not None and uniform_kld > 0
-    gates_path = _gates(project, loose=uniform_kld / 2, impossible=uniform_kld / 1e6)
+    gates_path = write_gates(project, loose=uniform_kld / 2, impossible=uniform_kld / 1e6)
     report = gate_results(tmp_path / "eval", gates_path, project, artifacts_dir=tmp_path / "artifacts")
     write_report_json(report, tmp_path / "report")
     inputs = RepairInputs(

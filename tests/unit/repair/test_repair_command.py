@@ -1,0 +1,101 @@
+"""``quantgate repair`` as a release engineer runs it on a run directory: the plan beside the
+results supplies the source, recipes, calibration and suites; the report gains its repair section."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from quantgate.orchestrate.plan import make_plan
+from support.cli import quantgate
+from support.repair_project import TARGET, write_gates
+
+pytestmark = pytest.mark.unit
+
+
+@pytest.fixture
+def run_dir(project, tiny_llama, tmp_path):
+    from quantgate.paths import cache_dir
+
+    out = tmp_path / "run"
+    plan = make_plan(
+        checkpoint=tiny_llama,
+        targets=[TARGET],
+        tenants=None,
+        suites=["tiny-text"],
+        profile="smoke",
+        root=project,
+        gates=None,
+        cache=cache_dir(),
+        data_dir=project / "data",
+        calibration=None,
+        out=out,
+        step_timeout_s=600,
+    )
+    env = {"QUANTGATE_CACHE": str(cache_dir())}
+    for step in (
+        ["build", "--plan", str(plan.file), "--out", str(out / "artifacts")],
+        ["eval", "--plan", str(plan.file), "--artifacts", str(out / "artifacts"), "--out", str(out / "eval")],
+    ):
+        done = quantgate(*step, env=env)
+        assert done.returncode == 0, done.stderr[-2000:]
+    kld = json.loads((out / "eval" / "summary.json").read_text())[TARGET]["tiny-text.kld_mean"]
+    write_gates(project, loose=kld / 2, impossible=kld / 1e6)
+    gated = quantgate(
+        "gate", "--results", str(out / "eval"), "--out", str(out / "report"), "--root", str(project), env=env
+    )
+    assert gated.returncode == 1  # the only (required) target passes no tenant
+    return out, env
+
+
+def test_repair_reads_the_plan_prints_each_search_and_adds_its_section_to_the_report(run_dir):
+    out, env = run_dir
+    done = quantgate("repair", "--results", str(out / "eval"), "--artifacts", str(out / "artifacts"), env=env)
+    assert done.returncode == 0, done.stderr[-2000:]  # 'loose' found a variant ('impossible' did not)
+    outcome = json.loads((out / "repair" / "repair.json").read_text())
+    (target,) = outcome["targets"]
+    found = {t["tenant"]: t["k"] for t in target["tenants"]}
+    assert found["impossible"] is None and 0 < found["loose"] < 8
+    assert f"{TARGET} x loose: k={found['loose']} -> " in done.stdout
+    assert (
+        f"{TARGET} x impossible: no variant (no variant passes: even with all 8 layer groups kept it fails)"
+        in done.stdout
+    )
+    assert "publish: quantgate publish --report " in done.stdout
+    report_md = (out / "report" / "report.md").read_text()
+    assert "## Repair (mixed-precision variants of failed targets)" in report_md
+    assert json.loads((out / "report" / "report.json").read_text())["repairs"][0]["target"] == TARGET
+
+
+def test_options_the_plan_already_fixes_are_refused(run_dir):
+    out, env = run_dir
+    done = quantgate(
+        "repair",
+        "--results",
+        str(out / "eval"),
+        "--artifacts",
+        str(out / "artifacts"),
+        "--root",
+        "/tmp",
+        env=env,
+    )
+    assert done.returncode == 2
+    assert "--root" in done.stderr and "is taken from the plan here" in done.stderr
+    assert not (out / "repair" / "repair.json").exists()
+
+
+def test_an_unknown_tenant_is_a_usage_error_naming_the_option(run_dir):
+    out, env = run_dir
+    done = quantgate(
+        "repair",
+        "--results",
+        str(out / "eval"),
+        "--artifacts",
+        str(out / "artifacts"),
+        "--tenants",
+        "lose",
+        env=env,
+    )
+    assert done.returncode == 2
+    assert "--tenants" in done.stderr and "loose" in done.stderr  # did you mean

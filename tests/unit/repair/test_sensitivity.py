@@ -1,0 +1,69 @@
+"""Sensitivity on tiny models: one number per layer group, replayed prefixes change none of them,
+a restored group never makes the artifact further from the source in aggregate, and it is cached."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from quantgate.calibration import build_set, load_spec
+from quantgate.config.gates import load_gates
+from quantgate.config.targets import Catalog
+from quantgate.intake import intake
+from quantgate.quantize.pipeline import build_targets
+from quantgate.repair import sensitivity
+from quantgate.repair.units import quantized_units
+
+pytestmark = pytest.mark.unit
+
+TEXTS = [" ".join(f"word{i} follows word{i - 1}." for i in range(j, j + 120)) for j in range(0, 600, 120)]
+
+
+@pytest.fixture(params=["llama", "mixtral"])
+def uniform(request, tmp_path, repo_root):
+    from support.models import write_tiny_model
+
+    source = write_tiny_model(tmp_path / "source", request.param)
+    catalog = Catalog(repo_root)
+    record = intake(source, load_gates(repo_root / "gates.yaml", catalog))
+    calibration = build_set(load_spec(repo_root / "calibration_sets" / "default.yaml"))
+    build_targets(record, ["blackwell-nvfp4"], tmp_path / "artifacts", catalog, calibration)
+    return record, tmp_path / "artifacts" / "blackwell-nvfp4", request.param
+
+
+def test_replaying_earlier_layers_gives_the_same_scores_as_full_passes(uniform, tmp_path):
+    record, artifact, kind = uniform
+    units = quantized_units(artifact)
+    if kind == "mixtral":
+        assert any(u.name.endswith(".experts") for u in units)  # an MoE layer's experts are one group
+    fast = sensitivity.measure(artifact, Path(record.path), record.content_hash, units, TEXTS, None)
+    full = sensitivity.measure(
+        artifact, Path(record.path), record.content_hash, units, TEXTS, None, replay=False
+    )
+    assert fast.scores == full.scores
+    assert set(fast.scores) == {u.name for u in units}
+    assert fast.kld_uniform > 0
+    assert sum(fast.scores.values()) > 0  # restoring groups brings the artifact closer overall
+    ranked = fast.ranked(units)
+    assert [fast.scores[u.name] for u in ranked] == sorted(fast.scores.values(), reverse=True)
+
+
+@pytest.mark.parametrize("uniform", ["llama"], indirect=True)
+def test_a_second_measurement_comes_from_the_cache(uniform, tmp_path):
+    record, artifact, _ = uniform
+    units = quantized_units(artifact)
+    first = sensitivity.measure(
+        artifact, Path(record.path), record.content_hash, units, TEXTS, tmp_path / "c"
+    )
+    (cached,) = (tmp_path / "c" / "repair").glob("sensitivity-*.json")
+    again = sensitivity.measure(
+        artifact, Path(record.path), record.content_hash, units, TEXTS, tmp_path / "c"
+    )
+    assert again == first
+    other = sensitivity.measure(
+        artifact, Path(record.path), record.content_hash, units, TEXTS[:2], tmp_path / "c"
+    )
+    assert other.texts_sha256 != first.texts_sha256  # other texts: measured again
+    assert len(list((tmp_path / "c" / "repair").glob("sensitivity-*.json"))) == 2
+    assert cached.exists()

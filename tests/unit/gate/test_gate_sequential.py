@@ -16,6 +16,8 @@ from quantgate.config.targets import Catalog
 from quantgate.evaluate.sequential import order, run, watched
 from quantgate.evaluate.suites import SuiteResult, load_suite
 from quantgate.gate import sequence
+
+pytestmark = pytest.mark.unit
 from quantgate.gate.verdict import evaluate_floor
 
 WIKITEXT = load_suite(REPO / "eval_suites" / "wikitext.yaml")

@@ -13,6 +13,8 @@ import pytest
 from quantgate.evaluate.suites.metrics import Metric, Sums, weighted_sums
 from quantgate.gate import sequence
 
+pytestmark = pytest.mark.unit
+
 CONFIDENCE = 0.95
 RUNS = 400
 ITEMS = 128

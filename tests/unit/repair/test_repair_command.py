@@ -14,10 +14,15 @@ from support.repair_project import TARGET, write_gates
 pytestmark = pytest.mark.unit
 
 
-@pytest.fixture
-def run_dir(project, tiny_llama, tmp_path):
+@pytest.fixture(scope="module")
+def run_dir(tmp_path_factory, repo_root, _tiny_models):
+    """A planned run of the tiny Llama's NVFP4 artifact: built, evaluated and gated by the CLI."""
     from quantgate.paths import cache_dir
+    from support.repair_project import make_project
 
+    tmp_path = tmp_path_factory.mktemp("repair-command")
+    project = make_project(tmp_path / "project", repo_root)
+    tiny_llama = _tiny_models["llama"]
     out = tmp_path / "run"
     plan = make_plan(
         checkpoint=tiny_llama,
@@ -49,6 +54,23 @@ def run_dir(project, tiny_llama, tmp_path):
     return out, env
 
 
+def test_options_the_plan_already_fixes_are_refused(run_dir):
+    out, env = run_dir
+    done = quantgate(
+        "repair",
+        "--results",
+        str(out / "eval"),
+        "--artifacts",
+        str(out / "artifacts"),
+        "--root",
+        "/tmp",
+        env=env,
+    )
+    assert done.returncode == 2
+    assert "--root" in done.stderr and "is taken from the plan here" in done.stderr
+    assert not (out / "repair" / "repair.json").exists()
+
+
 def test_repair_reads_the_plan_prints_each_search_and_adds_its_section_to_the_report(run_dir):
     out, env = run_dir
     done = quantgate("repair", "--results", str(out / "eval"), "--artifacts", str(out / "artifacts"), env=env)
@@ -66,23 +88,6 @@ def test_repair_reads_the_plan_prints_each_search_and_adds_its_section_to_the_re
     report_md = (out / "report" / "report.md").read_text()
     assert "## Repair (mixed-precision variants of failed targets)" in report_md
     assert json.loads((out / "report" / "report.json").read_text())["repairs"][0]["target"] == TARGET
-
-
-def test_options_the_plan_already_fixes_are_refused(run_dir):
-    out, env = run_dir
-    done = quantgate(
-        "repair",
-        "--results",
-        str(out / "eval"),
-        "--artifacts",
-        str(out / "artifacts"),
-        "--root",
-        "/tmp",
-        env=env,
-    )
-    assert done.returncode == 2
-    assert "--root" in done.stderr and "is taken from the plan here" in done.stderr
-    assert not (out / "repair" / "repair.json").exists()
 
 
 def test_an_unknown_tenant_is_a_usage_error_naming_the_option(run_dir):

@@ -31,9 +31,17 @@ from support.repair_project import TARGET, write_gates
 pytestmark = pytest.mark.unit
 
 
-@pytest.fixture
-def gated_run(project, tiny_llama, tmp_path):
-    """The uniform NVFP4 artifact built, evaluated and gated with floors set from its own KLD."""
+@pytest.fixture(scope="module")
+def gated_run(tmp_path_factory, repo_root, _tiny_models):
+    """The uniform NVFP4 artifact built, evaluated and gated with floors set from its own KLD, and
+    repaired once (the tests below read what that repair did)."""
+    import shutil
+
+    from support.repair_project import make_project
+
+    tmp_path = tmp_path_factory.mktemp("repair-run")
+    project = make_project(tmp_path / "project", repo_root)
+    tiny_llama = Path(shutil.copytree(_tiny_models["llama"], tmp_path / "tiny-llama"))
     catalog = Catalog(project)
     record = intake(tiny_llama, load_gates(project / "gates.yaml", catalog))
     calibration = build_set(load_spec(project / "calibration_sets" / "default.yaml"))
@@ -59,18 +67,17 @@ def gated_run(project, tiny_llama, tmp_path):
         project_root=project,
         model="tiny",
     )
-    return report, inputs, uniform_kld
+    outcome = repair(report, tmp_path / "artifacts", tmp_path / "repair", inputs)
+    return report, inputs, uniform_kld, outcome, tmp_path
 
 
-def test_a_failed_tenant_gets_the_smallest_passing_variant_and_an_impossible_one_none(gated_run, tmp_path):
-    report, inputs, uniform_kld = gated_run
+def test_a_failed_tenant_gets_the_smallest_passing_variant_and_an_impossible_one_none(gated_run):
+    report, inputs, uniform_kld, outcome, tmp_path = gated_run
     assert {v.tenant: v.verdict for v in report.verdicts} == {
         "loose": "fail",
         "impossible": "fail",
         "unrepaired": "fail",
     }
-    outcome = repair(report, tmp_path / "artifacts", tmp_path / "repair", inputs)
-
     assert outcome.skipped == {}
     (searched,) = outcome.targets
     units = quantized_units(tmp_path / "artifacts" / TARGET)
@@ -115,13 +122,12 @@ def test_a_failed_tenant_gets_the_smallest_passing_variant_and_an_impossible_one
     assert repair_json["targets"][0]["tenants"] == [t.model_dump(mode="json") for t in searched.tenants]
 
 
-def test_the_variant_loads_in_transformers_with_each_group_in_its_scheme(gated_run, tmp_path):
+def test_the_variant_loads_in_transformers_with_each_group_in_its_scheme(gated_run):
     import torch
     from transformers import AutoModelForCausalLM
 
-    report, inputs, _ = gated_run
-    outcome = repair(report, tmp_path / "artifacts", tmp_path / "repair", inputs, tenants=["loose"])
-    (loose,) = outcome.targets[0].tenants
+    outcome = gated_run[3]
+    (loose,) = [t for t in outcome.targets[0].tenants if t.tenant == "loose"]
     variant = Path(loose.variant) / "artifacts" / TARGET
     kept = set(json.loads((variant / "manifest.json").read_text())["repair"]["kept_modules"])
     model = AutoModelForCausalLM.from_pretrained(variant)
@@ -140,13 +146,12 @@ def test_a_published_variant_is_its_own_version_with_lineage_and_only_its_alias(
     from quantgate.publish import RegistryConfig, publish_report, tracking
     from support.artifacts import write_report
 
-    report, inputs, _ = gated_run
+    outcome, run = gated_run[3], gated_run[4]
     registry = RegistryConfig.local(tmp_path / "registry")
     # the uniform artifact, recorded (it passed nothing): the variant's parent in the registry
     uniform_report = write_report(tmp_path / "uniform-report", {TARGET: []}, tenants=("loose",), model="tiny")
-    (uniform,) = publish_report(uniform_report, tmp_path / "artifacts", registry).artifacts
-    outcome = repair(report, tmp_path / "artifacts", tmp_path / "repair", inputs, tenants=["loose"])
-    (loose,) = outcome.targets[0].tenants
+    (uniform,) = publish_report(uniform_report, run / "artifacts", registry).artifacts
+    (loose,) = [t for t in outcome.targets[0].tenants if t.tenant == "loose"]
     where = Path(loose.variant)
     (variant,) = publish_report(where / "publish" / "report.json", where / "artifacts", registry).artifacts
 

@@ -218,7 +218,5 @@ def _print(outcome: RepairOutcome, report_json: Path) -> None:
     for name, why in outcome.skipped.items():
         console.print(f"  {name}: not repaired ({why})")
     for where in sorted({t.variant for r in outcome.targets for t in r.tenants if t.variant is not None}):
-        console.print(
-            f"publish: quantgate publish --report {where}/publish/report.json --artifacts {where}/artifacts"
-        )
+        console.print(f"publish: quantgate publish --report {where}/publish --artifacts {where}/artifacts")
     print(f"report: {report_json}")

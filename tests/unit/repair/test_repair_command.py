@@ -84,7 +84,14 @@ def test_repair_reads_the_plan_prints_each_search_and_adds_its_section_to_the_re
         f"{TARGET} x impossible: no variant (no variant passes: even with all 8 layer groups kept it fails)"
         in done.stdout
     )
-    assert "publish: quantgate publish --report " in done.stdout
+    variant = out / "repair" / "variants" / TARGET / f"k{found['loose']:03d}"
+    hint = f"publish: quantgate publish --report {variant}/publish --artifacts {variant}/artifacts"
+    assert hint in done.stdout
+    published = quantgate(
+        *hint.removeprefix("publish: quantgate ").split(), env=env
+    )  # the hint works as printed
+    assert published.returncode == 0, published.stderr[-2000:]
+    assert "approved-loose" in published.stdout
     report_md = (out / "report" / "report.md").read_text()
     assert "## Repair (mixed-precision variants of failed targets)" in report_md
     assert json.loads((out / "report" / "report.json").read_text())["repairs"][0]["target"] == TARGET

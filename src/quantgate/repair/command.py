@@ -181,6 +181,7 @@ def _from_options(
 
 
 def _print(outcome: RepairOutcome, report_json: Path) -> None:
+    """A table per target; outcome and publish lines printed whole (scripts read them)."""
     from rich.console import Console
     from rich.table import Table
 
@@ -210,13 +211,13 @@ def _print(outcome: RepairOutcome, report_json: Path) -> None:
         console.print(table)
         for t in target.tenants:
             verdict = f"k={t.k} -> {t.variant}" if t.k is not None else "no variant"
-            console.print(f"  {target.target} x {t.tenant}: {verdict} ({t.stopped})")
-        console.print(
+            print(f"  {target.target} x {t.tenant}: {verdict} ({t.stopped})")
+        print(
             f"  {target.builds} builds and evaluations, sensitivity "
             f"{'cached' if target.sensitivity_cached else f'{target.sensitivity_seconds:.0f} s'}, {target.seconds:.0f} s in all"
         )
     for name, why in outcome.skipped.items():
-        console.print(f"  {name}: not repaired ({why})")
+        print(f"  {name}: not repaired ({why})")
     for where in sorted({t.variant for r in outcome.targets for t in r.tenants if t.variant is not None}):
-        console.print(f"publish: quantgate publish --report {where}/publish --artifacts {where}/artifacts")
+        print(f"publish: quantgate publish --report {where}/publish --artifacts {where}/artifacts")
     print(f"report: {report_json}")

@@ -128,7 +128,10 @@ def recovery_figure(recovery: dict[str, dict[str, float]]) -> str:
 def frontier_figure(repair: TargetRepair) -> str:
     """Bytes against quality for every variant a repair tried: one panel per floor metric, the
     uniform artifact at k = 0, passing variants green, the chosen ones ringed."""
-    keys = sorted({q for p in repair.probes for q in p.quality})[:3] or ["(no metric)"]
+    # divergence and agreement first: they move with every group kept; accuracy flips on a few items do not
+    rank = {"kld_mean": 0, "top1_agreement": 1, "kld_p99": 2}
+    found = {q for p in repair.probes for q in p.quality}
+    keys = sorted(found, key=lambda q: (rank.get(q.rsplit(".", 1)[-1], 3), q))[:3] or ["(no metric)"]
     chosen = {t.k for t in repair.tenants if t.k is not None}
     with matplotlib.rc_context(RC):
         fig = Figure(figsize=(3.2 * len(keys), 2.8), layout="constrained")

@@ -54,26 +54,23 @@ def run_dir(tmp_path_factory, repo_root, _tiny_models):
     return out, env
 
 
+def _repair(out, env, *options: str):
+    return quantgate(
+        "repair", "--results", str(out / "eval"), "--artifacts", str(out / "artifacts"), *options, env=env
+    )
+
+
 def test_options_the_plan_already_fixes_are_refused(run_dir):
     out, env = run_dir
-    done = quantgate(
-        "repair",
-        "--results",
-        str(out / "eval"),
-        "--artifacts",
-        str(out / "artifacts"),
-        "--root",
-        "/tmp",
-        env=env,
-    )
+    done = _repair(out, env, "--root", "/tmp", "--out", str(out / "refused"))
     assert done.returncode == 2
     assert "--root" in done.stderr and "is taken from the plan here" in done.stderr
-    assert not (out / "repair" / "repair.json").exists()
+    assert not (out / "refused").exists()
 
 
 def test_repair_reads_the_plan_prints_each_search_and_adds_its_section_to_the_report(run_dir):
     out, env = run_dir
-    done = quantgate("repair", "--results", str(out / "eval"), "--artifacts", str(out / "artifacts"), env=env)
+    done = _repair(out, env)
     assert done.returncode == 0, done.stderr[-2000:]  # 'loose' found a variant ('impossible' did not)
     outcome = json.loads((out / "repair" / "repair.json").read_text())
     (target,) = outcome["targets"]
@@ -99,15 +96,7 @@ def test_repair_reads_the_plan_prints_each_search_and_adds_its_section_to_the_re
 
 def test_an_unknown_tenant_is_a_usage_error_naming_the_option(run_dir):
     out, env = run_dir
-    done = quantgate(
-        "repair",
-        "--results",
-        str(out / "eval"),
-        "--artifacts",
-        str(out / "artifacts"),
-        "--tenants",
-        "lose",
-        env=env,
-    )
+    done = _repair(out, env, "--tenants", "lose", "--out", str(out / "refused-tenant"))
     assert done.returncode == 2
     assert "--tenants" in done.stderr and "loose" in done.stderr  # did you mean
+    assert not (out / "refused-tenant").exists()

@@ -62,6 +62,11 @@ td.reason{font-size:12px;color:#57606a;max-width:48rem}img{max-width:100%}
 <td class="num">{{ fmt(f.before) }}</td><td class="num">{{ fmt(f.before + f.delta if f.before is not none and f.delta is not none else none) }}</td><td class="num">{{ fmt(f.delta, sign=True) }}</td><td class="{{ f.status }}">{{ status_text(f.status) }}</td></tr>
 {% endfor %}</tbody></table>{% endif %}{% endif %}
 
+{% if sequential %}<h2 id="sequential">Sequential evaluation</h2>
+<p class="meta">Each suite stopped once every floor on it was decided (always-valid bounds), or ran out of items.</p>
+<table><thead><tr><th>artifact</th><th>suite</th><th>items used</th><th>stopped</th><th>seconds</th><th>saved (estimate)</th></tr></thead><tbody>
+{% for a, suite, used, stopped, seconds, saved in sequential %}<tr><th>{{ a }}</th><td>{{ suite }}</td><td class="num">{{ used }}</td><td>{{ stopped }}</td><td class="num">{{ seconds }}</td><td class="num">{{ saved }}</td></tr>
+{% endfor %}</tbody></table>{% endif %}
 {% if repairs %}<h2 id="repair">Repair (mixed-precision variants of failed targets)</h2>
 {% for repair, lines, header, rows, uri in repairs %}<h3>{{ repair.target }}: layer groups kept at {{ repair.upgrade }}</h3>
 <ul>{% for line in lines %}<li>{{ line }}</li>{% endfor %}</ul>
@@ -134,6 +139,7 @@ def render_html(report: Report | Mapping[str, Any]) -> str:
         recovery=plots.recovery_figure(recovery) if recovery else None,
         deltas=view.previous_deltas(),
         serving=view.serving(),
+        sequential=view.sequential(),
         repairs=[
             (r, repair_section.outcome_lines(r), *repair_section.probe_rows(r), plots.frontier_figure(r))
             for r in report.repairs

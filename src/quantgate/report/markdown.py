@@ -75,16 +75,11 @@ def render_markdown(report: Report | Mapping[str, Any]) -> str:
             out.append("")
             out += [_floor_line(f) for f in view.failed_floors(v)]
             out += [f"- {md(r)}" for r in view.other_reasons(v)]
-    if report.sequential:
+    if rows := view.sequential():
         out += ["", "## Sequential evaluation", ""]
         out.append("| artifact | suite | items used | stopped | seconds | saved (estimate) |")
         out.append("| --- | --- | --- | --- | --- | --- |")
-        for artifact, suites in report.sequential.items():
-            for suite, d in suites.items():
-                out.append(
-                    f"| {md(artifact)} | {md(suite)} | {d.get('items_used')} of {d.get('items_total')} | "
-                    f"{md(str(d.get('stopped')))} | {fmt(d.get('seconds'))} | {fmt(d.get('seconds_saved_estimate'))} |"
-                )
+        out += ["| " + " | ".join(md(c) for c in row) + " |" for row in rows]
     out += repair_section.markdown_lines(report)
     marginal = [(v, f) for v in view.verdicts if v.verdict == "pass" for f in v.floors if f.marginal]
     if marginal:

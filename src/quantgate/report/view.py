@@ -143,6 +143,25 @@ class View:
             rows.append((artifact, engine, loads, "; ".join(refused) or "—"))
         return rows
 
+    def sequential(self) -> list[tuple[str, str, str, str, str, str]]:
+        """(artifact, suite, items used of all, why it stopped, seconds, seconds saved estimate) for
+        every suite evaluated sequentially; empty for the fixed design. One table for both renderers."""
+        rows = []
+        for artifact, suites in self.report.sequential.items():
+            for suite, d in suites.items():
+                used = f"{d.get('items_used')} of {d.get('items_total')}"
+                rows.append(
+                    (
+                        artifact,
+                        suite,
+                        used,
+                        str(d.get("stopped")),
+                        fmt(d.get("seconds")),
+                        fmt(d.get("seconds_saved_estimate")),
+                    )
+                )
+        return rows
+
     def metrics(self) -> dict[str, dict[str, dict[str, Any]]]:
         """Every suite metric of every model, as the evaluation reported it."""
         return dict(self.report.metrics)

@@ -127,3 +127,43 @@ def test_chromium_renders(e1_html, tmp_path):
             if "Uncaught" in line or "CONSOLE" in line.upper() and "ERROR" in line
         ]
         assert not bad, bad
+
+
+def test_sequential_items_used_table_in_html_and_markdown(e1_report):
+    """A sequential evaluation's items used, stopping reason and seconds saved show in both
+    renderers, one row per (artifact, suite); a fixed-design report has no such section."""
+    from quantgate.report import render_markdown
+
+    assert 'id="sequential"' not in render_html(e1_report)
+    e1_report["sequential"] = {
+        "blackwell-nvfp4": {
+            "wikitext": {
+                "items_used": 12,
+                "items_total": 128,
+                "stopped": "decided",
+                "seconds": 31.5,
+                "seconds_saved_estimate": 304.5,
+            },
+        },
+        "hopper-fp8": {
+            "traffic": {
+                "items_used": 64,
+                "items_total": 64,
+                "stopped": "exhausted",
+                "seconds": 160.0,
+                "seconds_saved_estimate": 0.0,
+            },
+        },
+    }
+    html = render_html(e1_report)
+    section = html[html.index('id="sequential"') :]
+    rows = re.findall(
+        r"<tr><th>([^<]+)</th><td>([^<]+)</td><td class=\"num\">([^<]+)</td><td>([^<]+)</td>", section
+    )
+    assert rows[:2] == [
+        ("blackwell-nvfp4", "wikitext", "12 of 128", "decided"),
+        ("hopper-fp8", "traffic", "64 of 64", "exhausted"),
+    ]
+    markdown = render_markdown(e1_report)
+    assert "## Sequential evaluation" in markdown
+    assert "| blackwell-nvfp4 | wikitext | 12 of 128 | decided |" in markdown

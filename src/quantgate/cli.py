@@ -233,10 +233,17 @@ SequentialOpt = Annotated[
     bool | None,
     typer.Option(
         "--sequential/--fixed",
-        help="Sequential: score each suite in a seeded order, in batches, and stop once every floor on it "
-        "is decided (always-valid bounds); fixed (the default): every item.",
+        help="Sequential (the default): score each suite in a seeded order, in batches, and stop once every "
+        "floor on it is decided (always-valid bounds); fixed: every item.",
     ),
 ]
+
+
+def _design(sequential: bool | None) -> bool:
+    """--sequential/--fixed as given, else the default design (``evaluate.sequential.DEFAULT``)."""
+    from quantgate.evaluate.sequential import DEFAULT
+
+    return DEFAULT if sequential is None else sequential
 
 
 @app.command("eval")
@@ -311,7 +318,7 @@ def eval_(
         )
         run_plan = read_plan(plan_file)
         run_plan.select(_split(targets))  # a target the plan does not have is a typo
-        if sequential is None:
+        if sequential is None:  # the plan's design: the one its run evaluated with
             sequential = run_plan.sequential
         watch = run_plan.tenants if tenants is None else _split(tenants)
         floors = load_gates(Path(run_plan.gates), Catalog(Path(run_plan.root))) if sequential else None
@@ -327,6 +334,7 @@ def eval_(
         cache_path = (cache or cache_dir()).resolve()
         loaded = load_suites(project / "eval_suites", _split(suites))
         watch, floors = _split(tenants), policy
+        sequential = _design(sequential)
     if not reference_only and not artifacts.is_dir():
         raise UsageError(
             artifacts,
@@ -356,7 +364,7 @@ def eval_(
             model_class=record.model_class,
             source_bytes=record.bytes,
             reference_only=reference_only,
-            sequential=bool(sequential),
+            sequential=sequential,
             gates=floors if sequential else None,
             tenants=watch,
         )
@@ -726,7 +734,7 @@ def run(
         step_timeout_s=step_timeout,
         dask_workers=dask_workers,
         dask_address=dask_address,
-        sequential=bool(sequential),
+        sequential=_design(sequential),
         repair=repair,
     )
     if outcome is None:

@@ -314,7 +314,7 @@ def build_and_gate(
     gates: str | None = None,
     max_heavy: int = 1,
     step_timeout_s: float = 6 * 3600,
-    sequential: bool = False,
+    sequential: bool = True,
     repair: bool = False,
 ) -> State[Any]:
     """Build, evaluate, gate and publish every target of one source checkpoint.
@@ -322,8 +322,9 @@ def build_and_gate(
     ``checkpoint``: a local directory or an ``s3://bucket/prefix`` URI (default: the embedded
     SmolLM2-135M-Instruct). ``targets``: override the model class's targets. ``tenants``: gate
     only these. ``max_heavy``: heavy steps (builds, evaluations) running at once, across every
-    flow run on the same Prefect server (0: no limit). ``sequential``: each artifact's suites stop
-    once every floor on them is decided (``evaluate/sequential.py``); False: the fixed design.
+    flow run on the same Prefect server (0: no limit). ``sequential`` (the default, as on the
+    command line): each artifact's suites stop once every floor on them is decided
+    (``evaluate/sequential.py``); False: the fixed design.
     ``repair``: each failed (target, tenant) marked ``repair`` in gates.yaml searches for the
     smallest variant that passes (``quantgate.repair``); chosen variants are published with the run.
     """

@@ -73,7 +73,8 @@ class RunPlan(Frozen):
     )
     tenants: list[str] | None
     profile: str
-    # evaluation stops each suite once its floors are decided (evaluate/sequential.py); False: every item
+    # evaluation stops each suite once its floors are decided (evaluate/sequential.py); False: every
+    # item. Written by every run; absent only from plans older than the option, which were fixed.
     sequential: bool = False
     root: str
     gates: str
@@ -239,7 +240,7 @@ def make_plan(
     step_timeout_s: float,
     max_heavy: int = 1,
     progress: Progress = SILENT,
-    sequential: bool = False,
+    sequential: bool = True,
 ) -> RunPlan:
     """Validate every input, take the source in and hash what the cache keys need; write plan.json.
 

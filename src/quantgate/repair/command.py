@@ -176,6 +176,7 @@ def _from_options(
         gates_path=gates_path,
         project_root=project,
         model=run_info.get("model") or model_name(record.path),
+        sequential=run_info.get("design") == "sequential",  # variants evaluated as the results were
     )
     return inputs, project, gates_path
 

@@ -23,20 +23,14 @@ import tempfile
 import time
 from pathlib import Path
 
+from cold import cold_env
+
 TARGETS = "hopper-fp8,rocm-cdna3-fp8,blackwell-nvfp4,draft-int4"
 
 
 def _run(design: str, tmp: Path) -> dict:
     """One cold ``quantgate run`` in ``design``; its wall-clock, exit code and report paths."""
-    env = {
-        **os.environ,
-        "QUANTGATE_CACHE": str(tmp / "cache"),
-        "PREFECT_HOME": str(tmp / "prefect"),
-        "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
-        "MLFLOW_TRACKING_URI": f"sqlite:///{tmp / 'registry' / 'mlflow.db'}",
-        "QUANTGATE_ARTIFACT_URI": (tmp / "registry" / "artifacts").as_uri(),
-    }
-    env.pop("PREFECT_API_URL", None)
+    env = cold_env(tmp)
     (tmp / "registry").mkdir(parents=True)
     out = tmp / "run"
     args = ["run", "--targets", TARGETS, "--out", str(out), f"--{design}"]

@@ -25,6 +25,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from cold import cold_env
+
 
 def _run(args: list[str], env: dict[str, str]) -> float:
     start = time.perf_counter()
@@ -53,15 +55,7 @@ def main() -> None:
     for _ in range(options.repeats):
         with tempfile.TemporaryDirectory(prefix="quantgate-rerun-") as tmp:
             tmp = Path(tmp)
-            env = {
-                **os.environ,
-                "QUANTGATE_CACHE": str(tmp / "cache"),
-                "PREFECT_HOME": str(tmp / "prefect"),
-                "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
-                "MLFLOW_TRACKING_URI": f"sqlite:///{tmp / 'registry' / 'mlflow.db'}",
-                "QUANTGATE_ARTIFACT_URI": (tmp / "registry" / "artifacts").as_uri(),
-            }
-            env.pop("PREFECT_API_URL", None)
+            env = cold_env(tmp)
             args = ["--targets", options.targets, "--suites", options.suites, "--out", str(tmp / "run")]
             cold.append(_run(args, env))
             warm.append(_run(args, env))

@@ -266,22 +266,24 @@ def evaluate_floor(
         if floor.metric in reported and reported.get(floor.metric) is None:
             return result("missing", f"missing: the {who}'s reported {floor.metric} is None")
     design = artifact.get("sequential") or {}
-    used = ""
+    used, early = "", None
     if design:  # evaluated sequentially (evaluate/sequential.py): its items, its confidence
         total = design.get("items_total")
         used = f"; sequential: {design.get('items_used')} of {total} items, stopped: {design.get('stopped')}"
         if design.get("stopped") == "decided":
             decided = sequence.check(floor, suite, source, artifact.get("samples") or [], confidence)
             if not isinstance(decided, str) and decided.decision != "undecided":
-                return _sequential_result(result, floor, decided, confidence, label_used=used)
+                early = decided  # reported with its estimate on the items used, found below
+            else:
+                used += f" (this floor on those items with the fixed design: {decided if isinstance(decided, str) else 'undecided'})"
             items = {str(r.get("item")) for r in artifact.get("samples") or []}
             source = {
                 **source,
                 "samples": [r for r in source.get("samples") or [] if str(r.get("item")) in items],
             }
-            used += f" (this floor on those items with the fixed design: {decided if isinstance(decided, str) else 'undecided'})"
-        confidence = sequence.final_confidence(confidence)
-        pct = f"{confidence:.1%}"
+        if early is None:
+            confidence = sequence.final_confidence(confidence)
+            pct = f"{confidence:.1%}"
     paired = _paired_columns(suite, source, artifact)
     if isinstance(paired, str):
         return result("missing", f"missing: {paired}")
@@ -299,6 +301,8 @@ def evaluate_floor(
         est = float(stat(*cols))
     except KeyError as exc:
         return result("missing", f"missing: per-item records lack field {exc}", items=n)
+    if early is not None:
+        return _sequential_result(result, floor, early, confidence, label_used=used, estimate=est)
     level = measure.detectable(s, confidence, ratio) if measure.detectable is not None else None
     note = f"; {level[1]}" if level else ""
 
@@ -425,13 +429,14 @@ def evaluate_floor(
 
 
 def _sequential_result(
-    result, floor: Floor, decided: sequence.Sequential, confidence: float, *, label_used: str
+    result, floor: Floor, decided: sequence.Sequential, confidence: float, *, label_used: str, estimate: float
 ):
     """A floor decided early by the confidence sequence: its decision, both ends, the items it took.
 
     A pass has the conservative end on the floor's side; a fail has even the other end beyond it.
     A quantile floor is bounded through the fraction of tokens above the floor (``quantity``): its
-    ends are reported in the reason, not as the floor's bound.
+    ends are reported in the reason, not as the floor's bound. ``estimate``: the floor's statistic
+    on the items used, as the fixed design would show it on them.
     """
     level = f"{1 - sequence.early_alpha(confidence):.1%}"
     upper = floor.kind in ("max", "max_delta_pct")
@@ -463,6 +468,7 @@ def _sequential_result(
         f"{shown}: {'pass' if passed else 'FAIL'} ({floor.kind} {_fmt(floor.value)}; betting confidence "
         f"sequence, decided after {decided.at} of {decided.items} items{label_used}"
         f"{'; ' + decided.note if decided.note else ''})",
+        estimate=estimate,
         bound=None if decided.quantity or math.isnan(end) else decided.upper,
         items=decided.items,
         interval=None if decided.quantity or math.isnan(end) else "confidence-sequence",

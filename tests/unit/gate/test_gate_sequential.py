@@ -59,6 +59,12 @@ def test_a_broken_artifact_stops_early_and_fails_on_the_confidence_sequence():
     assert floor.status == "fail" and floor.interval == "confidence-sequence"
     assert floor.items == seq["sequential"]["items_used"]
     assert "always-valid lower end" in floor.reason and "sequential:" in floor.reason
+    # the report shows what was measured on the items used, as the fixed design would
+    assert floor.estimate == pytest.approx(2.0)
+    agreement = evaluate_floor(
+        Floor(suite="wikitext", metric="top1_agreement", min=0.85), TEXT, src, seq, confidence=0.95
+    )
+    assert agreement.status == "fail" and agreement.estimate == pytest.approx(0.2)
 
 
 def test_a_sound_artifact_runs_out_of_items_and_gets_the_fixed_design():

@@ -117,10 +117,10 @@ def test_a_second_evaluation_never_runs_the_source(evaluation, default_model, ru
     assert sorted(meta["reference_cache"]["hits"]) == ["long-chain", "wikitext"]
     first = json.loads((out / "summary.json").read_text())["hopper-fp8"]["wikitext.kld_mean"]
     # the sequential design ran every window of hopper-fp8 (none of its floors decided early): the
-    # fixed design's mean over the same windows
+    # fixed design's mean over the same windows, summed in another order (2.8e-8 apart, measured)
     assert json.loads((tmp_path / "again" / "summary.json").read_text())["hopper-fp8"][
         "wikitext.kld_mean"
-    ] == pytest.approx(first, rel=1e-9)
+    ] == pytest.approx(first, rel=1e-6)
 
 
 def test_gate_approves_fp8_for_the_lenient_tenant_and_fails_the_damaged_artifact_everywhere(

@@ -1,8 +1,10 @@
-"""The environment of a cold ``quantgate run``, as on a fresh machine, inside one scratch folder."""
+"""Where a bench run runs: the environment of a cold ``quantgate run`` (as on a fresh machine, inside
+one scratch folder), and the machine record its JSON carries."""
 
 from __future__ import annotations
 
 import os
+import platform
 from pathlib import Path
 
 
@@ -20,3 +22,8 @@ def cold_env(tmp: Path) -> dict[str, str]:
     }
     env.pop("PREFECT_API_URL", None)
     return env
+
+
+def machine() -> dict[str, object]:
+    """Cores, Python and platform, as every bench JSON records them."""
+    return {"cpus": os.cpu_count(), "python": platform.python_version(), "platform": platform.platform()}

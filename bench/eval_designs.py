@@ -16,14 +16,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import platform
 import subprocess
 import sys
 import time
 from pathlib import Path
 
-from main_job_designs import _floors
+from cold import machine
+from main_job_designs import _floors, differ
 
 
 def _quantgate(*args: str) -> tuple[float, subprocess.CompletedProcess]:
@@ -48,11 +47,7 @@ def main() -> None:
 
     result: dict = {
         "command": f"quantgate eval --profile {options.profile} --suites {options.suites} (--fixed | --sequential)",
-        "machine": {
-            "cpus": os.cpu_count(),
-            "python": platform.python_version(),
-            "platform": platform.platform(),
-        },
+        "machine": machine(),
         "targets": {},
     }
     for target in options.targets.split(","):
@@ -79,8 +74,7 @@ def main() -> None:
             }
         fixed, sequential = floors["fixed"], floors["sequential"]
         row["floors_compared"] = len(fixed)
-        row["differ"] = {k: [fixed.get(k), sequential.get(k)] for k in sorted(set(fixed) | set(sequential))
-                         if fixed.get(k) != sequential.get(k)}  # fmt: skip
+        row["differ"] = differ(fixed, sequential)
         row["verdicts"] = {k: v for k, v in sequential.items() if ":" not in k}
         row["sequential_over_fixed"] = round(row["sequential"]["seconds"] / row["fixed"]["seconds"], 3)
         result["targets"][target] = row

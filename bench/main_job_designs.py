@@ -15,15 +15,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import platform
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-from cold import cold_env
+from cold import cold_env, machine
 
 TARGETS = "hopper-fp8,rocm-cdna3-fp8,blackwell-nvfp4,draft-int4"
 
@@ -54,6 +52,15 @@ def _floors(report: dict) -> dict[str, str]:
                 "status"
             ]
     return found
+
+
+def differ(fixed: dict[str, str], sequential: dict[str, str]) -> dict[str, list[str | None]]:
+    """The verdicts and floor statuses (``_floors``) that are not the same in both designs."""
+    return {
+        k: [fixed.get(k), sequential.get(k)]
+        for k in sorted(set(fixed) | set(sequential))
+        if fixed.get(k) != sequential.get(k)
+    }
 
 
 def _items(out: Path) -> dict[str, dict]:
@@ -91,21 +98,13 @@ def main() -> None:
     used = items.get("sequential", {})
     result = {
         "command": f"quantgate run --targets {TARGETS} (--fixed | --sequential), cold cache each",
-        "machine": {
-            "cpus": os.cpu_count(),
-            "python": platform.python_version(),
-            "platform": platform.platform(),
-        },
+        "machine": machine(),
         "runs": runs,
         "sequential_over_fixed": (
             round(runs["sequential"]["seconds"] / runs["fixed"]["seconds"], 3) if len(runs) == 2 else None
         ),
         "verdicts_compared": len(fixed),
-        "differ": {
-            k: [fixed.get(k), sequential.get(k)]
-            for k in sorted(set(fixed) | set(sequential))
-            if fixed.get(k) != sequential.get(k)
-        },
+        "differ": differ(fixed, sequential),
         "text_items": {
             "used": sum(d["items_used"] for d in used.values()),
             "total": sum(d["items_total"] for d in used.values()),

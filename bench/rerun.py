@@ -16,8 +16,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import platform
 import statistics
 import subprocess
 import sys
@@ -25,7 +23,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from cold import cold_env
+from cold import cold_env, machine
 
 
 def _run(args: list[str], env: dict[str, str]) -> float:
@@ -61,11 +59,7 @@ def main() -> None:
             warm.append(_run(args, env))
     result = {
         "command": f"quantgate run --targets {options.targets} --suites {options.suites}",
-        "machine": {
-            "cpus": os.cpu_count(),
-            "python": platform.python_version(),
-            "platform": platform.platform(),
-        },
+        "machine": machine(),
         "cold_s": cold,
         "rerun_s": warm,
         "cold_median_s": statistics.median(cold),

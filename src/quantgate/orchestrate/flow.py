@@ -27,6 +27,7 @@ from prefect.states import Completed, Failed, State
 
 from quantgate.atomic import write_json
 from quantgate.errors import TransientError
+from quantgate.evaluate.sequential import DEFAULT as SEQUENTIAL_DEFAULT
 from quantgate.orchestrate import heavy_slots
 from quantgate.orchestrate.plan import RunPlan, digest, make_plan
 from quantgate.orchestrate.steps import LogProgress, run_step, stop_all
@@ -314,7 +315,7 @@ def build_and_gate(
     gates: str | None = None,
     max_heavy: int = 1,
     step_timeout_s: float = 6 * 3600,
-    sequential: bool = True,
+    sequential: bool = SEQUENTIAL_DEFAULT,
     repair: bool = False,
 ) -> State[Any]:
     """Build, evaluate, gate and publish every target of one source checkpoint.

@@ -23,6 +23,7 @@ from quantgate.atomic import write_text
 from quantgate.config.targets import Catalog, Frozen
 from quantgate.errors import InputError, UsageError
 from quantgate.evaluate import environment
+from quantgate.evaluate.sequential import DEFAULT as SEQUENTIAL_DEFAULT
 from quantgate.intake.record import SourceRecord
 from quantgate.progress import SILENT, Progress
 from quantgate.quantize.pipeline import PlannedBuild
@@ -240,7 +241,7 @@ def make_plan(
     step_timeout_s: float,
     max_heavy: int = 1,
     progress: Progress = SILENT,
-    sequential: bool = True,
+    sequential: bool = SEQUENTIAL_DEFAULT,
 ) -> RunPlan:
     """Validate every input, take the source in and hash what the cache keys need; write plan.json.
 

@@ -134,7 +134,9 @@ def from_registry(cfg, model: str, artifacts: Mapping[str, str | None]) -> Basel
     notes: list[str] = []
     with tempfile.TemporaryDirectory(prefix="quantgate-baselines-") as tmp, tracking.registry_errors(cfg):
         client = tracking.client(cfg) if exists else None
-        for artifact, build_key in artifacts.items():
+        # in name order: the gate's cache key hashes this answer, and the flow learns its artifacts
+        # in the order their builds finish
+        for artifact, build_key in sorted(artifacts.items()):
             try:
                 name = naming.registered_model_name(model, artifact)
             except UsageError as exc:

@@ -11,69 +11,12 @@ never only for lack of data.
 from __future__ import annotations
 
 import json
-import shutil
-from collections.abc import Callable
-from pathlib import Path
 
 import pytest
-import torch
-from safetensors.torch import load_file, save_file
 
-from quantgate.artifact import hash_files, read_manifest, write_manifest
+from support.damage import DAMAGES, damaged_copy
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
-
-Damage = Callable[[str, torch.Tensor, torch.Generator], torch.Tensor | None]
-LAYER = 15  # of 30: the middle of the stack
-
-
-def _noisy_weights(name: str, t: torch.Tensor, g: torch.Generator) -> torch.Tensor | None:
-    if t.dtype != torch.float8_e4m3fn:
-        return None
-    noisy = t.float() * (1 + 0.5 * torch.randn(t.shape, generator=g))
-    return noisy.clamp(-448, 448).to(t.dtype)
-
-
-def _perturbed_scales(name: str, t: torch.Tensor, g: torch.Generator) -> torch.Tensor | None:
-    if not name.endswith("weight_scale"):
-        return None
-    return (t.float() * (1 + 0.6 * (2 * torch.rand(t.shape, generator=g) - 1))).to(t.dtype)
-
-
-def _one_layer(name: str, t: torch.Tensor, g: torch.Generator) -> torch.Tensor | None:
-    if not name.startswith(f"model.layers.{LAYER}.") or t.dtype != torch.float8_e4m3fn:
-        return None
-    return t[torch.randperm(t.shape[0], generator=g)]  # its output channels scrambled
-
-
-def _clipping_kv_scales(name: str, t: torch.Tensor, g: torch.Generator) -> torch.Tensor | None:
-    if not name.endswith(("k_scale", "v_scale")):
-        return None
-    return (t.float() / 16).to(t.dtype)  # keys and values saturate at 1/16 of their range
-
-
-DAMAGES: dict[str, Damage] = {
-    "weights": _noisy_weights,
-    "scales": _perturbed_scales,
-    "one-layer": _one_layer,
-    "kv-scales": _clipping_kv_scales,
-}
-
-
-def _damaged_copy(artifact: Path, dest: Path, damage: Damage) -> None:
-    shutil.copytree(artifact, dest)
-    generator = torch.Generator().manual_seed(0)
-    changed = 0
-    for shard in sorted(dest.glob("*.safetensors")):
-        tensors = load_file(shard)
-        for name in sorted(tensors):
-            damaged = damage(name, tensors[name], generator)
-            if damaged is not None:
-                tensors[name], changed = damaged, changed + 1
-        shard.unlink()
-        save_file(tensors, shard, metadata={"format": "pt"})
-    assert changed, f"{dest.name}: the damage touched no tensor"
-    write_manifest(dest, read_manifest(dest).model_copy(update={"files": hash_files(dest)}))
 
 
 @pytest.fixture(scope="module")
@@ -81,7 +24,7 @@ def damaged_report(default_model, default_artifacts, tmp_path_factory, run_cli) 
     built, _ = default_artifacts
     artifacts = tmp_path_factory.mktemp("damaged")
     for kind, damage in DAMAGES.items():
-        _damaged_copy(built / "hopper-fp8", artifacts / f"hopper-fp8-{kind}", damage)
+        damaged_copy(built / "hopper-fp8", artifacts / f"hopper-fp8-{kind}", damage)
     out = tmp_path_factory.mktemp("damaged-eval")
     args = ["--checkpoint", str(default_model), "--artifacts", str(artifacts), "--out", str(out)]
     evaluated = run_cli("eval", *args, "--suites", "wikitext,traffic")

@@ -7,32 +7,13 @@ import json
 import shutil
 
 import pytest
-import torch
-from safetensors.torch import load_file, save_file
 
-from quantgate.artifact import hash_files, read_manifest, write_manifest
+from support.damage import DAMAGES, damaged_copy
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 TARGETS = ["hopper-fp8", "rocm-cdna3-fp8", "blackwell-nvfp4", "draft-int4"]
 DAMAGED = "hopper-fp8-damaged"
-
-
-def _damage(artifact, dest):
-    """A copy of an FP8 artifact with every weight scale perturbed by up to ±60%: internally
-    consistent (its manifest is rewritten), so only the evaluation can catch it."""
-    shutil.copytree(artifact, dest)
-    generator = torch.Generator().manual_seed(0)
-    for shard in dest.glob("*.safetensors"):
-        tensors = load_file(shard)
-        for name, t in tensors.items():
-            if name.endswith("weight_scale"):
-                noise = 1 + 0.6 * (2 * torch.rand(t.shape, generator=generator) - 1)
-                tensors[name] = (t.float() * noise).to(t.dtype)
-        shard.unlink()
-        save_file(tensors, shard, metadata={"format": "pt"})
-    manifest = read_manifest(dest)
-    write_manifest(dest, manifest.model_copy(update={"files": hash_files(dest)}))
 
 
 @pytest.fixture(scope="module")
@@ -41,7 +22,7 @@ def evaluation(default_model, default_artifacts, tmp_path_factory, run_cli):
     artifacts = tmp_path_factory.mktemp("artifacts-with-damaged")
     for target in TARGETS:
         shutil.copytree(built / target, artifacts / target, copy_function=shutil.copy2)
-    _damage(built / "hopper-fp8", artifacts / DAMAGED)
+    damaged_copy(built / "hopper-fp8", artifacts / DAMAGED, DAMAGES["scales"])  # scales ±60%
     out = tmp_path_factory.mktemp("eval")
     run = run_cli(
         "eval", "--checkpoint", str(default_model), "--artifacts", str(artifacts), "--out", str(out)

@@ -78,7 +78,12 @@ def item_records(logs: list[dict], items: list[int]) -> list[dict]:
 
 @register("gsm8k")
 class Gsm8kSuite(SuiteKind):
-    """GSM8K through lm-eval's task, accuracy and flips paired with the source."""
+    """GSM8K through lm-eval's task, accuracy and flips paired with the source.
+
+    No ``subset`` (it runs all its items in the sequential design too): lm-eval draws each item's
+    few-shot examples from one random generator in item order, so the same item in another set
+    of items gets other shots, and would not be paired with the prompt the source answered.
+    """
 
     spec_model = Gsm8kSpec
     spec: Gsm8kSpec

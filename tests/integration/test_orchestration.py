@@ -232,6 +232,22 @@ def test_a_second_run_with_unchanged_inputs_is_served_from_cache(prefect_api, sc
         assert len(client.search_model_versions(f"name = '{name}'")) == 1
 
 
+def test_an_artifact_rebuilt_to_the_same_bytes_is_not_evaluated_again(prefect_api, scenario, first_run):
+    """The evaluation's cache key is what was built (build key, file digests), not the process
+    that built it: with the builds' cached results gone, the targets are built again, to the same
+    bytes, and their evaluations are still served from the cache."""
+    env, out, _, _ = first_run
+    records = list((scenario["base"] / "prefect-client" / "storage").glob("quantgate-build-*"))
+    assert len(records) == len(TARGETS)
+    for record in records:
+        record.unlink()
+    again = _quantgate_run(scenario, env, out)
+    assert again.returncode == 0, again.stderr[-3000:]
+    states = _task_states(prefect_api, json.loads((out / "outcome.json").read_text())["flow_run_id"])
+    assert {states[f"build-{t}"] for t in TARGETS} == {"Completed"}
+    assert {states[f"evaluate-{t}"] for t in TARGETS} == {"Cached"}
+
+
 def test_targets_fan_out_over_a_local_dask_cluster_with_the_same_verdicts(prefect_api, scenario, first_run):
     env, _, threads, _ = first_run
     out = scenario["base"] / "run-dask"

@@ -156,7 +156,7 @@ def evaluate_reference(plan: RunPlan) -> dict[str, Any]:
     cache_key_fn=_keyed(
         "evaluate",
         lambda p: [
-            p["built"],
+            {k: v for k, v in p["built"].items() if k != "ran_in"},  # what was built, not where
             p["plan"].source_hash,
             p["plan"].suites_hash,
             p["plan"].profile,

@@ -14,7 +14,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from pydantic import Field
+from pydantic import BaseModel, Field
 
 from quantgate.atomic import write_text
 from quantgate.config.targets import Frozen
@@ -75,6 +75,28 @@ class DataDir:
                 "pass --data-dir DIR (or set QUANTGATE_DATA) pointing at a directory that holds it",
             )
         return path
+
+
+def sources(spec: BaseModel) -> list[DataSource]:
+    """Every data file a suite spec names, however deeply its fields nest them."""
+    found: list[DataSource] = []
+    for name in type(spec).model_fields:
+        value = getattr(spec, name)
+        if isinstance(value, DataSource):
+            found.append(value)
+        elif isinstance(value, BaseModel):
+            found += sources(value)
+    return found
+
+
+def require_available(data: DataDir, source: DataSource) -> None:
+    """``source`` is here (verified) or the hub provides it now; MissingDataError otherwise.
+
+    Why at planning: a set that is nowhere would otherwise fail each artifact's evaluation after
+    every build has run (the source's reference may come from the cache and not need it).
+    """
+    if data.file(source) is None:
+        _hub_rows(data, source)
 
 
 def hub_online() -> bool:

@@ -250,6 +250,7 @@ def make_plan(
     from quantgate.calibration import load_or_build
     from quantgate.config.gates import check_target_names, load_gates, resolve_targets
     from quantgate.embedded.smollm2 import default_checkpoint, model_name
+    from quantgate.evaluate.data import DataDir, require_available, sources
     from quantgate.evaluate.suites import PROFILES, load_suites
     from quantgate.intake import intake
     from quantgate.quantize.kv_calibration import kv_decisions
@@ -264,6 +265,10 @@ def make_plan(
     if targets:
         check_target_names(targets, catalog)
     loaded = load_suites(root / "eval_suites", suites)
+    data = DataDir.resolve(data_dir, root)
+    for suite in loaded:  # every data set the evaluations will read, before any build
+        for source in sources(suite.spec):
+            require_available(data, source)
     source_dir = Path(checkpoint).resolve() if checkpoint else default_checkpoint(cache, progress)
     record = intake(source_dir, policy, progress, cache=cache / "intake")
     names = resolve_targets(policy, record.model_class, targets, catalog)

@@ -10,6 +10,7 @@ import shutil
 import pytest
 
 from quantgate.errors import CheckpointError, InputError, UsageError
+from quantgate.evaluate.data import MissingDataError
 from quantgate.evaluate.suites import load_suites
 from quantgate.orchestrate.plan import PLAN_FILE, PlannedSuite, make_plan, read_plan
 
@@ -121,6 +122,20 @@ def test_planned_suites_load_as_their_yaml_does(repo_root):
 def test_bad_input_writes_no_plan(tmp_path, repo_root):
     with pytest.raises(CheckpointError):
         _plan(tmp_path / "missing", repo_root, tmp_path / "run")
+    assert not (tmp_path / "run").exists()
+
+
+def test_an_evaluation_data_set_that_is_nowhere_is_refused_before_any_build(tiny_llama, repo_root, tmp_path):
+    """Missing data is bad input of the plan, not a failure of every evaluation after the builds
+    (the hub is off in tests: conftest sets HF_HUB_OFFLINE)."""
+    from support.repair_project import make_project
+
+    project = make_project(tmp_path / "project", repo_root)
+    (project / "data" / "corpus.txt").unlink()
+    with pytest.raises(MissingDataError) as info:
+        _plan(tiny_llama, project, tmp_path / "run", suites=["tiny-text"], data_dir=project / "data")
+    assert "corpus.txt" in str(info.value) and "--data-dir" in str(info.value)
+    assert info.value.exit_code == 2
     assert not (tmp_path / "run").exists()
 
 

@@ -25,14 +25,19 @@ Two ways in, the same sandbox inside (``QUANTGATE_SANDBOX``, see ``mode``):
   system directories and the interpreter, read-only, and nothing of the caller's (home,
   repository, datasets).
 
-What stays possible inside: reading world-readable files of ``/usr``, ``/etc`` and the
-interpreter, threads, and CPU and memory up to the limits. Memory in all: one program process
-(``RLIMIT_AS``; seccomp refuses new processes, memfds and System V memory) and the harness
-(the same limit), plus the private tmpfs (at most 97 MiB) and pipe buffers. In userns mode the
-program also keeps the caller's supplementary groups (the kernel lets no unprivileged process
-drop them), so files there that one of those groups may read are readable to it too. Each
-layer is described where it is built: ``run_check``, ``supervisor._supervise``,
-``supervisor._build_root``, ``supervisor._Spawner``, ``seccomp``, ``calls``.
+What stays possible inside: what the seccomp allow-list lets through (``seccomp``: the
+syscalls CPython, the harness and HumanEval solutions were measured to make), that is reading
+world-readable files of ``/usr``, ``/etc`` and the interpreter, files on the private tmpfs,
+threads, sleeping, and CPU and memory up to the limits; no socket, pipe, signal to another
+process, System V IPC, AIO or other kernel object. Memory in all: one program process
+(``RLIMIT_AS``) and the harness (the same limit), plus the private tmpfs (at most 97 MiB) and
+the buffers of the pipes the supervisor made. Disk: none of the host's; stdout and stderr are
+pipes, read by the caller up to ``output.OUTPUT_LIMIT`` bytes each (``output``). In userns
+mode the program also keeps the caller's supplementary groups (the kernel lets no
+unprivileged process drop them), so files there that one of those groups may read are
+readable to it too. Each layer is described where it is built: ``run_check``,
+``supervisor._supervise``, ``supervisor._build_root``, ``supervisor._Spawner``, ``seccomp``,
+``calls``, ``output``.
 """
 
 from __future__ import annotations
@@ -51,7 +56,8 @@ from dataclasses import dataclass
 from typing import Literal
 
 # relative: tests load this package by path as a user who cannot read the virtual environment
-from . import supervisor
+from . import output, supervisor
+from .output import TAIL_BYTES
 from .supervisor import MB, SETUP_FAILED
 
 SandboxStatus = Literal["passed", "failed", "timeout", "resource_limit", "sandbox_error"]
@@ -63,11 +69,10 @@ SANDBOX_GID = 65534  # nogroup
 HARNESS_UID = HARNESS_GID = (
     65533  # the tests' harness in root mode: no account, no file, no process of the program's
 )
-TAIL_BYTES = 2048
 # Extra wall time the parent allows for setup and teardown before it stops trusting the
 # supervisor to end the run and kills it itself.
 _BACKSTOP_GRACE_S = 20.0
-_LIMIT_ERRORS = ("MemoryError", "OSError: [Errno 27]", "BlockingIOError: [Errno 11]")
+_LIMIT_ERRORS = ("MemoryError", "OSError: [Errno 27]", "BlockingIOError: [Errno 11]", output.LIMIT_NOTE)
 
 
 @dataclass(frozen=True)
@@ -189,9 +194,11 @@ def run_untrusted(
 
     ``unshare`` (util-linux) gives the run private network, mount, PID, IPC and UTS namespaces
     (and a user namespace in userns mode); the network namespace has only a loopback that is
-    down, so no socket reaches the host or the internet, loopback and abstract Unix sockets
-    included, and seccomp refuses Unix sockets, which could reach a host's socket file through
-    the filesystem.
+    down, and seccomp allows no socket of any family besides (a vsock or netlink socket, or a
+    Unix socket reaching a host's socket file through the filesystem, ignore the network
+    namespace). stdout and stderr are pipes: output past ``output.OUTPUT_LIMIT`` bytes on
+    either is not read, the program's next write to it fails, and the run is a
+    ``resource_limit`` unless it passed.
     """
     return _run({"program": program, "tests": None}, {}, timeout_s, memory_bytes, max_processes, cpu_seconds)
 
@@ -234,26 +241,28 @@ def _run(
         "--pid", "--fork", "--kill-child", "--mount-proc",
         "--", sys.executable, "-I", "-S", "-B", os.path.abspath(supervisor.__file__), json.dumps(config),
     ]  # fmt: skip
-    with (
-        tempfile.TemporaryFile() as source,
-        tempfile.TemporaryFile() as out,
-        tempfile.TemporaryFile() as err,
-    ):
+    out_r, out_w = os.pipe()
+    err_r, err_w = os.pipe()
+    streams = [output.Stream("stdout", out_r), output.Stream("stderr", err_r)]
+    with tempfile.TemporaryFile() as source:  # the request: the supervisor reads it, no one else
         source.write(json.dumps(request).encode())
         source.seek(0)
         try:
             proc = subprocess.Popen(
-                command, stdin=source, stdout=out, stderr=err, pass_fds=(status_w,),
+                command, stdin=source, stdout=out_w, stderr=err_w, pass_fds=(status_w,),
                 start_new_session=True, cwd="/", env={"PATH": "/usr/bin:/bin"},
             )  # fmt: skip
         except OSError as exc:
+            for stream in streams:
+                stream.close()
             os.close(status_r)
             return _setup_error(started, str(exc))
         finally:
-            os.close(status_w)
-        hung = not _wait_or_kill(proc, timeout_s + _BACKSTOP_GRACE_S)
-        report = _read_report(status_r)
-        stdout_tail, stderr_tail = _tail(out), _tail(err)
+            for fd in (status_w, out_w, err_w):
+                os.close(fd)
+    hung = not _wait_or_kill(proc, timeout_s + _BACKSTOP_GRACE_S, streams)
+    report = _read_report(status_r)
+    stdout_tail, stderr_tail = streams[0].text(), output.with_notes(streams[1].text(), streams)
     if hung:
         return _result("timeout", None, started, stdout_tail, stderr_tail)
     if "error" in report or "exit" not in report and "signal" not in report:
@@ -329,16 +338,17 @@ def _runtime() -> dict[str, str] | str:
     return {"prefix": prefix, "interpreter": relative}
 
 
-def _wait_or_kill(proc: subprocess.Popen, deadline_s: float) -> bool:
-    """Wait for ``unshare``; past the deadline kill it, its group and the namespace.
+def _wait_or_kill(proc: subprocess.Popen, deadline_s: float, streams: list[output.Stream]) -> bool:
+    """Wait for ``unshare``, reading its output; past the deadline kill it, its group and the namespace.
 
     Returns False when it had to kill. The leader is reaped only after ``killpg``, so the
-    group id cannot have been reused by then.
+    group id cannot have been reused by then. The output is read to its end once everything
+    in the namespace has ended (``output.drain``).
     """
     pidfd = os.pidfd_open(proc.pid)
     interrupted = None
     try:
-        finished = bool(select.select([pidfd], [], [], deadline_s)[0])
+        finished = output.pump(streams, pidfd, deadline_s)
     except BaseException as exc:  # noqa: BLE001 - an interrupted caller still kills the sandbox
         finished, interrupted = False, exc
     finally:
@@ -359,6 +369,7 @@ def _wait_or_kill(proc: subprocess.Popen, deadline_s: float) -> bool:
     for fd in init_fds:
         select.select([fd], [], [], 10.0)
         os.close(fd)
+    output.drain(streams)
     if interrupted is not None:
         raise interrupted
     return finished
@@ -377,12 +388,6 @@ def _read_report(fd: int) -> dict:
         return json.loads(supervisor.drain(fd) or b"{}")
     except ValueError:
         return {"error": f"{SETUP_FAILED}: unreadable report from the supervisor"}
-
-
-def _tail(handle) -> str:
-    size = handle.seek(0, os.SEEK_END)
-    handle.seek(max(0, size - TAIL_BYTES))
-    return handle.read().decode("utf-8", errors="replace")
 
 
 _LIMIT_SIGNALS = (signal.SIGXCPU, signal.SIGXFSZ)

@@ -21,10 +21,10 @@ So the tests never share a process with the program:
   it raises becomes ``CandidateError`` in the tests; if it ends, the next call fails.
 
 What this cannot stop: a program that computes the right answers (a lookup table of the
-tests' expected values, written into the completion, passes, as it would anywhere), and it may
-kill or stop the harness where it shares its uid (userns mode): that fails or times out the
-check, never passes it. Arguments are copied, so a test that relies on the candidate mutating
-its argument in place sees the original. Standard library only: the supervisor passes this
+tests' expected values, written into the completion, passes, as it would anywhere). It cannot
+signal the harness (seccomp allows no signal to another process); if it ends, blocks or floods
+its output, the check fails or times out, never passes. Arguments are copied, so a test that
+relies on the candidate mutating its argument in place sees the original. Standard library only: the supervisor passes this
 file's source to ``python -I -S -B -c`` (nothing is read from a file the program could write).
 """
 

@@ -77,10 +77,10 @@ def _supervise(config: dict) -> int:
 
     It kills everything at the wall-clock timeout and, when the run ends, everything left in
     the namespace; if the supervisor itself dies, the kernel kills every process in the
-    namespace. Nothing survives the call, daemons that ``setsid`` away included. In userns
-    mode the program may signal it (one host uid): as PID 1 it receives only signals it
-    handles, and it handles none (``SIGCHLD`` is waited for, blocked), so nothing the program
-    sends changes how the run is judged.
+    namespace. Nothing survives the call, daemons that ``setsid`` away included. The program
+    can send it no signal (seccomp), and were one sent anyway (userns mode: one host uid), as
+    PID 1 it receives only signals it handles, and it handles none (``SIGCHLD`` is waited for,
+    blocked), so nothing changes how the run is judged.
     """
     status_fd = config["status_fd"]
     os.set_inheritable(status_fd, False)
@@ -96,6 +96,9 @@ def _supervise(config: dict) -> int:
         if os.getpid() != 1:
             raise RuntimeError("not PID 1 of a private PID namespace")
         request = json.loads(sys.stdin.buffer.read())
+        devnull = os.open("/dev/null", os.O_RDONLY)
+        os.dup2(devnull, 0)  # let go of the request, a host file, before anything runs
+        os.close(devnull)
         seccomp = _load("seccomp")
         seccomp.program(os.uname().machine)  # no filter for this machine: no sandbox
         with open(os.path.join(_HERE, "calls.py")) as calls_file:

@@ -17,7 +17,8 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from quantgate.errors import DiskFullError, QuantgateError, TransientError, UsageError
+from quantgate.errors import DiskFullError, QuantgateError, StepFailed, TransientError, UsageError
+from quantgate.escape import visible
 from quantgate.paths import cache_dir, project_root
 
 if TYPE_CHECKING:
@@ -130,12 +131,10 @@ def build(
     plan_file: PlanOpt = None,
 ) -> None:
     """Validate the source checkpoint, then build one artifact per target."""
-    from rich.console import Console
-    from rich.table import Table
-
     from quantgate.orchestrate.plan import read_plan
     from quantgate.progress import RichProgress
     from quantgate.quantize.pipeline import build_planned
+    from quantgate.report.console import print_table, text_table
     from quantgate.units import format_bytes
 
     out = _out_dir(out, "--out")
@@ -164,22 +163,20 @@ def build(
             )
         results = build_planned(record, planned, out, calib, progress)
 
-    table = Table(title=f"quantgate build: {record.model_class} {record.architecture}")
-    for column in ("target", "status", "format", "size", "vs source", "seconds", "path"):
-        table.add_column(column)
-    for r in results:
-        size = r.manifest.total_bytes
-        table.add_row(
+    rows = [
+        [
             r.target,
             r.status,
             r.manifest.format,
-            format_bytes(size),
-            f"{size / record.bytes:.2f}x",
+            format_bytes(r.manifest.total_bytes),
+            f"{r.manifest.total_bytes / record.bytes:.2f}x",
             f"{r.manifest.build.seconds:.1f}",
-            str(r.path),
-        )
-    # not a terminal (CI logs, pipes): wide enough that paths are never cut
-    Console(width=None if sys.stdout.isatty() else 240).print(table)
+            r.path,
+        ]
+        for r in results
+    ]
+    columns = ("target", "status", "format", "size", "vs source", "seconds", "path")
+    print_table(text_table(f"quantgate build: {record.model_class} {record.architecture}", columns, rows))
 
 
 def _plan_build(
@@ -291,9 +288,6 @@ def eval_(
     ] = None,
 ) -> None:
     """Evaluate the source once and every artifact against it, in each target's numerics."""
-    from rich.console import Console
-    from rich.table import Table
-
     from quantgate.config.gates import load_gates
     from quantgate.config.targets import Catalog
     from quantgate.embedded.smollm2 import default_checkpoint
@@ -303,6 +297,7 @@ def eval_(
     from quantgate.intake import intake
     from quantgate.orchestrate.plan import read_plan
     from quantgate.progress import RichProgress
+    from quantgate.report.console import print_table, text_table
 
     if plan_file is not None:
         _refuse_beside_plan(
@@ -321,7 +316,7 @@ def eval_(
         if sequential is None:  # the plan's design: the one its run evaluated with
             sequential = run_plan.sequential
         watch = run_plan.tenants if tenants is None else _split(tenants)
-        floors = load_gates(Path(run_plan.gates), Catalog(Path(run_plan.root))) if sequential else None
+        floors = load_gates(Path(run_plan.gates), Catalog(Path(run_plan.root)))
         profile, project, cache_path = run_plan.profile, Path(run_plan.root), Path(run_plan.cache_dir)
         data_dir = Path(run_plan.data_dir) if run_plan.data_dir else None
         loaded, model = run_plan.loaded_suites(), run_plan.model
@@ -365,20 +360,19 @@ def eval_(
             source_bytes=record.bytes,
             reference_only=reference_only,
             sequential=sequential,
-            gates=floors if sequential else None,
+            gates=floors,
             tenants=watch,
         )
 
-    table = Table(title=f"quantgate eval ({profile}); source ran {run.source_forward_passes} forward passes")
     keys = sorted({k for metrics in run.summary.values() for k in metrics})
-    table.add_column("metric")
-    for name in run.summary:
-        table.add_column(f"{name} ({run.numerics[name].get('mode', '?')})")
-    for key in keys:
-        row = [run.summary[name].get(key) for name in run.summary]
-        table.add_row(key, *("-" if v is None else f"{v:.4g}" for v in row))
-    Console(width=None if sys.stdout.isatty() else 240).print(table)
-    print(f"results: {out / 'summary.json'}")
+    columns = ["metric", *(f"{name} ({run.numerics[name].get('mode', '?')})" for name in run.summary)]
+    rows = [
+        [key, *("-" if v is None else f"{v:.4g}" for v in (run.summary[n].get(key) for n in run.summary))]
+        for key in keys
+    ]
+    title = f"quantgate eval ({profile}); source ran {run.source_forward_passes} forward passes"
+    print_table(text_table(title, columns, rows))
+    print(f"results: {visible(out / 'summary.json')}")
 
 
 @app.command()
@@ -433,12 +427,12 @@ def gate(
         previous=previous,
         registry=None if previous is not None else RegistryConfig.from_env(project),
     )
-    report = write_report_json(decision, out)
+    report = write_report_json(decision, out, results)
     written = _render_reports(report)
     title = f"quantgate gate: {decision.model} ({decision.model_class or 'class unknown'})"
     print_table(verdict_table(decision, title))
     for path in (report, *written):
-        print(f"report: {path}")
+        print(f"report: {visible(path)}")
     raise typer.Exit(decision.exit_code)
 
 
@@ -459,7 +453,7 @@ def report(
 ) -> None:
     """Render report.md and report.html again from report.json (e.g. after a template change)."""
     for path in _render_reports(report_dir / "report.json"):
-        print(f"report: {path}")
+        print(f"report: {visible(path)}")
 
 
 @app.command()
@@ -482,11 +476,9 @@ def publish(
 
     Registry: MLFLOW_TRACKING_URI, else the embedded one under artifacts_registry/ (see its README).
     """
-    from rich.console import Console
-    from rich.table import Table
-
     from quantgate.progress import RichProgress
     from quantgate.publish import RegistryConfig, publish_report
+    from quantgate.report.console import print_table, text_table
 
     cfg = RegistryConfig.from_env((root or project_root()).resolve())
     with RichProgress() as progress:
@@ -494,18 +486,18 @@ def publish(
     if as_json:
         print(json.dumps(outcome.to_dict(), indent=1))
         return
-    table = Table(title=f"quantgate publish: {outcome.model} -> {outcome.tracking_uri}")
-    for column in ("registered model", "version", "new", "aliases", "source"):
-        table.add_column(column)
-    for a in outcome.artifacts:
-        table.add_row(
+    rows = [
+        [
             a.registered_model,
             a.version,
             "yes" if a.created else "no (same content)",
             ", ".join(a.aliases) or "- (failed gate: recorded for audit)",
             a.source,
-        )
-    Console(width=None if sys.stdout.isatty() else 240).print(table)
+        ]
+        for a in outcome.artifacts
+    ]
+    columns = ("registered model", "version", "new", "aliases", "source")
+    print_table(text_table(f"quantgate publish: {outcome.model} -> {outcome.tracking_uri}", columns, rows))
 
 
 @app.command()
@@ -738,7 +730,11 @@ def run(
         repair=repair,
     )
     if outcome is None:
-        typer.secho(f"error: the flow run ended {state.name}: {state.message}", fg=typer.colors.RED, err=True)
+        typer.secho(
+            f"error: the flow run ended {visible(state.name)}: {visible(state.message)}",
+            fg=typer.colors.RED,
+            err=True,
+        )
         raise typer.Exit(1)
     report = json.loads(Path(outcome["reports"]["json"]).read_text())
     aliases = None
@@ -753,17 +749,20 @@ def run(
                 if t["k"] is not None
                 else "none"
             )
-            print(f"repair {target['target']} x {t['tenant']}: {found} ({t['stopped']})")
+            print(visible(f"repair {target['target']} x {t['tenant']}: {found} ({t['stopped']})"))
     for published in (outcome.get("published") or {}).get("repaired", []):
         for a in published["artifacts"]:
             print(
-                f"repaired: {a['registered_model']} version {a['version']}, aliases {', '.join(a['aliases']) or 'none'}"
+                visible(
+                    f"repaired: {a['registered_model']} version {a['version']}, "
+                    f"aliases {', '.join(a['aliases']) or 'none'}"
+                )
             )
     for target, message in outcome["build_failures"].items():
-        typer.secho(f"build failed: {target}: {message}", fg=typer.colors.RED, err=True)
+        typer.secho(visible(f"build failed: {target}: {message}"), fg=typer.colors.RED, err=True)
     for kind in ("md", "html", "json"):
         if kind in outcome["reports"]:
-            print(f"report: {outcome['reports'][kind]}")
+            print(f"report: {visible(outcome['reports'][kind])}")
     raise typer.Exit(outcome["exit_code"])
 
 
@@ -791,16 +790,19 @@ def main() -> None:
     try:
         app()
     except QuantgateError as exc:
-        typer.secho(f"error: {exc}", fg=typer.colors.RED, err=True)
+        # one error, one line: a name holding a newline or an escape cannot forge or hide a line
+        # (a failed step's log tail keeps its own lines, each shown the same way)
+        text = visible(exc, newlines=isinstance(exc, StepFailed))
+        typer.secho(f"error: {text}", fg=typer.colors.RED, err=True)
         sys.exit(exc.exit_code)
     except (ConnectionError, TimeoutError) as exc:  # network or store hiccup: safe to retry
-        typer.secho(f"error (transient, retry): {exc}", fg=typer.colors.RED, err=True)
+        typer.secho(f"error (transient, retry): {visible(exc)}", fg=typer.colors.RED, err=True)
         sys.exit(TransientError.exit_code)
     except OSError as exc:
         if exc.errno not in (errno.ENOSPC, errno.EDQUOT):
             raise
         # a write outside quantgate's atomic helpers (which raise DiskFullError themselves)
-        where = exc.filename or "a file being written"
+        where = visible(exc.filename or "a file being written")
         typer.secho(
             f"error: {where}: no space left on device ({errno.errorcode[exc.errno]}). Fix: free space and re-run",
             fg=typer.colors.RED,

@@ -9,25 +9,47 @@ have defaults, so a report reduced to the decision (model, approvals, exit code)
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
+from quantgate import bounded_json
 from quantgate.errors import ReportError
 from quantgate.serving.table import ServingTable
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 REPORT_JSON = "report.json"
+# A report of four targets, six tenants and the full profile's per-item sequential estimates is
+# under 2 MB; a report.json (one from the registry included) is read within these bounds (size
+# before a byte is read, nesting depth and integer length while parsing): a report nested
+# 100,000 deep crashed ``quantgate gate`` with a RecursionError.
+MAX_REPORT_BYTES = 64 * 1000 * 1000
 
-# pass / fail: decided with evidence. missing: no data (fails). error: items that could not be
-# evaluated (fails). insufficient_evidence: the items cannot tell an artifact at the floor from the
-# source (fails unless the floor is advisory). no_baseline: a max_regression floor with no approved
-# version to compare with (first release; never fails). uninformative: schema 1 only.
-Status = Literal["pass", "fail", "missing", "error", "insufficient_evidence", "no_baseline", "uninformative"]
-STATUS_TEXT = {"insufficient_evidence": "insufficient evidence", "no_baseline": "no approved version"}
+# pass / fail: decided with evidence. violation: an advisory floor whose estimate is beyond it, on
+# items that cannot establish it (shown, does not fail the verdict; a required floor fails instead).
+# missing: no data (fails). error: items that could not be evaluated (fails). not_run: evaluation
+# skipped the suite because every tenant had already failed (fails, as missing data would).
+# insufficient_evidence: an artifact equal to the source would not pass on these items (fails
+# unless the floor is advisory). no_baseline: a max_regression floor with no approved version to
+# compare with (first release; never fails). uninformative: schema 1 only.
+Status = Literal[
+    "pass",
+    "fail",
+    "violation",
+    "missing",
+    "error",
+    "not_run",
+    "insufficient_evidence",
+    "no_baseline",
+    "uninformative",
+]
+STATUS_TEXT = {
+    "insufficient_evidence": "insufficient evidence",
+    "no_baseline": "no approved version",
+    "not_run": "not run",
+}
 Metrics = dict[str, dict[str, dict[str, Any]]]  # "source" | artifact -> suite -> metric -> value
 
 
@@ -56,8 +78,15 @@ class FloorResult(_Frozen):
     passed: bool | None  # None: neither pass nor fail (insufficient evidence, no approved version)
     informative: bool  # decided with evidence (pass or fail)
     status: Status
-    # point: schema 1 only; confidence-sequence: decided early by sequential evaluation (gate/sequence.py)
-    interval: Literal["paired-bootstrap", "point", "confidence-sequence"] | None
+    # exact (Clopper-Pearson), bootstrap-t (calibrated), exceedance-inversion (a pooled quantile):
+    # quantgate.stats.bounds; confidence-sequence: decided early by sequential evaluation
+    # (gate/sequence.py); paired-bootstrap (percentile): schema 2; point: schema 1
+    interval: (
+        Literal[
+            "exact", "bootstrap-t", "exceedance-inversion", "confidence-sequence", "paired-bootstrap", "point"
+        ]
+        | None
+    )
     confidence: float
     items: int
     reason: str
@@ -72,6 +101,10 @@ class FloorResult(_Frozen):
     marginal: bool = (
         False  # decided, but within ``spread`` of the floor: another machine may decide otherwise
     )
+    other: float | None = None  # the interval's other end: beyond the floor, it establishes a violation
+    method: str | None = None  # how the bound was computed, in words
+    powered: bool | None = None  # an artifact equal to the source (or approved version) would pass here
+    paired_with: str | None = None  # a regression: what it was compared with, item by item or by value
 
 
 class BaselineRef(_Frozen):
@@ -154,9 +187,10 @@ class TargetRepair(_Frozen):
 
 
 class Report(_Frozen):
-    """report.json, schema version 2 (version 1, without power, errors and baselines, still reads)."""
+    """report.json, schema version 3 (versions 1 and 2 still read: 2 without per-item records and
+    calibrated bounds, 1 also without power, errors and baselines)."""
 
-    schema_version: Literal[1, 2] = 2  # SCHEMA_VERSION
+    schema_version: Literal[1, 2, 3] = 3  # SCHEMA_VERSION
     model: str
     model_class: str | None = None
     source_hash: str | None = None
@@ -183,6 +217,12 @@ class Report(_Frozen):
     # quantgate eval --sequential: artifact -> suite -> items used and in all, why it stopped, seconds
     # taken and the estimate for every item (evaluate/sequential.py); empty: the fixed design
     sequential: dict[str, dict[str, dict[str, Any]]] = {}
+    # artifact -> sha256 of its per-item records (records/<artifact>.json beside report.json, published
+    # with its version): what a later release's regression floors are paired with
+    records: dict[str, str] = {}
+    # artifact -> suite -> why evaluation did not run it (no floor could change a verdict: every floor
+    # lacked power, or every tenant had already failed on suites run before it)
+    skipped: dict[str, dict[str, str]] = {}
 
     def role(self, artifact: str) -> str:
         """required, optional, or outside class (built with --targets beyond the class)."""
@@ -215,14 +255,19 @@ def _problem(exc: ValidationError, shown: int = 3) -> str:
 
 
 def read_report(path: str | Path, fix: str = "pass the directory written by quantgate gate --out") -> Report:
-    """Read and validate a report.json; a missing, unparsable or malformed one is a ReportError (exit 2)."""
+    """Read and validate a report.json within ``bounded_json``'s bounds (at most
+    ``MAX_REPORT_BYTES``); a missing, oversized, too deeply nested, unparsable or malformed one is
+    a ReportError (exit 2, one line)."""
     path = Path(path)
     try:
-        data = json.loads(path.read_text())
+        data = bounded_json.parse(bounded_json.read_bytes(path, MAX_REPORT_BYTES))
     except OSError as exc:
         raise ReportError(path, f"not a readable gate report ({exc.strerror or exc})", fix) from None
-    except ValueError as exc:
-        raise ReportError(path, f"not a readable gate report (not JSON: {exc})", fix) from None
+    except bounded_json.JsonRefused as exc:
+        raise ReportError(path, f"not a readable gate report ({exc.problem})", fix) from None
+    except ValueError as exc:  # malformed JSON, or not UTF-8
+        first = str(exc).splitlines()[0][:200] if str(exc) else type(exc).__name__
+        raise ReportError(path, f"not a readable gate report (not JSON: {first})", fix) from None
     if not isinstance(data, dict):
         raise ReportError(path, "not a readable gate report (not a JSON object)", fix)
     try:

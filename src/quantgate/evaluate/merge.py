@@ -67,6 +67,7 @@ def merge_evaluations(parts: list[Path], out: Path) -> Path:
             "source_forward_passes": sum(r.get("source_forward_passes", 0) for r in runs),
             "design": "sequential" if any(r.get("design") == "sequential" for r in runs) else "fixed",
             "sequential": _union(r.get("sequential") for r in runs),
+            "skipped": _union(r.get("skipped") for r in runs),
             "merged_from": [str(p) for p in parts],
         }
         write_json(tmp / "run.json", merged)

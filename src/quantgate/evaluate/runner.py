@@ -22,7 +22,7 @@ from quantgate.artifact import Manifest, artifact_dirs, require_manifest, verify
 from quantgate.atomic import staged_file, write_json
 from quantgate.config.gates import Gates
 from quantgate.errors import InputError
-from quantgate.evaluate import environment
+from quantgate.evaluate import environment, skip
 from quantgate.evaluate.sequential import BATCH_MIN, watched
 from quantgate.evaluate.sequential import run as sequential_run
 from quantgate.evaluate.suites import EvalContext, LoadedSuite, SuiteResult
@@ -31,7 +31,9 @@ from quantgate.evaluate.suites import EvalContext, LoadedSuite, SuiteResult
 # reference (sdpa) paired with a version-2 artifact pass would carry attention rounding as KLD.
 # 3: per-item records carry what the gate bounds (text windows' largest per-token KLDs, long-chain
 # traces' deepest-bin agreement); a cached source result without them cannot be paired
-REFERENCE_VERSION = 3
+# 4: generation is greedy whatever the checkpoint's generation config says (generation.pin_greedy);
+# a version-3 reference followed its num_beams, penalties and sampling settings
+REFERENCE_VERSION = 4
 
 
 @dataclass
@@ -69,6 +71,7 @@ class EvalRun:
     reference_misses: list[str] = field(default_factory=list)
     source_forward_passes: int = 0
     sequential: dict[str, dict[str, dict]] = field(default_factory=dict)  # artifact -> suite -> design
+    skipped: dict[str, dict[str, str]] = field(default_factory=dict)  # artifact -> suite -> why not run
 
 
 def reference_path(ctx: EvalContext, suite: LoadedSuite, source_hash: str) -> Path:
@@ -128,8 +131,10 @@ def evaluate(
 
     ``reference_only`` evaluates the source alone: an orchestrator runs it once, then one
     evaluation per artifact in parallel, each finding every reference in the cache.
-    ``sequential`` (with ``gates``, and ``tenants`` to watch only those): each artifact's suites
-    that can score a subset stop once every floor on them is decided (``evaluate/sequential.py``).
+    ``gates`` (and ``tenants`` to watch only those): an artifact's suites run cheapest first,
+    and a suite that cannot change any verdict is not run (``evaluate/skip.py``); with
+    ``sequential``, suites that can score a subset stop once every floor on them is decided
+    (``evaluate/sequential.py``).
     """
     # visible directories with a valid manifest only: a killed build's .<target>.tmp-* is none
     dirs = [] if reference_only else artifact_dirs(artifacts, targets)
@@ -163,6 +168,9 @@ def evaluate(
 
     from quantgate.numerics import load_for_eval
 
+    by_name = {s.spec.name: s for s in suites}
+    source_json = {name: asdict(r) for name, r in source_results.items()}
+    cheapest_first = sorted(suites, key=lambda s: (s.runner.cost(ctx.profile), s.spec.name))
     for d in dirs:
         manifest = manifests[d]
         loaded = load_for_eval(d)
@@ -172,25 +180,31 @@ def evaluate(
             else asdict(loaded.numerics)
         )
         run.numerics[d.name] = numerics
-        for suite in suites:
+        about = {**extra, "target": manifest.target, "build_key": manifest.build_key}
+        watches = {s.spec.name: watched(gates, s.spec.name, d.name, tenants) if gates else [] for s in suites}
+        gating = {w.tenant for ws in watches.values() for w in ws}
+        done: dict[str, dict[str, Any]] = {}
+        for suite in cheapest_first:
             name = suite.spec.name
-            watches = watched(gates, name, d.name, tenants) if sequential and gates is not None else []
+            why = skip.unneeded(watches[name], suite, source_results[name]) or (
+                skip.every_tenant_failed(watches, by_name, source_json, done, gating) if done else None
+            )
+            if why is not None:
+                ctx.progress.log(f"{d.name}: {name} not run: {why}")
+                run.skipped.setdefault(d.name, {})[name] = why
+                empty = SuiteResult(name, suite.spec.kind, {}, [], [f"not run: {why}"])
+                _record(run, d.name, empty, numerics, about | {"skipped": why})
+                continue
             design: dict[str, Any] = {}
-            if watches and suite.runner.subset(references[name], []) is not None:
+            if sequential and watches[name] and suite.runner.subset(references[name], []) is not None:
                 result, design = _sequential(
-                    ctx, suite, loaded, references[name], source_results[name], watches
+                    ctx, suite, loaded, references[name], source_results[name], watches[name]
                 )
                 run.sequential.setdefault(d.name, {})[name] = design
             else:
                 result = suite.runner.score(ctx, loaded, references[name])
-            _record(
-                run,
-                d.name,
-                result,
-                numerics,
-                {**extra, "target": manifest.target, "build_key": manifest.build_key}
-                | ({"sequential": design} if design else {}),
-            )
+            _record(run, d.name, result, numerics, about | ({"sequential": design} if design else {}))
+            done[name] = {**asdict(result), **({"sequential": design} if design else {})}
         del loaded
     run.source_forward_passes = source.forward_passes
     write_json(out / "summary.json", run.summary, default=str)
@@ -209,6 +223,7 @@ def evaluate(
             "environment": environment.recorded(),
             "design": "sequential" if sequential else "fixed",
             "sequential": run.sequential,
+            "skipped": run.skipped,
         },
     )
     return run

@@ -1,15 +1,14 @@
 """What each tenant is served today: the approved version per (target, tenant), for before/after.
 
 The registry's ``approved-<tenant>`` alias of ``<model>.<target>`` names the version a tenant
-loads; publish stored that version's gate report beside it (``reports/report.json``), and the
-gate compares with it. Summary-level, by decision: the comparison reads the approved version's
-report (each floor's estimate, each suite metric), not its per-item records, which publish does
-not store. A ``max_regression`` floor therefore bounds this evaluation (paired bootstrap over
-items) against the approved version's estimate taken as fixed; with the same suites and profile
-the items are the same, so that version's own sampling noise is shared with this one rather than
-added, and the comparison is refused across profiles. An approved version with this artifact's
-build key is this artifact (a run repeated) and is no baseline. Offline, ``--previous DIR``
-gives the report of the previous approved version by hand, for every tenant it approved.
+loads; publish stored that version's gate report beside it (``reports/report.json``) and its
+per-item records (``reports/records/<target>.json``, the bytes the report's ``records`` names).
+A ``max_regression`` floor is a paired comparison with that version on the same items
+(``gate/floor.py``); a version published without records is compared with its reported
+metric, taken as fixed: never with a floor's estimate, which for a regression floor is that
+version's own change against its predecessor. An approved version with this artifact's build key
+is this artifact (a run repeated) and is no baseline. Offline, ``--previous DIR`` gives the
+previous approved version's report directory by hand (its ``records/`` beside it).
 
 Registry failures are transient (exit 75), never "no approved version": only a registry that
 answers that it has none is a first release. The lookup makes no registry where none exists:
@@ -21,6 +20,7 @@ from __future__ import annotations
 import tempfile
 from collections.abc import Callable, Mapping
 from pathlib import Path
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
@@ -28,6 +28,7 @@ from quantgate.config.gates import Floor
 from quantgate.errors import ReportError, UsageError
 from quantgate.gate.verdict import Before
 from quantgate.report_schema import REPORT_JSON, BaselineRef, Report, read_report
+from quantgate.safe_path import path_problem
 
 
 class Baseline(BaseModel):
@@ -40,6 +41,8 @@ class Baseline(BaseModel):
     ref: BaselineRef
     report: Report | None = None
     problem: str | None = None  # why its report cannot be read; floors comparing with it lack evidence
+    # its per-item results, suite -> result (None: published without them; compared by value)
+    records: dict[str, Any] | None = None
 
 
 class Baselines(BaseModel):
@@ -70,29 +73,19 @@ def _number(value: object) -> float | None:
 
 
 def _befores(b: Baseline, profile: str | None) -> Callable[[Floor], Before]:
-    """A floor's quantity in the approved version: the same floor's estimate in its report, else
-    (for a bound on the metric itself) the suite's reported metric."""
+    """A floor's metric in the approved version: its reported value, and its per-item records on the
+    floor's suite where it was published with them."""
     label = _label(b)
     report = b.report
     problem = b.problem
     if report is not None and problem is None and report.profile != profile:
         problem = f"it was gated at profile {report.profile}, this run at {profile}: not comparable"
-    floors: dict[tuple[str, str, str], float] = {}
-    if report is not None:
-        verdict = next(
-            (v for v in report.verdicts if v.artifact == b.artifact and v.tenant == b.tenant), None
-        )
-        for f in verdict.floors if verdict is not None else []:
-            if f.estimate is not None and f.status in ("pass", "fail", "insufficient_evidence"):
-                floors.setdefault((f.suite, f.metric, f.kind_of_floor), f.estimate)
+    metrics = report.metrics.get(b.artifact, {}) if report is not None else {}
 
     def before(floor: Floor) -> Before:
-        value = floors.get((floor.suite, floor.metric, floor.kind))
-        if floor.kind in ("max", "min", "max_regression") and value is None:
-            direct = [floors.get((floor.suite, floor.metric, k)) for k in ("max", "min")]
-            metrics = report.metrics.get(b.artifact, {}).get(floor.suite, {}) if report is not None else {}
-            value = next((v for v in direct if v is not None), _number(metrics.get(floor.metric)))
-        return Before(label, value, problem)
+        value = _number(metrics.get(floor.suite, {}).get(floor.metric))
+        records = (b.records or {}).get(floor.suite) if problem is None else None
+        return Before(label, value, problem, records)
 
     return before
 
@@ -111,12 +104,26 @@ def from_report_dir(report_dir: Path) -> Baselines:
     path = Path(report_dir) / REPORT_JSON
     old = read_report(path, fix="pass --previous the output directory of an earlier quantgate gate")
     ref = BaselineRef(origin=str(path), profile=old.profile, source_hash=old.source_hash)
-    found = [
-        Baseline(artifact=artifact, tenant=tenant, ref=ref, report=old)
-        for artifact, tenants in old.approvals.items()
-        for tenant in tenants
-    ]
-    return Baselines(origin=f"--previous {path}", found=found)
+    found, notes = [], []
+    for artifact, tenants in old.approvals.items():
+        records = records_beside(Path(report_dir), old, artifact)
+        if tenants and records is None:
+            notes.append(f"{artifact}: {path} has no records of it: regressions compare with its values")
+        found += [
+            Baseline(artifact=artifact, tenant=tenant, ref=ref, report=old, records=records)
+            for tenant in tenants
+        ]
+    return Baselines(origin=f"--previous {path}", found=found, notes=notes)
+
+
+def records_beside(report_dir: Path, report: Report, artifact: str) -> dict[str, Any] | None:
+    """An artifact's per-item records in a report directory (``records/<artifact>.json``), when they
+    are the bytes the report names; else None."""
+    from quantgate.gate.run import RECORDS_DIR, read_records
+
+    if artifact not in report.records or path_problem(artifact) is not None or "/" in artifact:
+        return None
+    return read_records(report_dir / RECORDS_DIR / f"{artifact}.json", report.records[artifact])
 
 
 def from_registry(cfg, model: str, artifacts: Mapping[str, str | None]) -> Baselines:

@@ -11,17 +11,18 @@ registry, from ``--previous DIR``, or from an orchestrator that looked it up alr
 
 from __future__ import annotations
 
+import hashlib
 import json
 from pathlib import Path
 from typing import Any
 
 from quantgate.artifact import Manifest, artifact_dirs, read_manifest
-from quantgate.atomic import write_json
+from quantgate.atomic import staged_file, write_json
 from quantgate.config.gates import load_gates, project_suites
 from quantgate.config.targets import Catalog
 from quantgate.errors import InputError, UsageError
 from quantgate.gate.baseline import Baselines, from_registry, from_report_dir
-from quantgate.gate.verdict import N_RESAMPLES, SEED, Results, gate, no_evidence
+from quantgate.gate.verdict import Results, gate, no_evidence
 from quantgate.report_schema import REPORT_JSON, Report
 from quantgate.serving.table import ServingTable
 from quantgate.suggest import did_you_mean
@@ -77,8 +78,6 @@ def gate_results(
     previous: Path | None = None,
     registry: Any = None,
     baselines: Baselines | None = None,
-    n_resamples: int = N_RESAMPLES,
-    seed: int = SEED,
 ) -> Report:
     """Gate an evaluation output against gates.yaml; the decision, as report.json will hold it.
 
@@ -133,8 +132,6 @@ def gate_results(
         artifacts,
         set(required),
         tenants=tenants,
-        n_resamples=n_resamples,
-        seed=seed,
         baselines=baselines.for_gate(run_info.get("profile")) if baselines is not None else None,
     )
     approvals = {
@@ -164,9 +161,33 @@ def gate_results(
         metrics={m: {suite: r.get("metrics", {}) for suite, r in res.items()} for m, res in results.items()},
         suite_notes={suite: r.get("notes", []) for suite, r in results.get("source", {}).items()},
         no_evidence=no_evidence(verdicts),
+        skipped=run_info.get("skipped") or {},
+        records={a: hashlib.sha256(records_payload(results, a)).hexdigest() for a in evaluated},
         baselines_from=baselines.origin if baselines is not None else None,
         baseline_notes=list(baselines.notes) if baselines is not None else [],
     )
+
+
+RECORDS_DIR = "records"  # beside report.json: records/<artifact>.json, each artifact's per-item results
+
+
+def records_payload(results: Results, artifact: str) -> bytes:
+    """An artifact's per-item results on every suite, as the bytes written beside its report and
+    published with its version: what a later release's regression floors are paired with. Canonical
+    (sorted keys, no spaces), so their sha256 in report.json identifies them."""
+    body = {"artifact": artifact, "suites": results.get(artifact, {})}
+    return json.dumps(body, sort_keys=True, separators=(",", ":"), default=str).encode()
+
+
+def read_records(path: Path, sha256: str | None) -> dict[str, Any] | None:
+    """``records/<artifact>.json``'s suites, when present and the bytes report.json names; else None."""
+    try:
+        data = Path(path).read_bytes()
+    except OSError:
+        return None
+    if sha256 is None or hashlib.sha256(data).hexdigest() != sha256:
+        return None
+    return json.loads(data).get("suites")
 
 
 def build_key(results: Results, artifact: str) -> str | None:
@@ -179,10 +200,26 @@ def report_payload(report: Report) -> dict[str, Any]:
     return report.payload()
 
 
-def write_report_json(report: Report, out_dir: Path) -> Path:
-    """Write ``out_dir/report.json`` atomically; returns its path."""
+def write_report_json(report: Report, out_dir: Path, eval_dir: Path | None = None) -> Path:
+    """Write ``out_dir/report.json`` atomically, and, given the evaluation it gated (``eval_dir``),
+    each artifact's records beside it (``records/<artifact>.json``, the bytes report.json names);
+    returns the report's path."""
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
+    if eval_dir is not None and report.records:
+        results = read_results(Path(eval_dir))
+        for artifact, sha256 in report.records.items():
+            payload = records_payload(results, artifact)
+            if hashlib.sha256(payload).hexdigest() != sha256:
+                raise InputError(
+                    Path(eval_dir) / artifact,
+                    "the evaluation changed after it was gated",
+                    "gate it again (quantgate gate --results ...)",
+                )
+            staged = out_dir / RECORDS_DIR / f"{artifact}.json"
+            staged.parent.mkdir(parents=True, exist_ok=True)
+            with staged_file(staged) as tmp:
+                Path(tmp).write_bytes(payload)
     path = out_dir / REPORT_JSON
     write_json(path, report.payload(), allow_nan=False)
     return path

@@ -228,6 +228,8 @@ def linearize(kind: str, limit: float, measure, a: dict, s: dict, s_all: dict) -
     else:
         return f"no sequential form for {kind} on this metric"
     lo, hi = float(np.min(ends)), float(np.max(ends))
+    if not (math.isfinite(lo) and math.isfinite(hi)):
+        return "the metric declares no range for its per-item values"
     if not hi > lo or not np.all(np.isfinite(y)):
         return "per-item values are not finite or have no range"
     return Linear(y, lo, hi, to_floor, above=bool(np.any(y > hi)), below=bool(np.any(y < lo)))

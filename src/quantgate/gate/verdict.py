@@ -1,54 +1,38 @@
 """The verdict: a pure function of (source results, artifact results, floors, approved version) -> decision.
 
 Pure and exact, so that a verdict is reproducible byte for byte and each rule is tested without a
-model (tests/unit/gate/): the conservative end of a paired bootstrap bound against the floor,
-nothing rounded; missing data and items that could not be evaluated fail; a floor whose items
-cannot detect a violation of its own size is *insufficient evidence*, never a pass.
-``evaluate_floor`` states the rules for one floor, ``judge`` for a verdict.
-
-Power (``mde``, the minimum detectable effect, in the floor's units): the smallest departure from
-*no change* (the floor's quantity with the artifact equal to the source: KL 0, agreement 1, no
-answer lost, perplexity +0 %, recovery 1) that the floor's test reports at the tenant's confidence
-c with probability c. From the paired per-item spread it is twice the distance between the
-estimate and its one-sided bound (the normal approximation (z_c + z_c) * SE, read off the
-bootstrap's percentile so that skew counts); for measures of lost answers it is at least the
-exact zero-event rate 1 - (1 - c)^(1/m) over the m items the source solved (a bootstrap over
-items that hold no loss has no spread, and "none lost" is what a loss rate below that rate looks
-like too), scaled to the floor's units. A floor detects a violation of its own size when
-``mde <= tolerance``, the departure the floor allows (``|floor - no change|``; for
-``max_regression``, the floor itself). Power is judged before the verdict: a floor without it is
-*insufficient evidence* whichever side of the floor its bound fell, so noise in a suite that
-cannot tell a good artifact from a broken one decides nothing (one lucky answer among 8 items
-once failed an artifact).
+model (tests/unit/gate/): each floor is planned, measured and decided by ``gate/floor.py`` (the
+bound that fits its per-item statistic, ``quantgate.stats``; power judged before the artifact is
+seen; an estimate beyond its floor is a violation at every sample size), nothing rounded; missing
+data and items that could not be evaluated fail. ``evaluate_floor`` reads one floor's records and
+describes its result, ``judge`` makes a verdict of a tenant's floors.
 """
 
 from __future__ import annotations
 
 import math
-import warnings
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from quantgate.config.gates import RATIO_KINDS, Floor, Gates, Tenant
-from quantgate.evaluate.suites.metrics import Metric
+from quantgate.config.gates import Floor, Gates, Tenant
+from quantgate.gate import floor as floor_step
 from quantgate.gate import sequence
+from quantgate.gate.floor import INTERVAL_NAME, Before
 from quantgate.report_schema import STATUS_TEXT, BaselineRef, FloorResult, Status, Verdict
 
 if TYPE_CHECKING:
     from quantgate.evaluate.suites import SuiteKind
 
-N_RESAMPLES = 2000
-SEED = 0
+__all__ = ["Before", "evaluate_floor", "gate", "judge", "no_evidence"]
 
 _LABELS = {
     "max_delta_pct": " change vs source (%)",
     "min_recovery": " recovery (artifact/source)",
     "max_regression": " regression vs the approved version",
 }
-BLOCKING: tuple[Status, ...] = ("fail", "missing", "error")
+BLOCKING: tuple[Status, ...] = ("fail", "missing", "error", "not_run")
 
 
 def _fmt(x: float, other: float | None = None) -> str:
@@ -56,15 +40,6 @@ def _fmt(x: float, other: float | None = None) -> str:
     if other is not None and x != other and short == f"{other:.6g}":
         return repr(float(x))
     return short
-
-
-@dataclass(frozen=True)
-class Before:
-    """A floor's quantity in the version the registry approves for the tenant today."""
-
-    label: str  # e.g. "version 3 of m.hopper-fp8 (approved-chat)"
-    value: float | None  # None: that version's report does not carry it
-    problem: str | None = None  # why it cannot be compared (another profile); None: comparable
 
 
 def _as_column(values: list[Any]) -> np.ndarray:
@@ -77,24 +52,40 @@ def _as_column(values: list[Any]) -> np.ndarray:
     return np.asarray(values, dtype=float)
 
 
-def _paired_columns(suite: SuiteKind, source: dict, artifact: dict) -> tuple[dict, dict, int] | str:
-    """Per-item columns of artifact and source, aligned by item; a string says what is missing."""
+def _rows(suite: SuiteKind, result: dict) -> dict[str, Mapping[str, Any]]:
+    return {str(r["item"]): suite.columns(r) for r in result.get("samples") or []}
+
+
+def _aligned(
+    suite: SuiteKind, source: dict, artifact: dict, old: dict | None
+) -> tuple[dict, dict, dict | None, int] | str:
+    """Per-item columns of artifact, source and (a regression's) approved version, aligned by item;
+    a string says what is missing or does not pair."""
     src, art = source.get("samples") or [], artifact.get("samples") or []
     if not src or not art:
         return f"no per-item records ({'source' if not src else 'artifact'})"
     try:
-        s_rows = {str(r["item"]): suite.columns(r) for r in src}
-        a_rows = {str(r["item"]): suite.columns(r) for r in art}
-        if s_rows.keys() != a_rows.keys():
-            shared = len(a_rows.keys() & s_rows.keys())
-            return f"items do not pair ({len(a_rows)} artifact, {len(s_rows)} source, {shared} shared)"
-        keys = sorted(a_rows)
-        names = [c for c in a_rows[keys[0]] if c in s_rows[keys[0]]]
-        a = {c: _as_column([a_rows[k][c] for k in keys]) for c in names}
-        s = {c: _as_column([s_rows[k][c] for k in keys]) for c in names}
+        s_rows, a_rows = _rows(suite, source), _rows(suite, artifact)
+        o_rows = _rows(suite, old) if old is not None else None
     except KeyError as exc:
         return f"per-item records lack field {exc}"
-    return a, s, len(keys)
+    if s_rows.keys() != a_rows.keys():
+        shared = len(a_rows.keys() & s_rows.keys())
+        return f"items do not pair ({len(a_rows)} artifact, {len(s_rows)} source, {shared} shared)"
+    keys = sorted(a_rows)
+    names = [c for c in a_rows[keys[0]] if c in s_rows[keys[0]]]
+
+    def columns(rows: dict[str, Mapping[str, Any]]) -> dict:
+        return {c: _as_column([rows[k][c] for k in keys]) for c in names}
+
+    o = None
+    if o_rows is not None:
+        if o_rows.keys() != a_rows.keys():
+            return (
+                f"the approved version's records hold other items ({len(o_rows)} there, {len(a_rows)} here)"
+            )
+        o = columns(o_rows)
+    return columns(a_rows), columns(s_rows), o, len(keys)
 
 
 def _errors(suite: SuiteKind, source: dict, artifact: dict) -> str | None:
@@ -115,45 +106,83 @@ def _errors(suite: SuiteKind, source: dict, artifact: dict) -> str | None:
     return "; ".join(found) or None
 
 
-def _statistic(measure: Metric, kind: str, names: list[str], worst: float):
-    """A vectorized statistic of (artifact columns..., source columns...) for one floor kind."""
-    n = len(names)
-    fn = measure.statistic
-    assert fn is not None  # every gated metric declares one (metrics.py)
-
-    def stat(*cols: np.ndarray, axis: int = -1) -> np.ndarray:
-        a = dict(zip(names, cols[:n], strict=True))
-        s = dict(zip(names, cols[n:], strict=True))
-        with np.errstate(divide="ignore", invalid="ignore"):
-            value = np.asarray(fn(a, s, axis), dtype=float)
-            if kind in RATIO_KINDS:
-                base = np.asarray(fn(s, s, axis), dtype=float)
-                ratio = value / base
-                value = 100.0 * (ratio - 1.0) if kind == "max_delta_pct" else ratio
-                value = np.where(measure.informative(base), value, worst)
-        return np.where(np.isnan(value), worst, value)
-
-    return stat
-
-
-def _bound(cols: list[np.ndarray], stat, *, upper: bool, confidence: float, n_resamples: int, seed: int):
-    """The one-sided paired bootstrap bound (``scipy.stats.bootstrap``, percentile, fixed seed)."""
-    from scipy.stats import bootstrap  # scipy.stats costs half a second: only where a bound is computed
-
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        ci = bootstrap(
-            tuple(cols),
-            stat,
-            paired=True,
-            vectorized=True,
-            method="percentile",
-            confidence_level=confidence,
-            alternative="less" if upper else "greater",
-            n_resamples=n_resamples,
-            rng=np.random.default_rng(seed),
-        ).confidence_interval
-    return float(ci.high if upper else ci.low)
+def _describe(
+    floor: Floor,
+    p: floor_step.Plan,
+    iv,
+    d: floor_step.Decision,
+    *,
+    confidence: float,
+    label: str,
+    used: str,
+    result: Callable[..., FloorResult],
+    was: float | None,
+    measure_how: str,
+) -> FloorResult:
+    """The reason sentence and the report's fields for a decided floor."""
+    kind, limit = floor.kind, p.limit
+    side = "upper" if p.upper else "lower"
+    pct = f"{confidence:.1%}" if round(confidence * 100) != confidence * 100 else f"{confidence:.0%}"
+    end = iv.end(p.upper)
+    cmp = ("<=" if d.within else ">") if p.upper else (">=" if d.within else "<")
+    quantity = "regression" if kind == "max_regression" else ""
+    shown = (
+        f"{quantity + ' ' if quantity else ''}estimate {_fmt(iv.estimate)}, {pct} {side} bound "
+        f"{_fmt(end, limit)} {cmp} {kind} {_fmt(limit, end)}"
+    )
+    if p.compare:
+        shown = f"{p.compare}: {shown}"
+    if "gains do not offset" in p.quantity:
+        shown = f"{p.quantity}: {shown}"
+    mde = f"MDE {_fmt(p.mde)}" if p.mde is not None else "MDE unknown"
+    power = f"power: {p.evidence}, {mde} vs tolerance {_fmt(p.tolerance)}"
+    how = f"{iv.method}; {measure_how}{used}"
+    margin = (limit - end if p.upper else end - limit) if math.isfinite(end) else None
+    status = d.status
+    if status == "pass":
+        reason = f"{shown}: pass (margin {_fmt(margin or 0.0)}; {power}; {how})"
+    elif status == "fail" and d.beyond and not (p.powered and not d.within):
+        why = (
+            "even the other end is beyond it" if d.established else "the estimate itself is beyond the floor"
+        )
+        reason = f"{shown}: FAIL ({why}; {power}; {how})"
+    elif status == "fail":
+        reason = f"{shown}: FAIL (margin {_fmt(margin) if margin is not None else '-inf'}; {power}; {how})"
+    elif status == "violation":
+        reason = (
+            f"{shown}: VIOLATION (the estimate is beyond the floor, but {p.evidence} cannot establish it "
+            f"at {pct}; {how})"
+        )
+    else:
+        reason = (
+            f"insufficient evidence: {shown}; an artifact equal to the source would not pass on these "
+            f"items ({power}; {how})"
+        )
+    delta = None
+    if was is not None and kind != "max_regression":
+        delta = iv.estimate - was
+    elif kind == "max_regression":
+        delta = iv.estimate
+    return result(
+        status,
+        reason,
+        estimate=iv.estimate,
+        bound=end if math.isfinite(end) else None,
+        items=iv.items,
+        interval=INTERVAL_NAME[p.family] if math.isfinite(end) else None,
+        mde=p.mde,
+        tolerance=p.tolerance,
+        no_change=p.no_change,
+        before=p.before_value if kind == "max_regression" else was,
+        delta=delta,
+        evidence=p.evidence if status in ("insufficient_evidence", "violation") else None,
+        other=iv.other(p.upper) if math.isfinite(iv.other(p.upper)) else None,
+        method=iv.method,
+        powered=p.powered,
+        paired_with=p.compare or None,
+        upper=p.upper,
+        limit=limit,
+    )
 
 
 def evaluate_floor(
@@ -163,68 +192,45 @@ def evaluate_floor(
     artifact: dict[str, Any] | None,
     *,
     confidence: float = 0.95,
-    n_resamples: int = N_RESAMPLES,
-    seed: int = SEED,
     before: Before | None = None,
     spread: float | None = None,
 ) -> FloorResult:
-    """One floor for one artifact: the metric as the suite's kind declares it, bounded, powered, compared exactly.
+    """One floor for one artifact: its records read and checked, planned, measured, decided, described.
 
-    - Bounds: the conservative end of a one-sided bound (upper for lower-is-better quantities,
-      lower for higher-is-better), from a paired bootstrap over items (``scipy.stats.bootstrap``,
-      ``paired=True``, percentile method, ``n_resamples``, fixed seed): source and artifact
-      records of an item are resampled together. Quantiles (``kld_p99``) are recomputed from
-      each resample's pooled per-token values. The estimate is the same statistic on all items.
-    - Exact: ``bound <= floor`` (max kinds) or ``bound >= floor`` (min kinds) on the floats as
-      computed; reasons print 6 significant digits, full precision where that would hide the
-      difference.
     - Missing fails: a suite not evaluated, a reported metric of None, no per-item records,
       records missing a field, or items that do not pair give a reason beginning "missing".
     - Errors fail: any item (source or artifact) recorded with ``"error": "<reason>"`` (it
       could not be evaluated: no sandbox, harness error, missing data) makes the floor ``error``.
-    - Power before verdict: a quantity undefined on the source (a ratio over a source level of
-      0; a loss rate when the source solves nothing), fewer than 2 items, or ``mde >
-      tolerance`` (module docstring) is ``insufficient evidence``, whatever the bound says,
-      unless the other end of the interval is beyond the floor too: a violation these items
-      establish is a fail (a broken artifact's spread is large, its interval clear of the floor).
-      Resamples with a zero source base count as the worst case; when more than 1 - confidence
-      of them do, the bound is infinite and the floor is insufficient evidence too.
-    - ``max_regression``: the metric (in its own units) against ``before``, the approved
-      version's value: regression = this artifact's value minus it, in the worse direction,
-      bounded by this evaluation's conservative end. With no approved version it is
-      ``no_baseline`` (neither pass nor fail); with one that cannot be compared, insufficient.
-    - Marginal: ``spread`` is how far this bound moves between machines (measured,
-      ``gates.yaml`` ``numerics_spread``). A pass or fail whose bound is within it of the floor
-      keeps its status and is marked ``marginal``, its reason saying so: it may be decided the
-      other way on another machine, and must not flip there silently.
+    - Sequential evaluation: a floor its confidence sequence decided early reports that decision;
+      the others are bounded at the confidence the early looks left (``sequence.final_confidence``).
+    - ``max_regression``: with no approved version it is ``no_baseline`` (neither pass nor fail);
+      with one that cannot be compared (another profile; records on other items), insufficient.
+    - Marginal: ``spread`` is how far this bound moves between machines (measured, ``gates.yaml``
+      ``numerics_spread``). A pass or fail whose bound is within it of the floor keeps its status
+      and is marked ``marginal``, its reason saying so.
     """
     measure = suite.metrics().get(floor.metric) if suite is not None else None
-    kind, limit = floor.kind, floor.value
-    regression = kind == "max_regression"
-    if regression:  # compare the metric itself, in its own direction
-        upper = measure is None or not measure.higher_is_better
-    else:
-        upper = kind in ("max", "max_delta_pct")  # lower is better: compare the upper bound
-    measured_upper = upper  # the direction of the quantity bootstrapped (a regression flips to upper)
+    kind = floor.kind
     label = f"{floor.suite} {floor.metric}" + _LABELS.get(kind, "")
     base: dict[str, Any] = {
         "suite": floor.suite,
         "metric": floor.metric,
         "kind_of_floor": kind,
-        "floor": limit,
+        "floor": floor.value,
         "confidence": confidence,
         "advisory": floor.advisory,
     }
-    pct = f"{confidence:.0%}"
 
     def result(
-        status: Status, reason: str, estimate=None, bound=None, items=0, interval=None, **power
+        status: Status, reason: str, *, upper: bool = True, limit: float | None = None, **fields
     ) -> FloorResult:
-        margin = None  # upper is read when called: a regression compares as lower-is-better
+        bound = fields.pop("bound", None)
+        margin = None
+        at = floor.value if limit is None else limit
         if bound is not None and math.isfinite(bound) and status in ("pass", "fail"):
-            margin = limit - bound if upper else bound - limit
-        passed = {"pass": True, "fail": False, "missing": False, "error": False}.get(status)
-        if status == "insufficient_evidence" and floor.advisory:
+            margin = at - bound if upper else bound - at
+        passed = {"pass": True, "fail": False, "missing": False, "error": False, "not_run": False}.get(status)
+        if status in ("insufficient_evidence", "violation") and floor.advisory:
             reason += " (advisory: does not fail the verdict)"
         marginal = margin is not None and spread is not None and abs(margin) <= spread
         if marginal:
@@ -233,20 +239,22 @@ def evaluate_floor(
                 f" [MARGINAL: the bound is {_fmt(abs(margin))} from the floor, within the measured "
                 f"machine-to-machine spread {_fmt(spread)}; another machine may decide otherwise]"
             )
+        finite: dict[
+            str, Any
+        ] = {  # report.json holds numbers or nothing: an undefined estimate or end is absent
+            k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in fields.items()
+        }
         return FloorResult(
             **base,
-            estimate=estimate,
             bound=bound if bound is not None and math.isfinite(bound) else None,
             margin=margin,
             passed=passed,
             informative=status in ("pass", "fail"),
             status=status,
-            interval=interval or ("paired-bootstrap" if bound is not None and math.isfinite(bound) else None),
-            items=items,
             reason=f"{label}: {reason}",
             spread=spread,
             marginal=marginal,
-            **power,
+            **({"items": 0, "interval": None, "estimate": None} | finite),
         )
 
     if suite is None or measure is None or measure.statistic is None:
@@ -254,10 +262,12 @@ def evaluate_floor(
         return result(
             "missing", f"missing: the gate has no measure '{floor.metric}' for suite kind '{kind_name}'"
         )
-    if source is None or artifact is None:
-        return result(
-            "missing", f"missing: suite not evaluated for the {'source' if source is None else 'artifact'}"
-        )
+    if source is None:
+        return result("missing", "missing: suite not evaluated for the source")
+    if artifact is None:
+        return result("missing", "missing: suite not evaluated for the artifact")
+    if artifact.get("skipped"):
+        return _not_run(floor, measure, suite, source, str(artifact["skipped"]), confidence, result)
     errors = _errors(suite, source, artifact)
     if errors:
         return result("error", f"error: {errors}; a floor on items that were not evaluated cannot pass")
@@ -266,14 +276,15 @@ def evaluate_floor(
         if floor.metric in reported and reported.get(floor.metric) is None:
             return result("missing", f"missing: the {who}'s reported {floor.metric} is None")
     design = artifact.get("sequential") or {}
-    used, early = "", None
+    used = ""
     if design:  # evaluated sequentially (evaluate/sequential.py): its items, its confidence
         total = design.get("items_total")
         used = f"; sequential: {design.get('items_used')} of {total} items, stopped: {design.get('stopped')}"
+        early = None
         if design.get("stopped") == "decided":
             decided = sequence.check(floor, suite, source, artifact.get("samples") or [], confidence)
             if not isinstance(decided, str) and decided.decision != "undecided":
-                early = decided  # reported with its estimate on the items used, found below
+                early = decided
             else:
                 used += f" (this floor on those items with the fixed design: {decided if isinstance(decided, str) else 'undecided'})"
             items = {str(r.get("item")) for r in artifact.get("samples") or []}
@@ -281,155 +292,120 @@ def evaluate_floor(
                 **source,
                 "samples": [r for r in source.get("samples") or [] if str(r.get("item")) in items],
             }
-        if early is None:
-            confidence = sequence.final_confidence(confidence)
-            pct = f"{confidence:.1%}"
-    paired = _paired_columns(suite, source, artifact)
-    if isinstance(paired, str):
-        return result("missing", f"missing: {paired}")
-    a, s, n = paired
-    names = list(a)
-    side = "upper" if upper else "lower"
-    worst = math.inf if upper else -math.inf
-    stat_kind = kind if kind in RATIO_KINDS else ("max" if upper else "min")
-    stat = _statistic(measure, stat_kind, names, worst)
-    cols = [*(a[c] for c in names), *(s[c] for c in names)]
-    ratio = kind in RATIO_KINDS
-    try:
-        with np.errstate(divide="ignore", invalid="ignore"):
-            source_level = float(measure.statistic(s, s, -1))
-        est = float(stat(*cols))
-    except KeyError as exc:
-        return result("missing", f"missing: per-item records lack field {exc}", items=n)
-    if early is not None:
-        return _sequential_result(result, floor, early, confidence, label_used=used, estimate=est)
-    level = measure.detectable(s, confidence, ratio) if measure.detectable is not None else None
-    note = f"; {level[1]}" if level else ""
-
-    if regression and before is None:
-        return result(
-            "no_baseline",
-            f"no approved version to compare with (a first release, or the approved version is this "
-            f"artifact); this artifact's {floor.metric} is {_fmt(est)}: neither pass nor fail",
-            items=n,
-        )
-    if not (measure.informative(np.asarray(source_level)) if ratio else math.isfinite(source_level)):
-        why = f"the source's {floor.metric} {measure.uninformative}"
-        return result(
-            "insufficient_evidence",
-            f"insufficient evidence: {why}{note}; nothing here can tell a good artifact from a broken one",
-            items=n,
-            evidence=level[1] if level else why,
-        )
-    no_change = {"max_delta_pct": 0.0, "min_recovery": 1.0}.get(kind, source_level)
-    if n < 2:
-        return result(
-            "insufficient_evidence",
-            f"insufficient evidence: estimate {_fmt(est)} on {n} item, which has no spread to bound",
-            estimate=est,
-            items=n,
-            no_change=no_change,
-            evidence=f"{n} item",
-        )
-    bound = _bound(cols, stat, upper=upper, confidence=confidence, n_resamples=n_resamples, seed=seed)
-    if not math.isfinite(bound):
-        return result(
-            "insufficient_evidence",
-            f"insufficient evidence: estimate {_fmt(est)} but too few source successes for a {pct} "
-            f"bound (resamples with a zero source base){note}",
-            estimate=est,
-            items=n,
-            no_change=no_change,
-            evidence=level[1] if level else "too few source successes for a bound",
-        )
-    mde = max(2.0 * abs(bound - est), level[0] if level else 0.0)
-    how = f"one-sided, paired bootstrap over {n} items; {measure.how}{used}"
-
-    delta: float | None = None
-    # the floor's quantity from the metric's value: itself, or its regression from the approved version
-    sign, was = 1.0, 0.0
-    if regression:
-        assert before is not None
-        if before.problem is not None or before.value is None:
-            why = before.problem or f"its report carries no {floor.suite} {floor.metric}"
+        if early is not None:
+            aligned = _aligned(suite, source, artifact, None)
+            estimate = None
+            if not isinstance(aligned, str):
+                with np.errstate(divide="ignore", invalid="ignore"):
+                    estimate = float(measure.statistic(aligned[0], aligned[1], -1))
+            return _sequential_result(result, floor, early, confidence, label_used=used, estimate=estimate)
+        confidence = sequence.final_confidence(confidence)
+    if kind == "max_regression":
+        if before is None:
+            aligned = _aligned(suite, source, artifact, None)
+            est = (
+                ""
+                if isinstance(aligned, str)
+                else f"; this artifact's {floor.metric} is {_fmt(float(measure.statistic(aligned[0], aligned[1], -1)))}"
+            )
+            return result(
+                "no_baseline",
+                f"no approved version to compare with (a first release, or the approved version is this "
+                f"artifact){est}: neither pass nor fail",
+            )
+        if before.problem is not None:
             return result(
                 "insufficient_evidence",
-                f"insufficient evidence: cannot compare with {before.label}: {why}",
-                items=n,
-                no_change=0.0,
-                evidence=f"approved version not comparable: {why}",
+                f"insufficient evidence: cannot compare with {before.label}: {before.problem}",
+                evidence=f"approved version not comparable: {before.problem}",
             )
-        now, now_bound = est, bound
-        sign, was = (1.0 if upper else -1.0), before.value
-        est, bound = sign * (now - was), sign * (now_bound - was)
-        delta = now - was
-        no_change, tolerance = 0.0, limit
-        compare = f"{floor.metric} {_fmt(now)} against {_fmt(before.value)} in {before.label}"
-        upper = True  # a regression is lower-is-better
-        side = "upper"
-    else:
-        tolerance = abs(limit - no_change)
-        compare = ""
-        if before is not None and before.value is not None and before.problem is None:
-            delta = est - before.value
-    power: dict[str, Any] = {
-        "mde": mde,
-        "tolerance": tolerance,
-        "no_change": no_change,
-        "before": before.value if before is not None and before.problem is None else None,
-        "delta": delta,
-    }
-    within = bound <= limit if upper else bound >= limit
-    powered = mde <= tolerance
-    shown_beyond = False
-    if not within and not powered:  # a violation these items establish fails without power
-        other = _bound(
-            cols, stat, upper=not measured_upper, confidence=confidence, n_resamples=n_resamples, seed=seed
-        )
-        other = sign * (other - was)
-        shown_beyond = other > limit if upper else other < limit
-    cmp = ("<=" if within else ">") if upper else (">=" if within else "<")
-    shown = f"estimate {_fmt(est)}, {pct} {side} bound {_fmt(bound, limit)} {cmp} {kind} {_fmt(limit, bound)}"
-    if compare:
-        shown = f"{compare}: regression {shown}"
-    power_text = f"MDE {_fmt(mde)} vs tolerance {_fmt(tolerance)}"
-    if within and powered:
-        margin = limit - bound if upper else bound - limit
+    old = before.records if before is not None and before.problem is None else None
+    aligned = _aligned(suite, source, artifact, old)
+    if isinstance(aligned, str) and old is not None and aligned.startswith("the approved version"):
+        if kind == "max_regression":
+            return result(
+                "insufficient_evidence",
+                f"insufficient evidence: cannot compare with {before.label if before else 'it'}: {aligned}",
+                evidence=f"approved version not comparable: {aligned}",
+            )
+        aligned = _aligned(suite, source, artifact, None)  # before/after by its reported value
+    if isinstance(aligned, str):
+        return result("missing", f"missing: {aligned}")
+    a, s, o, n = aligned
+    was = before.value if before is not None and before.problem is None else None
+    if o is not None and kind != "max_regression":  # the same statistic on its records: exact before/after
+        with np.errstate(divide="ignore", invalid="ignore"):
+            was = float(measure.statistic(o, s, -1))
+    try:
+        p = floor_step.plan(floor, measure, s, confidence=confidence, before=before, old=o)
+    except KeyError as exc:
+        return result("missing", f"missing: per-item records lack field {exc}", items=n)
+    if isinstance(p, str):
         return result(
-            "pass",
-            f"{shown}: pass (margin {_fmt(margin)}; {power_text}; {how})",
-            estimate=est,
-            bound=bound,
+            "insufficient_evidence",
+            f"insufficient evidence: {p}; nothing here can tell a good artifact from a broken one",
             items=n,
-            **power,
+            evidence=p,
         )
-    if not within and (powered or shown_beyond):
-        margin = limit - bound if upper else bound - limit
-        why = "" if powered else f"; even the other end of the {pct} interval is beyond the floor"
-        return result(
-            "fail",
-            f"{shown}: FAIL (margin {_fmt(margin)}; {power_text}{why}; {how})",
-            estimate=est,
-            bound=bound,
-            items=n,
-            **power,
-        )
-    return result(
-        "insufficient_evidence",
-        f"insufficient evidence: {shown}, but the minimum detectable effect {_fmt(mde)} exceeds the "
-        f"floor's tolerance {_fmt(tolerance)} ({kind} {_fmt(limit)} against {_fmt(no_change)} with no "
-        f"change){note}; these items cannot tell an artifact at the floor from the source ({how})",
-        estimate=est,
-        bound=bound,
-        items=n,
-        evidence=(f"{level[1]}: " if level else "")
-        + f"MDE {_fmt(mde)} exceeds the tolerance {_fmt(tolerance)} on {n} items",
-        **power,
+    try:
+        m = floor_step.measure(p, a, s, o)
+    except KeyError as exc:
+        return result("missing", f"missing: per-item records lack field {exc}", items=n)
+    d = floor_step.decide(p, m, advisory=floor.advisory)
+    assert m.interval is not None
+    return _describe(
+        floor,
+        p,
+        m.interval,
+        d,
+        confidence=confidence,
+        label=label,
+        used=used,
+        result=result,
+        was=was,
+        measure_how=measure.how,
     )
 
 
+def _not_run(floor: Floor, measure, suite: SuiteKind, source: dict, why: str, confidence: float, result):
+    """A floor on a suite evaluation skipped: what its plan says where its power was known from the
+    source alone (it could not change the verdict), else ``not_run``, which fails as missing data would."""
+    if floor.kind != "max_regression":
+        try:
+            s = _as_columns(suite, source)
+            p = floor_step.plan(floor, measure, s, confidence=confidence)
+        except KeyError:
+            p = "the source's records lack a field"
+        if not isinstance(p, str) and not floor_step.can_change_verdict(p, advisory=floor.advisory):
+            return result(
+                "insufficient_evidence",
+                f"insufficient evidence: not run ({why}); power: {p.evidence}, an artifact equal to the "
+                f"source would not pass on these items",
+                items=p.items,
+                mde=p.mde,
+                tolerance=p.tolerance,
+                no_change=p.no_change,
+                evidence=f"{p.evidence} (known from the source: not run)",
+                powered=False,
+            )
+    return result("not_run", f"not run: {why}")
+
+
+def _as_columns(suite: SuiteKind, result: dict) -> dict:
+    rows = _rows(suite, result)
+    keys = sorted(rows)
+    names = list(rows[keys[0]]) if keys else []
+    return {c: _as_column([rows[k][c] for k in keys]) for c in names}
+
+
 def _sequential_result(
-    result, floor: Floor, decided: sequence.Sequential, confidence: float, *, label_used: str, estimate: float
+    result,
+    floor: Floor,
+    decided: sequence.Sequential,
+    confidence: float,
+    *,
+    label_used: str,
+    estimate: float | None,
 ):
     """A floor decided early by the confidence sequence: its decision, both ends, the items it took.
 
@@ -469,9 +445,13 @@ def _sequential_result(
         f"sequence, decided after {decided.at} of {decided.items} items{label_used}"
         f"{'; ' + decided.note if decided.note else ''})",
         estimate=estimate,
-        bound=None if decided.quantity or math.isnan(end) else decided.upper,
+        # a fail's bound is the end that establishes it (the other end), so its margin and marginal
+        # mark come from the side that decided it
+        bound=None if decided.quantity or math.isnan(end) else end,
         items=decided.items,
         interval=None if decided.quantity or math.isnan(end) else "confidence-sequence",
+        upper=upper,
+        method="betting confidence sequence (always valid)",
     )
 
 
@@ -486,8 +466,6 @@ def judge(
     suites: Mapping[str, SuiteKind],
     *,
     required: bool,
-    n_resamples: int = N_RESAMPLES,
-    seed: int = SEED,
     baseline: tuple[BaselineRef, Callable[[Floor], Before]] | None = None,
     spread: Callable[[Floor], float | None] | None = None,
 ) -> Verdict:
@@ -506,8 +484,6 @@ def judge(
             results.get("source", {}).get(f.suite),
             results.get(artifact, {}).get(f.suite),
             confidence=tenant.confidence,
-            n_resamples=n_resamples,
-            seed=seed,
             before=lookup(f) if lookup is not None else None,
             spread=spread(f) if spread is not None else None,
         )
@@ -550,12 +526,13 @@ def judge(
 
 def no_evidence(verdicts: list[Verdict]) -> dict[str, list[str]]:
     """Suites on which no floor, in any verdict, was decided with evidence: each distinct reason,
-    with the metrics it held for (e.g. "the source solves 0 of 8 items (accuracy, flip_loss_rate)")."""
+    with the metrics it held for (e.g. "1 item the source solved (flip_loss_rate, accuracy)"); a
+    violation shown on too few items to establish it counts as no evidence too."""
     decided = {f.suite for v in verdicts for f in v.floors if f.status in ("pass", "fail")}
     why: dict[str, dict[str, list[str]]] = {}
     for v in verdicts:
         for f in v.floors:
-            if f.status == "insufficient_evidence" and f.suite not in decided:
+            if f.status in ("insufficient_evidence", "violation") and f.suite not in decided:
                 metrics = why.setdefault(f.suite, {}).setdefault(f.evidence or "insufficient evidence", [])
                 if f.metric not in metrics:
                     metrics.append(f.metric)
@@ -573,8 +550,6 @@ def gate(
     required: set[str],
     *,
     tenants: list[str] | None = None,
-    n_resamples: int = N_RESAMPLES,
-    seed: int = SEED,
     baselines: Baselines | None = None,
 ) -> list[Verdict]:
     """Every (artifact, tenant) verdict; a tenant with ``applies_to`` gates only those targets.
@@ -590,8 +565,6 @@ def gate(
             results,
             suites,
             required=a in required,
-            n_resamples=n_resamples,
-            seed=seed,
             baseline=baselines.get((a, name)),
             spread=gates.spread,
         )

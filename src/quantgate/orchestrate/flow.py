@@ -6,6 +6,11 @@ person would run, in its own process with a time limit, reading the plan made on
 caching under content keys, retries for transient failures only (exit 75: a failed build or
 gate gives the same answer again), a global limit on heavy steps (the default task runner would
 start them all at once), and a final state that is the gate's outcome, not the tasks'.
+
+A run owns its ``--out`` (``out_lock``): the flow holds the directory's lock from before it plans
+until its outcome is written, its plan names its flow run, each step is told that id and refuses
+another run's plan, and the gate and publish check the plan on disk (and publish every artifact
+against what this run built) before they read anything.
 """
 
 from __future__ import annotations
@@ -28,8 +33,8 @@ from prefect.states import Completed, Failed, State
 from quantgate.atomic import write_json
 from quantgate.errors import TransientError
 from quantgate.evaluate.sequential import DEFAULT as SEQUENTIAL_DEFAULT
-from quantgate.orchestrate import heavy_slots
-from quantgate.orchestrate.plan import RunPlan, digest, make_plan
+from quantgate.orchestrate import heavy_slots, out_lock
+from quantgate.orchestrate.plan import RUN_ID_ENV, RunPlan, digest, make_plan
 from quantgate.orchestrate.steps import LogProgress, run_step, stop_all
 
 OUTCOME = "outcome.json"
@@ -76,7 +81,8 @@ def _step(plan: RunPlan, name: str, args: list[str]) -> None:
     logger = get_run_logger()
     with heavy_slots.held(plan.max_heavy, logger.info):
         logger.info("running quantgate %s (log: %s)", args[0], plan.log(name))
-        run_step(name, args, plan.log(name), plan.step_timeout_s, on_line=logger.info)
+        env = {RUN_ID_ENV: plan.run_id} if plan.run_id else None  # the step refuses another run's plan
+        run_step(name, args, plan.log(name), plan.step_timeout_s, env=env, on_line=logger.info)
 
 
 def _eval_args(plan: RunPlan, out: Path) -> list[str]:
@@ -214,6 +220,7 @@ def gate_run(plan: RunPlan, evaluations: list[dict[str, Any]], baselines: dict[s
     from quantgate.evaluate.merge import merge_evaluations
     from quantgate.gate.baseline import Baselines
 
+    plan.confirm_own()
     merged = merge_evaluations([Path(e["dir"]) for e in evaluations], plan.eval_dir)
     return _gate_and_report(
         merged,
@@ -234,7 +241,7 @@ def _gate_and_report(eval_dir: Path, gates: Path, root: Path, report_dir: Path, 
     from quantgate.report import write_reports
 
     decision = gate_results(eval_dir, gates, root, **options)
-    report_json = write_report_json(decision, report_dir)
+    report_json = write_report_json(decision, report_dir, eval_dir)
     written = write_reports(report_payload(decision), report_dir)
     return {
         "report": report_payload(decision),
@@ -332,6 +339,7 @@ def build_and_gate(
     from quantgate.paths import cache_dir, project_root
 
     root, cache = project_root(), cache_dir()
+    run_id = str(flow_run.id)
     options = {
         "checkpoint": checkpoint,
         "targets": targets,
@@ -347,12 +355,15 @@ def build_and_gate(
         "step_timeout_s": step_timeout_s,
         "max_heavy": max_heavy,
         "sequential": sequential,
+        "run_id": run_id,
     }
-    plan = plan_run(options)
-    heavy_slots.ensure_limit(max_heavy)
-    heavy_slots.reclaim_expired(get_run_logger().info)
-    with _steps_stopped_on_signal():
-        return _pipeline(plan, publish, repair)
+    with out_lock.held(Path(out), run_id):  # the run owns --out from before it plans to its outcome
+        (Path(out) / OUTCOME).unlink(missing_ok=True)  # only this run's outcome may be reported
+        plan = plan_run(options)
+        heavy_slots.ensure_limit(max_heavy)
+        heavy_slots.reclaim_expired(get_run_logger().info)
+        with _steps_stopped_on_signal():
+            return _pipeline(plan, publish, repair)
 
 
 def _pipeline(plan: RunPlan, publish: bool, repair: bool = False) -> State[Any]:
@@ -402,6 +413,7 @@ def _pipeline(plan: RunPlan, publish: bool, repair: bool = False) -> State[Any]:
     failing = [a for a in report["required"] if not report["approvals"].get(a)]
     published = None
     if publish and not (failing or build_failures or eval_failures):
+        _confirm_built(plan, built_results)
         published = publish_artifacts(plan.root, gated["paths"]["json"], str(plan.artifacts_dir))
         published["repaired"] = [
             publish_artifacts(plan.root, f"{where}/publish/report.json", f"{where}/artifacts")
@@ -444,6 +456,25 @@ def _pipeline(plan: RunPlan, publish: bool, repair: bool = False) -> State[Any]:
     )
 
 
+def _confirm_built(plan: RunPlan, built: list[dict[str, Any]]) -> None:
+    """Before publishing: the plan on disk is this run's, and each artifact is what this run built
+    (its files' digest as the build step returned it); InputError (exit 2) otherwise."""
+    from quantgate.artifact import require_manifest
+    from quantgate.errors import InputError
+
+    plan.confirm_own()
+    for result in built:
+        where = plan.artifacts_dir / result["target"]
+        manifest = require_manifest(where)
+        files = digest({rel: entry.sha256 for rel, entry in manifest.files.items()})
+        if (manifest.build_key, files) != (result["build_key"], result["files"]):
+            raise InputError(
+                where,
+                "is not the artifact this run built and evaluated (rebuilt or replaced since)",
+                "give each quantgate run its own --out; this run published nothing",
+            )
+
+
 def _chosen_variants(repaired: dict[str, Any] | None) -> list[str]:
     """The variant directories a repair chose for some tenant (repair.json), each once."""
     if not repaired:
@@ -462,10 +493,19 @@ def regate(
     is loaded. Aliases move only for tenants the new floors approve.
     """
     from quantgate.paths import project_root
-    from quantgate.publish import RegistryConfig
 
     root = project_root()
     out_dir = Path(out).resolve()
+    with out_lock.held(out_dir, str(flow_run.id)):
+        return _regate_locked(root, out_dir, tenants, gates, publish)
+
+
+def _regate_locked(
+    root: Path, out_dir: Path, tenants: list[str] | None, gates: str | None, publish: bool
+) -> State[Any]:
+    """``regate``'s body, holding ``out_dir``: a run writing there at the same time is refused."""
+    from quantgate.publish import RegistryConfig
+
     gates_path = Path(gates) if gates else root / "gates.yaml"
     gated = _gate_and_report(
         out_dir / "eval",

@@ -89,7 +89,7 @@ def _report(
     if given is not None:
         raise UsageError(given, "no report.json there", "pass the report.json quantgate gate wrote")
     decision = gate_results(results, gates_path, project, artifacts_dir=artifacts)
-    return decision, write_report_json(decision, out / "report")
+    return decision, write_report_json(decision, out / "report", results)
 
 
 def _from_plan(

@@ -278,7 +278,7 @@ def _probe(
         model=inputs.model,
         tenants=failed,
     )
-    write_report_json(decision, where / "report")
+    write_report_json(decision, where / "report", where / "eval")
     estimates = {
         f"{f.suite}.{f.metric}": f.estimate
         for v in decision.verdicts
@@ -316,4 +316,4 @@ def _publishable_report(where: Path, target: str, tenants: list[str]) -> Path:
             ],
         }
     )
-    return write_report_json(chosen, where / "publish")
+    return write_report_json(chosen, where / "publish", where / "eval")

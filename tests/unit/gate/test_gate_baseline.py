@@ -116,12 +116,14 @@ def test_first_release_then_deltas_then_a_regression_fails(e1, repo_root, policy
 def test_previous_report_directory_works_offline(e1, repo_root, policy, tmp_path):
     first = _gate(e1, policy, repo_root)
     assert first.baselines_from is None and all(v.baseline is None for v in first.verdicts)
-    write_report_json(first, tmp_path / "R1")
+    write_report_json(first, tmp_path / "R1", e1)
     again = _gate(e1, policy, repo_root, previous=tmp_path / "R1")
     served = _verdict(again, "hopper-fp8", "serving")
     assert again.baselines_from == f"--previous {tmp_path / 'R1' / 'report.json'}"
     assert served.baseline is not None and served.baseline.version is None
-    assert served.floors[1].status == "pass" and served.floors[1].estimate == 0.0
+    # paired with the records beside that report: the same items, the same values, no change at all
+    regression = served.floors[1]
+    assert regression.status == "pass" and regression.estimate == 0.0 and "paired" in regression.paired_with
 
 
 def test_another_profile_is_not_comparable(e1, repo_root, policy, tmp_path):

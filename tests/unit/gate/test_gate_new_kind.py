@@ -35,7 +35,7 @@ from pydantic import PositiveInt
 
 from quantgate.config.targets import Frozen
 from quantgate.evaluate.suites import SuiteKind, SuiteSpec
-from quantgate.evaluate.suites.metrics import Metric, mean
+from quantgate.evaluate.suites.metrics import Metric, Sums, mean, mean_sums, ones
 
 
 class RubricSizes(Frozen):
@@ -56,8 +56,17 @@ class RubricSuite(SuiteKind):
 
     def metrics(self):
         return {
-            "rubric_score": Metric(True, True, "mean rubric score per item", mean("score")),
-            "score_lost": Metric(False, False, "mean score lost against the source, per item", _lost),
+            # each metric declares its per-item form (here a mean, as sums), which the gate bounds
+            "rubric_score": Metric(
+                True, True, "mean rubric score per item", mean("score"), sums=mean_sums("score")
+            ),
+            "score_lost": Metric(
+                False,
+                False,
+                "mean score lost against the source, per item",
+                _lost,
+                sums=Sums(lambda a, s: np.maximum(s["score"] - a["score"], 0.0), ones, (0.0, 1.0)),
+            ),
         }
 
     def columns(self, sample):
@@ -151,7 +160,7 @@ def test_a_kind_from_an_entry_point_is_gated_by_its_own_metrics(world):
         next(v for v in report.verdicts if v.artifact == a) for a in ("hopper-fp8", "rocm-cdna3-fp8")
     )
     assert good.verdict == "pass" and [f.status for f in good.floors] == ["pass", "pass"]
-    assert all(f.interval == "paired-bootstrap" and f.items == 40 for f in good.floors)
+    assert all(f.interval == "bootstrap-t" and f.items == 40 for f in good.floors)
     recovery, lost = bad.floors
     assert recovery.status == "fail" and recovery.estimate == pytest.approx(0.6)
     assert lost.status == "fail" and "> max 0.05: FAIL" in lost.reason

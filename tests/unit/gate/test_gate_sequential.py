@@ -79,7 +79,7 @@ def test_a_sound_artifact_runs_out_of_items_and_gets_the_fixed_design():
     fixed = evaluate_floor(KLD_FLOOR, TEXT, src, sound, confidence=0.95)
     late = evaluate_floor(KLD_FLOOR, TEXT, src, seq, confidence=0.95)
     assert fixed.status == late.status == "pass"
-    assert late.interval == "paired-bootstrap" and late.bound >= fixed.bound  # 95.5% vs 95%
+    assert late.interval == "bootstrap-t" and late.bound >= fixed.bound  # 95.5% vs 95%
     assert "stopped: exhausted" in late.reason
 
 

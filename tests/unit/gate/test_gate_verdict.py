@@ -27,9 +27,10 @@ def test_upper_bound_for_lower_is_better_and_lower_bound_for_higher():
     agree = evaluate_floor(floor(suite="wikitext", metric="top1_agreement", min=0.8), TEXT, src, art)
     assert kld.bound > kld.estimate and kld.margin == 0.05 - kld.bound and kld.passed
     assert agree.bound < agree.estimate and agree.margin == agree.bound - 0.8 and agree.passed
-    assert kld.interval == "paired-bootstrap" and kld.items == 40
-    # power: twice the bound's distance from the estimate, against the departure the floor allows
-    assert kld.mde == 2 * (kld.bound - kld.estimate) and kld.tolerance == 0.05 and kld.no_change == 0
+    assert kld.interval == "bootstrap-t" and kld.items == 40 and "bootstrap-t over 40 items" in kld.reason
+    # power, judged before the artifact is seen: an artifact equal to the source (KL 0 and agreement 1
+    # in every window) passes on these items, its bound at no change (MDE 0) within the tolerance
+    assert kld.powered and kld.mde == 0 and kld.tolerance == 0.05 and kld.no_change == 0
     assert agree.no_change == 1.0 and agree.tolerance == pytest.approx(0.2) and "MDE" in agree.reason
 
 
@@ -53,7 +54,7 @@ def test_kld_p99_is_bootstrapped_over_windows_from_their_largest_values():
     # the estimate is the pooled p99 of every token (torch.quantile's interpolation), not a mean of windows
     assert res.estimate == pytest.approx(np.percentile(np.concatenate(values), 99), rel=1e-12)
     assert res.estimate == pytest.approx(art["metrics"]["kld_p99"], rel=1e-12)
-    assert res.interval == "paired-bootstrap" and res.bound > res.estimate and res.status == "pass"
+    assert res.interval == "exceedance-inversion" and res.bound > res.estimate and res.status == "pass"
     # records written before windows kept their largest values: missing, not a point estimate
     for s in art["samples"]:
         s.pop("kld_top")
@@ -61,13 +62,21 @@ def test_kld_p99_is_bootstrapped_over_windows_from_their_largest_values():
     assert old.status == "missing" and "kld_top" in old.reason and old.bound is None
 
 
-def test_agreement_at_depth_is_bounded_over_traces():
-    src = chain_result(np.ones(8))
-    art = chain_result([1.0, 0.98, 0.96, 1.0, 0.94, 1.0, 0.98, 0.92], depth_tokens=[48] * 7 + [0])
+def test_agreement_at_depth_is_bounded_over_traces_and_counts_those_that_reach_the_bin():
+    deep = [1.0, 0.98, 0.96, 1.0, 0.94, 1.0, 0.98, 0.97, 0.99, 0.92]
+    src = chain_result(np.ones(10), depth_tokens=[48] * 9 + [0])
+    art = chain_result(deep, depth_tokens=[48] * 9 + [0])
     res = evaluate_floor(floor(suite="long-chain", metric="agreement_at_depth", min=0.9), CHAIN, src, art)
     # weighted by each trace's tokens in the deepest bin: a trace that ends early weighs nothing
-    assert res.estimate == pytest.approx(np.mean([1.0, 0.98, 0.96, 1.0, 0.94, 1.0, 0.98]))
-    assert res.interval == "paired-bootstrap" and res.bound < res.estimate and res.status == "pass"
+    assert res.estimate == pytest.approx(np.mean(deep[:9]))
+    assert res.interval == "bootstrap-t" and res.bound < res.estimate and res.status == "pass"
+    assert res.items == 9 and "9 traces" in res.reason  # the deepest bin's effective count
+    # 7 traces in the deepest bin (the source's traces decide which reach it): too few for a
+    # resampled bound to hold its level
+    depths = [48] * 7 + [0]
+    few, src = chain_result(deep[:8], depth_tokens=depths), chain_result(np.ones(8), depth_tokens=depths)
+    res = evaluate_floor(floor(suite="long-chain", metric="agreement_at_depth", min=0.9), CHAIN, src, few)
+    assert res.status == "insufficient_evidence" and "7 traces, fewer than the 8" in res.reason
 
 
 def test_recovery_just_under_the_floor_fails():
@@ -141,8 +150,11 @@ def test_a_source_that_solves_nothing_is_insufficient_evidence_never_a_pass():
     lost = evaluate_floor(floor(suite="gsm8k", metric="flip_loss_rate", max=0.25), GSM8K, src, art)
     for res in (rec, lost):
         assert res.status == "insufficient_evidence" and res.passed is None and not res.informative
-        assert res.evidence == "the source solves 0 of 8 items"
     assert "0/0" in rec.reason and "no answer can be lost" in lost.reason
+    assert (
+        lost.evidence
+        == "the source's flip_loss_rate base is 0 (it solves none of these items), so no answer can be lost"
+    )
     # insufficient evidence fails the verdict, unless the floor is advisory
     ratio = floor(suite="gsm8k", metric="accuracy", min_recovery=0.95)
     results = {"source": {"gsm8k": src}, "a": {"gsm8k": art}}
@@ -177,15 +189,14 @@ def test_a_lucky_answer_is_no_regression():
 
 @pytest.mark.parametrize(("solved", "status"), [(4, "insufficient_evidence"), (11, "pass")])
 def test_loss_rate_power_follows_the_items_the_source_solved(solved, status):
-    # none lost: with 4 solved items a true loss rate of 0.53 shows no loss 5% of the time, so
-    # "none lost" cannot tell 0.25 (the floor) from 0; with 11 it can (rate 0.238)
+    # none lost: with 4 solved items the exact bound at no loss is 0.53, so "none lost" cannot tell
+    # 0.25 (the floor) from 0; with 11 it can (0.238)
     correct = [True] * solved + [False] * (16 - solved)
     src, art = gsm8k_result(correct, correct), gsm8k_result(correct, correct)
     res = evaluate_floor(floor(suite="gsm8k", metric="flip_loss_rate", max=0.25), GSM8K, src, art)
     assert res.status == status and res.mde == pytest.approx(detectable_rate(solved, 0.95))
-    assert (
-        res.evidence is None if status == "pass" else res.evidence.startswith(f"the source solves {solved}")
-    )
+    assert res.interval == "exact" and res.powered == (status == "pass")
+    assert res.evidence is None if status == "pass" else res.evidence == f"{solved} items the source solved"
 
 
 def test_a_violation_the_items_establish_fails_even_without_power():
@@ -195,11 +206,16 @@ def test_a_violation_the_items_establish_fails_even_without_power():
     art = gsm8k_result([False] * 8, [True] * 4 + [False] * 4)
     res = evaluate_floor(floor(suite="gsm8k", metric="flip_loss_rate", max=0.25), GSM8K, src, art)
     assert res.status == "fail" and res.estimate == 1.0 and "even the other end" in res.reason
-    # 2 of 5 lost: an estimate beyond the floor that the items cannot tell from noise decides nothing
+    advisory = floor(suite="gsm8k", metric="flip_loss_rate", max=0.25, advisory=True)
+    assert evaluate_floor(advisory, GSM8K, src, art).status == "fail"  # established: fails even advisory
+    # 2 of 5 lost: the estimate itself is beyond the floor, on items too few to establish it. A
+    # violation at every sample size: it fails a required floor and shows on an advisory one
     src = gsm8k_result([True] * 5 + [False] * 5, [True] * 5 + [False] * 5)
     art = gsm8k_result([True] * 3 + [False] * 7, [True] * 5 + [False] * 5)
     res = evaluate_floor(floor(suite="gsm8k", metric="flip_loss_rate", max=0.25), GSM8K, src, art)
-    assert res.estimate == 0.4 and res.status == "insufficient_evidence"
+    assert res.estimate == 0.4 and res.status == "fail" and "the estimate itself is beyond" in res.reason
+    shown = evaluate_floor(advisory, GSM8K, src, art)
+    assert shown.status == "violation" and "VIOLATION" in shown.reason and "does not fail" in shown.reason
 
 
 def test_one_item_is_insufficient_evidence_not_a_point_estimate():
@@ -209,12 +225,13 @@ def test_one_item_is_insufficient_evidence_not_a_point_estimate():
     assert res.status == "insufficient_evidence" and res.bound is None and res.interval is None
 
 
-def test_tiny_source_base_gives_no_bound_rather_than_a_guess():
-    # the source solves 1 of 8: most resamples hold no source success, so no 95% bound exists
+def test_a_source_that_solves_one_item_cannot_certify_a_recovery():
+    # the source solves 1 of 8 and the artifact keeps it: the exact bound on a loss rate over one item
+    # is 0.95, so even an unchanged artifact could not show a recovery of 0.9
     src = gsm8k_result([True] + [False] * 7, [True] + [False] * 7)
     res = evaluate_floor(floor(suite="gsm8k", metric="accuracy", min_recovery=0.9), GSM8K, src, src)
-    assert res.status == "insufficient_evidence" and res.bound is None
-    assert "too few source successes" in res.reason
+    assert res.status == "insufficient_evidence" and res.estimate == 1.0 and res.bound == pytest.approx(0.05)
+    assert res.evidence == "1 item the source solved"
 
 
 def _simulated_passes(true_loss: float, solved: int, runs: int, seed: int) -> float:
@@ -227,7 +244,7 @@ def _simulated_passes(true_loss: float, solved: int, runs: int, seed: int) -> fl
     passes = 0
     for _ in range(runs):
         art = gsm8k_result(correct & (rng.random(correct.size) >= true_loss), correct)
-        passes += evaluate_floor(f, GSM8K, src, art, n_resamples=500).status == "pass"
+        passes += evaluate_floor(f, GSM8K, src, art).status == "pass"
     return passes / runs
 
 

@@ -31,6 +31,9 @@ from quantgate.registry import Registry
 from quantgate.suggest import did_you_mean
 
 PROFILES = ("smoke", "full")
+# a token generated one at a time costs about this many tokens prefilled in one pass (greedy decoding
+# of the default model on 2 CPU cores: 26-195 tokens/s generated against ~1,500 scored; DESIGN.md)
+DECODE = 16.0
 
 
 class SuiteSpec(Frozen):
@@ -129,6 +132,13 @@ class SuiteKind(ABC):
     @abstractmethod
     def metrics(self) -> dict[str, Metric]:
         """Every metric a gate floor may name on this suite, as this suite's spec configures it."""
+
+    def cost(self, profile: str) -> float:
+        """What scoring one model on this suite costs at ``profile``, in prefilled-token equivalents
+        (a generated token counts ``DECODE`` of them): evaluation runs an artifact's suites cheapest
+        first, so that the ones an already failed artifact skips are the expensive ones
+        (``quantgate.evaluate.skip``). The default counts every kind the same."""
+        return 1.0
 
     def subset(self, reference: Any, positions: list[int]) -> Any | None:
         """The reference restricted to the items at ``positions`` (in that order), whose scored

@@ -19,7 +19,7 @@ from pydantic import Field, PositiveInt
 from quantgate.config.targets import Frozen
 from quantgate.errors import ConfigFileError
 from quantgate.evaluate.paired import flip_metrics
-from quantgate.evaluate.suites import EvalContext, SuiteKind, SuiteResult, SuiteSpec, register
+from quantgate.evaluate.suites import DECODE, EvalContext, SuiteKind, SuiteResult, SuiteSpec, register
 from quantgate.evaluate.suites.metrics import Metric, Sums, correctness, perplexity, require_evaluated
 
 PERPLEXITY = Metric(
@@ -66,6 +66,12 @@ class DomainSuite(SuiteKind):
     """A tenant's own (prompt, reference) set, scored by exact, contains or perplexity."""
 
     spec_model = DomainSpec
+
+    def cost(self, profile: str) -> float:
+        """Each question's answer generated."""
+        sizes = self.spec.sizes(profile)
+        return float(sizes.items * sizes.max_new_tokens) * DECODE
+
     spec: DomainSpec
 
     @property

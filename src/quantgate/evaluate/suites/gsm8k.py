@@ -22,7 +22,7 @@ from quantgate.config.targets import Frozen
 from quantgate.evaluate.data import DataSource, jsonl_file, load_jsonl_records
 from quantgate.evaluate.lmeval import run_task, task_config
 from quantgate.evaluate.paired import flip_metrics
-from quantgate.evaluate.suites import EvalContext, SuiteKind, SuiteResult, SuiteSpec, register
+from quantgate.evaluate.suites import DECODE, EvalContext, SuiteKind, SuiteResult, SuiteSpec, register
 from quantgate.evaluate.suites.metrics import ERROR, Metric, correctness, item_error, require_evaluated
 
 FILTERS = ("strict-match", "flexible-extract")  # lm-eval's gsm8k answer filters; both are reported
@@ -86,6 +86,12 @@ class Gsm8kSuite(SuiteKind):
     """
 
     spec_model = Gsm8kSpec
+
+    def cost(self, profile: str) -> float:
+        """Each item's few-shot prompt prefilled (about half the context) and its answer generated."""
+        sizes = self.spec.sizes(profile)
+        return float(sizes.items) * (sizes.max_length / 2 + sizes.max_gen_toks * DECODE)
+
     spec: Gsm8kSpec
 
     def metrics(self) -> dict[str, Metric]:

@@ -19,8 +19,15 @@ from pydantic import Field, NonNegativeInt, PositiveInt
 
 from quantgate.config.targets import Frozen
 from quantgate.evaluate.data import DataSource, load_jsonl_records
-from quantgate.evaluate.suites import EvalContext, SuiteKind, SuiteResult, SuiteSpec, register
-from quantgate.evaluate.suites.metrics import Metric, mean, require_evaluated, weighted_mean, weighted_sums
+from quantgate.evaluate.suites import DECODE, EvalContext, SuiteKind, SuiteResult, SuiteSpec, register
+from quantgate.evaluate.suites.metrics import (
+    Metric,
+    mean,
+    mean_sums,
+    require_evaluated,
+    weighted_mean,
+    weighted_sums,
+)
 
 KLD_RANGE = (0.0, 1.0)  # a trace's mean KL, declared for sequential evaluation (as text.KLD_RANGE)
 
@@ -47,7 +54,11 @@ METRICS = {
         sums=weighted_sums("depth_agreement", "depth_tokens", (0.0, 1.0)),
     ),
     "first_divergence_mean": Metric(
-        True, False, "mean free-running first divergence position", mean("first_divergence")
+        True,
+        False,
+        "mean free-running first divergence position",
+        mean("first_divergence"),
+        sums=mean_sums("first_divergence"),
     ),
 }
 
@@ -118,6 +129,12 @@ class LongChainSuite(SuiteKind):
     """KL and agreement by depth on the source's greedy traces, divergence, draft acceptance."""
 
     spec_model = LongChainSpec
+
+    def cost(self, profile: str) -> float:
+        """Each trace teacher-forced once and generated free-running to its length."""
+        sizes = self.spec.sizes(profile)
+        return float(sizes.traces * sizes.trace_tokens) * (1.0 + DECODE)
+
     spec: LongChainSpec
 
     def metrics(self) -> dict[str, Metric]:

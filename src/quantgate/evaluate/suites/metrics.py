@@ -112,9 +112,35 @@ def weighted_sums(value: str, weight: str, unit: tuple[float, float]) -> Sums:
     return Sums(lambda a, s: a[value] * a[weight], lambda a, s: np.asarray(a[weight], dtype=float), unit)
 
 
+def mean_sums(value: str) -> Sums:
+    """A plain mean of ``value`` as sums (a weight of 1 per item), with no declared range: bounded by
+    the gate, never decided early (a confidence sequence needs the range)."""
+    return Sums(lambda a, s: a[value], ones, (-math.inf, math.inf))
+
+
 def ones(a: Columns, s: Columns) -> np.ndarray:
     """A weight of 1 per item (plain means)."""
     return np.ones(len(next(iter(a.values()))))
+
+
+@dataclass(frozen=True)
+class Events:
+    """The metric as a rate of per-item events among eligible items, so the gate bounds it exactly
+    (Clopper-Pearson, ``quantgate.stats.bounds.proportion``) rather than by resampling 0/1 values.
+
+    ``bad(a, s)``: per item, 1 where the event that makes the metric worse happened (a lost
+    answer, a wrong one, a flip); ``eligible(s)``: per item, 1 where it counts, from the source's
+    records alone (known before any artifact item is scored, so power is too). The metric, or the
+    conservative form the gate holds it to, is ``offset + sign * rate``, times the number of eligible
+    items when ``count``. Gains never offset losses: a bound on lost answers ignores gained ones.
+    """
+
+    bad: Callable[[Columns, Columns], np.ndarray]
+    eligible: Callable[[Columns], np.ndarray]
+    offset: float = 0.0
+    sign: float = 1.0
+    count: bool = False
+    what: str = "items"  # the eligible items, in words ("items the source solved")
 
 
 @dataclass(frozen=True)
@@ -130,6 +156,8 @@ class Metric:
     detectable: Detectable | None = None  # event metrics: the resolution the source's level allows
     sums: Sums | None = None  # the statistic as a ratio of per-item sums: sequential evaluation can bound it
     exceeds: Exceeds | None = None  # a pooled quantile: sequential evaluation bounds its exceedance
+    events: Events | None = None  # a rate of 0/1 events: bounded exactly
+    recovery: Events | None = None  # a level's recovery bounded through its lost answers (min_recovery)
 
     @property
     def point_only(self) -> bool:
@@ -228,6 +256,7 @@ def correctness(accuracy: str) -> dict[str, Metric]:
     floors that mean "no regression" bound ``flip_loss_rate`` (or ``flips_lost``), never
     ``flip_rate``, which counts a lucky answer as much as a lost one.
     """
+    solved = Events(_lost, _solved, what="items the source solved")
     return {
         accuracy: Metric(
             True,
@@ -236,6 +265,8 @@ def correctness(accuracy: str) -> dict[str, Metric]:
             mean("correct"),
             detectable=_losses("fraction"),
             sums=Sums(lambda a, s: a["correct"], ones, (0.0, 1.0)),
+            events=Events(_wrong, _every, offset=1.0, sign=-1.0),
+            recovery=Events(_lost, _solved, offset=1.0, sign=-1.0, what="items the source solved"),
         ),
         "flip_rate": Metric(
             False,
@@ -244,6 +275,7 @@ def correctness(accuracy: str) -> dict[str, Metric]:
             lambda a, s, axis: np.mean(a["correct"] != s["correct"], axis=axis),
             detectable=_any_flip,
             sums=Sums(lambda a, s: (a["correct"] != s["correct"]).astype(float), ones, (0.0, 1.0)),
+            events=Events(lambda a, s: a["correct"] != s["correct"], _every),
         ),
         "flips_lost": Metric(
             False,
@@ -251,6 +283,7 @@ def correctness(accuracy: str) -> dict[str, Metric]:
             "items the source got right and the artifact got wrong",
             lambda a, s, axis: np.sum((s["correct"] > 0) & (a["correct"] == 0), axis=axis).astype(float),
             detectable=_losses("count"),
+            events=Events(_lost, _every, count=True),
         ),
         "flip_loss_rate": Metric(
             False,
@@ -267,13 +300,35 @@ def correctness(accuracy: str) -> dict[str, Metric]:
                 lambda a, s: (s["correct"] > 0).astype(float),
                 (0.0, 1.0),
             ),
+            events=solved,
         ),
         f"{accuracy}_delta": Metric(
             True,
             False,
-            "paired accuracy difference, artifact minus source",
+            "paired accuracy difference, artifact minus source (the gate holds it to lost answers only)",
             lambda a, s, axis: np.mean(a["correct"], axis=axis) - np.mean(s["correct"], axis=axis),
             detectable=_losses("fraction"),
             sums=Sums(lambda a, s: a["correct"] - s["correct"], ones, (-1.0, 1.0)),
+            events=Events(_lost, _every, sign=-1.0),
         ),
     }
+
+
+def _lost(a: Columns, s: Columns) -> np.ndarray:
+    """An answer the source got right and the artifact got wrong."""
+    return (np.asarray(s["correct"]) > 0) & (np.asarray(a["correct"]) == 0)
+
+
+def _wrong(a: Columns, s: Columns) -> np.ndarray:
+    """An answer the artifact got wrong."""
+    return np.asarray(a["correct"]) == 0
+
+
+def _solved(s: Columns) -> np.ndarray:
+    """The items the source solved: those an answer can be lost on."""
+    return np.asarray(s["correct"]) > 0
+
+
+def _every(s: Columns) -> np.ndarray:
+    """Every item."""
+    return np.ones(len(np.asarray(s["correct"])), dtype=bool)

@@ -165,6 +165,11 @@ class TextSuite(SuiteKind):
     """Perplexity, KL divergence and top-1 agreement against the source, window by window."""
 
     spec_model = TextSpec
+
+    def cost(self, profile: str) -> float:
+        """Teacher-forced windows: the tokens scored."""
+        return float(self.spec.sizes(profile).tokens)
+
     spec: TextSpec
 
     def _windows(self, ctx: EvalContext, tokenizer) -> list[list[int]]:

@@ -1,0 +1,30 @@
+"""The gate's statistics, below every stage: confidence bounds per kind of per-item statistic
+(``bounds``), chosen and calibrated by measurement (bench/gate_calibration.py). numpy and scipy only,
+so that evaluation (which skips what cannot change a verdict) and the gate share one account of
+what a floor's items can show."""
+
+from quantgate.stats.bounds import (
+    MIN_ITEMS,
+    N_RESAMPLES,
+    Interval,
+    calibrated,
+    exceedance,
+    proportion,
+    quantile,
+    ratio,
+    resample_counts,
+    zero_event_bound,
+)
+
+__all__ = [
+    "MIN_ITEMS",
+    "N_RESAMPLES",
+    "Interval",
+    "calibrated",
+    "exceedance",
+    "proportion",
+    "quantile",
+    "ratio",
+    "resample_counts",
+    "zero_event_bound",
+]

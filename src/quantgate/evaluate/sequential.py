@@ -7,8 +7,8 @@ are the gate's always-valid ones (``quantgate.gate.sequence``): checked after ev
 keep the tenant's error rate. A suite stops with ``stopped: decided`` when every such floor is
 decided, else runs out of items (``exhausted``: the fixed design's rules then decide, at the
 confidence the early looks left). Floors with no sequential form (``max_regression``: the
-approved version is the gate's to find) do not hold a suite back; the gate judges them on the
-items the other floors needed.
+approved version is the gate's to find) hold a suite to its last item, unless their tenant has
+already failed here; a tenant that failed early holds nothing back.
 
 Only suite kinds that can score a subset of their reference (``SuiteKind.subset``) run this
 way; the others run all their items, as in the fixed design, and carry no ``sequential`` block.
@@ -61,17 +61,28 @@ def order(suite: LoadedSuite, n: int) -> list[int]:
 
 
 def undecided(watches: Sequence[Watch], suite: LoadedSuite, source: dict, samples: list[dict]) -> list[str]:
-    """The floors not yet decided after ``samples``, as "tenant: suite metric kind" (empty: stop)."""
+    """The floors that still need items after ``samples``, as "tenant: suite metric kind" (empty: stop).
+
+    A floor decided by its confidence sequence needs no more. A floor with no sequential form (a
+    ``max_regression``, whose approved version only the gate knows; a metric without declared
+    ranges) needs every item, so that the gate never bounds it on a subset whose size depended on
+    when the others were decided: unless its tenant has already failed on a floor decided here,
+    when nothing it shows can change that tenant's verdict.
+    """
     from quantgate.gate import sequence
 
-    left = []
+    open_floors, failed = [], set()
     for w in watches:
-        if w.floor.kind == "max_regression":
-            continue  # needs the approved version: judged by the gate on the items the others needed
         got = sequence.check(w.floor, suite.runner, source, samples, w.confidence)
         if isinstance(got, str) or got.decision == "undecided":
-            left.append(f"{w.tenant}: {w.floor.suite} {w.floor.metric} {w.floor.kind} {w.floor.value:g}")
-    return left
+            open_floors.append(w)
+        elif got.decision == "fail":
+            failed.add(w.tenant)
+    return [
+        f"{w.tenant}: {w.floor.suite} {w.floor.metric} {w.floor.kind} {w.floor.value:g}"
+        for w in open_floors
+        if w.tenant not in failed
+    ]
 
 
 def run(

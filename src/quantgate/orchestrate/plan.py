@@ -6,12 +6,20 @@ the calibration set by sha256, its tool versions), and a mismatch is an ``InputE
 mislabelled artifact. Cache keys hash content, never paths (a copied checkpoint is the same
 work, one changed recipe byte is new work), plus the output directory's *stamp*: a random id
 that goes when the directory is deleted, so results whose files are gone are never served.
+
+A plan names the run that made it (``run_id``: its Prefect flow run). The flow tells each step
+its run's id (``RUN_ID_ENV``), and a step refuses a plan.json that another run wrote (exit 2,
+naming the file): two runs on one ``--out`` are refused by its lock (``out_lock``), and a step
+that still meets another run's plan (a lock taken away by hand, a directory copied over) stops
+instead of building or evaluating that run's checkpoint under this run's name. The gate and
+publish inside the flow check the plan on disk the same way (``confirm_own``).
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import os
 import uuid
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
@@ -35,6 +43,7 @@ if TYPE_CHECKING:
 
 STAMP = ".quantgate-run"
 PLAN_FILE = "plan.json"
+RUN_ID_ENV = "QUANTGATE_RUN_ID"  # set by the flow for its steps: the run whose plan they must read
 
 
 class PlannedSuite(Frozen):
@@ -92,6 +101,8 @@ class RunPlan(Frozen):
     # the evaluation-numerics switches steps run under (evaluate/environment.py): in the evaluation keys
     eval_env: dict[str, str] = Field(default_factory=dict)
     stamp: str
+    # the run that planned (its flow run id); "" for plans made outside a flow, which no step refuses
+    run_id: str = ""
 
     @property
     def file(self) -> Path:
@@ -158,6 +169,10 @@ class RunPlan(Frozen):
         progress.log(f"source as planned: {record.path} (content hash {record.content_hash[:12]})")
         return record
 
+    def confirm_own(self) -> None:
+        """InputError (exit 2) unless ``<out>/plan.json`` on disk is still this run's plan."""
+        _refuse_foreign(self.file, _run_id_on_disk(self.file), self.run_id)
+
     def calibration_set(self) -> CalibrationSet | None:
         """The planned calibration set, refused when its spec or traffic log changed since planning."""
         if self.calibration is None:
@@ -193,8 +208,29 @@ def output_stamp(out: Path) -> str:
     return path.read_text().strip()
 
 
+def _run_id_on_disk(path: Path) -> str | None:
+    try:
+        found = json.loads(Path(path).read_bytes()).get("run_id", "")
+    except (OSError, ValueError, AttributeError, RecursionError):
+        return None
+    return found if isinstance(found, str) else None
+
+
+def _refuse_foreign(path: Path, found: str | None, expected: str) -> None:
+    """InputError when the plan at ``path`` (run id ``found``) is not run ``expected``'s."""
+    if found == expected:
+        return
+    raise InputError(
+        path,
+        f"this plan belongs to run {found or '(none)'}, not to run {expected}, which started this step: "
+        "another quantgate run wrote the same --out",
+        "give each quantgate run its own --out; this run stopped here and publishes nothing",
+    )
+
+
 def read_plan(path: Path) -> RunPlan:
-    """The plan at ``path``, refused (InputError) unless this quantgate wrote it with these tool versions.
+    """The plan at ``path``, refused (InputError) unless this quantgate wrote it with these tool
+    versions, and (in a step the flow started, ``RUN_ID_ENV``) for this step's run.
 
     The tool versions are part of every build key: a step in another environment than the
     planning one would build an artifact the plan's cache keys do not describe.
@@ -210,6 +246,9 @@ def read_plan(path: Path) -> RunPlan:
         raise InputError(
             path, f"not a plan this quantgate wrote ({where + ': ' if where else ''}{first['msg']})", fix
         ) from None
+    expected = os.environ.get(RUN_ID_ENV)
+    if expected:
+        _refuse_foreign(Path(path), plan.run_id, expected)
     if digest(tool_versions()) != plan.tools_hash:
         raise InputError(
             path,
@@ -242,6 +281,7 @@ def make_plan(
     max_heavy: int = 1,
     progress: Progress = SILENT,
     sequential: bool = SEQUENTIAL_DEFAULT,
+    run_id: str = "",
 ) -> RunPlan:
     """Validate every input, take the source in and hash what the cache keys need; write plan.json.
 
@@ -316,6 +356,7 @@ def make_plan(
         tools_hash=digest(tool_versions()),
         eval_env=environment.switches(),
         stamp=output_stamp(out),
+        run_id=run_id,
     )
     write_plan(plan)
     progress.log(f"plan: {len(builds)} targets, {len(loaded)} suites -> {plan.file}")

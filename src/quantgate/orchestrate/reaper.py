@@ -46,7 +46,7 @@ def children(pid: int) -> set[int]:
     return found
 
 
-def _start_time(pid: int) -> str | None:
+def start_time(pid: int) -> str | None:
     """Field 22 of /proc/PID/stat: tells a process from a later one that reuses its pid."""
     try:
         stat = Path(f"/proc/{pid}/stat").read_text()
@@ -56,7 +56,7 @@ def _start_time(pid: int) -> str | None:
 
 
 def _stop(known: dict[int, str]) -> None:
-    alive = {pid for pid, started in known.items() if _start_time(pid) == started}
+    alive = {pid for pid, started in known.items() if start_time(pid) == started}
     for sig in (signal.SIGTERM, signal.SIGKILL):
         for pid in alive:
             with contextlib.suppress(OSError):
@@ -64,16 +64,16 @@ def _stop(known: dict[int, str]) -> None:
         deadline = time.monotonic() + _GRACE_S
         while alive and time.monotonic() < deadline:
             time.sleep(0.1)
-            alive = {pid for pid in alive if _start_time(pid) == known[pid]}
+            alive = {pid for pid in alive if start_time(pid) == known[pid]}
 
 
 def main(pid: int) -> None:
     """Watch ``pid``: remember its children while it lives, stop them once it is gone."""
-    started = _start_time(pid)
+    started = start_time(pid)
     known: dict[int, str] = {}
-    while started is not None and _start_time(pid) == started:
+    while started is not None and start_time(pid) == started:
         for child in children(pid) - known.keys() - {os.getpid()}:  # the run started this watcher too
-            child_started = _start_time(child)
+            child_started = start_time(child)
             if child_started is not None:
                 known[child] = child_started
         time.sleep(_POLL_S)

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from quantgate.errors import QuantgateError
-from quantgate.orchestrate import heavy_slots, reaper
+from quantgate.orchestrate import heavy_slots, out_lock, reaper
 from quantgate.orchestrate.flow import OUTCOME, build_and_gate
 
 
@@ -41,16 +41,19 @@ def run_flow(*, dask_workers: int = 0, dask_address: str | None = None, **parame
     """
     _stop_cleanly()
     out = Path(parameters.get("out", "runs")).resolve()
-    (out / OUTCOME).unlink(missing_ok=True)  # only this run's outcome may be reported
-    runner = task_runner(dask_workers, dask_address)
-    flow_fn = build_and_gate.with_options(task_runner=runner) if runner else build_and_gate
-    # the ephemeral API server is a child process: it reads this from the environment
-    os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
-    heavy_slots.use_file_leases()
-    state = flow_fn(**parameters, return_state=True)
-    outcome_path = out / OUTCOME
-    if outcome_path.exists():
-        return json.loads(outcome_path.read_text()), state
+    # held before anything is removed or started: another run on this --out is refused here (exit 2),
+    # and the outcome read at the end is this run's (the flow takes the same lock again)
+    with out_lock.held(out):
+        (out / OUTCOME).unlink(missing_ok=True)  # only this run's outcome may be reported
+        runner = task_runner(dask_workers, dask_address)
+        flow_fn = build_and_gate.with_options(task_runner=runner) if runner else build_and_gate
+        # the ephemeral API server is a child process: it reads this from the environment
+        os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
+        heavy_slots.use_file_leases()
+        state = flow_fn(**parameters, return_state=True)
+        outcome_path = out / OUTCOME
+        if outcome_path.exists():
+            return json.loads(outcome_path.read_text()), state
     error = state.result(raise_on_failure=False)
     if isinstance(error, QuantgateError):
         raise error

@@ -24,9 +24,9 @@ h3{font-size:1rem;margin:.2rem 0;display:inline}
 .ok{background:#dafbe1}.bad{background:#ffebe9}.meta{color:#57606a}
 table{border-collapse:collapse;margin:.4rem 0}th,td{border:1px solid #d0d7de;padding:.25rem .5rem;text-align:left;vertical-align:top}
 th{background:#f6f8fa}td.num{text-align:right;font-variant-numeric:tabular-nums}
-td.pass{background:#dafbe1;color:#1a7f37;font-weight:600}td.fail,td.missing,td.error{background:#ffebe9;color:#cf222e;font-weight:600}
+td.pass{background:#dafbe1;color:#1a7f37;font-weight:600}td.fail,td.missing,td.error,td.not_run{background:#ffebe9;color:#cf222e;font-weight:600}
 td a{color:inherit;text-decoration:none}b.pass{color:#1a7f37}b.fail{color:#cf222e}
-td.uninformative,td.insufficient_evidence{background:#fff8c5;color:#7d4e00}td.no_baseline,td.none{color:#8c959f}
+td.uninformative,td.insufficient_evidence,td.violation{background:#fff8c5;color:#7d4e00}td.no_baseline,td.none{color:#8c959f}
 details{margin:.4rem 0;border:1px solid #d0d7de;border-radius:6px;padding:.3rem .6rem}
 td.reason{font-size:12px;color:#57606a;max-width:48rem}img{max-width:100%}
 </style></head><body>
@@ -52,6 +52,8 @@ td.reason{font-size:12px;color:#57606a;max-width:48rem}img{max-width:100%}
 {% endfor %}</tbody></table></details>
 {% endfor %}
 
+{% if skipped %}<h2 id="not-run">Suites not run (they could not change a verdict)</h2>
+<ul>{% for artifact, suite, why in skipped %}<li><b>{{ artifact }}</b> {{ suite }}: {{ why }}</li>{% endfor %}</ul>{% endif %}
 {% if no_evidence %}<h2 id="no-evidence">Suites with no evidence on this model</h2>
 <ul>{% for suite, why in no_evidence.items() %}<li><b>{{ suite }}</b>: {{ why | join('; ') }}</li>{% endfor %}</ul>{% endif %}
 {% if r.baselines_from or serving_deltas %}<h2 id="serving-deltas">Against what is serving</h2>
@@ -132,6 +134,7 @@ def render_html(report: Report | Mapping[str, Any]) -> str:
         fmt=fmt,
         status_text=status_text,
         no_evidence=view.no_evidence(),
+        skipped=view.skipped(),
         serving_deltas=view.serving_deltas(),
         fmt_bytes=format_bytes,
         floor_plots=floor_plots,

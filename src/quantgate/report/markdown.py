@@ -1,10 +1,14 @@
-"""``render_markdown``: the gate report for CI summaries and PR comments (GitHub-flavoured)."""
+"""``render_markdown``: the gate report for CI summaries and PR comments (GitHub-flavoured).
+
+Every name, reason and note goes through ``quantgate.escape.md`` (or ``md_code`` in a code span):
+a report is rendered where people read it, so text from data must never become markup."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from typing import Any
 
+from quantgate.escape import md, md_code
 from quantgate.report import repair_section
 from quantgate.report.view import View, fmt, status_text
 from quantgate.report_schema import FloorResult, Report, as_report
@@ -13,14 +17,8 @@ from quantgate.units import format_bytes
 MARK = {"pass": "✅ pass", "fail": "❌ fail"}
 
 
-def md(text: Any) -> str:
-    """Plain text for a Markdown table cell: no HTML, no column breaks, one line."""
-    s = str(text).replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
-    return s.replace("|", "\\|").replace("\r", " ").replace("\n", " ")
-
-
 def _floor_line(f: FloorResult) -> str:
-    head = f"- `{md(f.suite)} {md(f.metric)}` ({md(f.kind_of_floor)}, {md(status_text(f.status))})"
+    head = f"- {md_code(f'{f.suite} {f.metric}')} ({md(f.kind_of_floor)}, {md(status_text(f.status))})"
     if f.status in ("missing", "error") or (f.bound is None and f.evidence):
         return f"{head}: {md(f.reason.split(': ', 1)[-1])}"
     line = (
@@ -48,8 +46,8 @@ def render_markdown(report: Report | Mapping[str, Any]) -> str:
     out.append("")
     src = report.source_hash
     out.append(
-        f"model class `{md(report.model_class)}` · profile `{md(report.profile)}` · "
-        f"source `{md(src[:12]) if src else 'unknown'}` · report schema {md(report.schema_version)}"
+        f"model class {md_code(report.model_class)} · profile {md_code(report.profile)} · "
+        f"source {md_code(src[:12]) if src else '`unknown`'} · report schema {md(report.schema_version)}"
     )
     for note in report.notes:
         out.append(f"\n> {md(note)}")
@@ -119,10 +117,14 @@ def render_markdown(report: Report | Mapping[str, Any]) -> str:
             f"| {md(a)} | {md(engine)} | {md(loads)} | {md(refused)} |"
             for a, engine, loads, refused in serving
         ]
+    skipped = view.skipped()
+    if skipped:
+        out += ["", "## Suites not run (they could not change a verdict)", ""]
+        out += [f"- {md(a)} {md_code(suite)}: {md(why)}" for a, suite, why in skipped]
     no_evidence = view.no_evidence()
     if no_evidence:
         out += ["", "## Suites with no evidence on this model", ""]
-        out += [f"- `{md(suite)}`: {md('; '.join(why))}" for suite, why in no_evidence.items()]
+        out += [f"- {md_code(suite)}: {md('; '.join(why))}" for suite, why in no_evidence.items()]
     against = view.serving_deltas()
     if report.baselines_from or against:
         out += ["", "## Against what is serving", ""]

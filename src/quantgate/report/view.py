@@ -9,7 +9,7 @@ from typing import Any
 
 from quantgate.report_schema import STATUS_TEXT, FloorResult, Report, Verdict
 
-FAILED = ("fail", "missing", "error")  # and insufficient evidence on a floor that is not advisory
+FAILED = ("fail", "missing", "error", "not_run")  # and insufficient evidence on a floor that is not advisory
 _BIN = re.compile(r"^(kld|agreement)_bin(\d+)$")
 # the metric that stands for a suite when its recovery (artifact / source) is shown
 PRIMARY = ("accuracy", "pass_at_1", "acceptance_k4", "top1_agreement")
@@ -101,6 +101,11 @@ class View:
     def no_evidence(self) -> dict[str, list[str]]:
         """``{suite: [why, ...]}``: suites that carried no evidence on this model."""
         return dict(self.report.no_evidence)
+
+    def skipped(self) -> list[tuple[str, str, str]]:
+        """(artifact, suite, why) for every suite evaluation did not run on an artifact because it
+        could not change a verdict (``quantgate.evaluate.skip``)."""
+        return [(a, suite, why) for a, suites in self.report.skipped.items() for suite, why in suites.items()]
 
     def serving_deltas(self) -> list[tuple[str, str, str, FloorResult]]:
         """(artifact, tenant, approved version, floor) for every floor compared with the version the

@@ -70,7 +70,7 @@ def test_a_schema_1_report_still_reads_and_renders(e1_report, tmp_path):
             lambda r: r["verdicts"][0].update(verdict="maybe"),
             "verdicts.0.verdict: Input should be 'pass' or 'fail'",
         ),
-        (lambda r: r.update(schema_version=3), "schema_version: Input should be 1 or 2"),
+        (lambda r: r.update(schema_version=4), "schema_version: Input should be 1, 2 or 3"),
         (lambda r: r.pop("exit_code"), "exit_code: Field required"),
     ],
 )

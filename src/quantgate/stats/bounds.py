@@ -41,7 +41,7 @@ import numpy as np
 N_RESAMPLES = 2000
 SEED = 0
 # bootstrap-t level calibration: alpha * exp(-TAIL / sqrt(n)); measured by bench/gate_calibration.py
-TAIL = 6.5
+TAIL = 7.0
 # fewest items (windows, traces) a ratio bound is trusted on: below it no method measured here held its
 # level on skewed per-item values (bench/gate_calibration.py, BENCHMARKS.md "Gate calibration")
 MIN_ITEMS = 8

@@ -65,6 +65,13 @@ def test_a_broken_artifact_stops_early_and_fails_on_the_confidence_sequence():
         Floor(suite="wikitext", metric="top1_agreement", min=0.85), TEXT, src, seq, confidence=0.95
     )
     assert agreement.status == "fail" and agreement.estimate == pytest.approx(0.2)
+    # an early fail's bound is the end that establishes it (the lower end of a KL above its floor), so
+    # its margin is measured from that end: within the spread of the floor it is marked marginal
+    assert floor.bound is not None and floor.bound > KLD_FLOOR.max and floor.bound < floor.estimate
+    assert floor.margin == pytest.approx(KLD_FLOOR.max - floor.bound)
+    near = Floor(suite="wikitext", metric="kld_mean", max=floor.bound - 0.01)
+    close = evaluate_floor(near, TEXT, src, seq, confidence=0.95, spread=0.02)
+    assert close.status == "fail" and close.marginal and "MARGINAL" in close.reason
 
 
 def test_a_sound_artifact_runs_out_of_items_and_gets_the_fixed_design():

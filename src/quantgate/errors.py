@@ -41,6 +41,10 @@ class UsageError(InputError):
     """A command-line option names something that does not exist."""
 
 
+class SettingError(InputError):
+    """An environment setting (``QUANTGATE_*``) whose value its setting cannot take."""
+
+
 class CheckpointError(InputError):
     """A source checkpoint failed intake."""
 

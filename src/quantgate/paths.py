@@ -9,8 +9,9 @@ these.
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
+
+from quantgate.config.environment import path_setting
 
 PACKAGE_ROOT = Path(__file__).resolve().parents[2]
 
@@ -18,17 +19,21 @@ PACKAGE_ROOT = Path(__file__).resolve().parents[2]
 def project_root() -> Path:
     """``$QUANTGATE_ROOT``, else the nearest directory up from the working one with gates.yaml and
     targets/, else the checkout this package was installed from."""
-    env = os.environ.get("QUANTGATE_ROOT")
+    env = path_setting("QUANTGATE_ROOT")
     if env:
-        return Path(env).resolve()
-    cwd = Path.cwd()
-    for candidate in (cwd, *cwd.parents):
+        return env.resolve()
+    return project_of(Path.cwd()) or PACKAGE_ROOT
+
+
+def project_of(start: Path) -> Path | None:
+    """The nearest directory from ``start`` up that is a project (gates.yaml and targets/), or None."""
+    for candidate in (start, *start.parents):
         if (candidate / "gates.yaml").exists() and (candidate / "targets").is_dir():
             return candidate
-    return PACKAGE_ROOT
+    return None
 
 
 def cache_dir() -> Path:
     """``$QUANTGATE_CACHE``, else ``~/.cache/quantgate``."""
-    env = os.environ.get("QUANTGATE_CACHE")
-    return Path(env).expanduser().resolve() if env else Path.home() / ".cache" / "quantgate"
+    env = path_setting("QUANTGATE_CACHE")
+    return env.resolve() if env else Path.home() / ".cache" / "quantgate"

@@ -25,6 +25,7 @@ from pydantic import (
     model_validator,
 )
 
+from quantgate.config.bounded_yaml import read_bytes
 from quantgate.config.loader import load_model
 from quantgate.config.targets import Catalog, Frozen, KVCache
 from quantgate.errors import ConfigFileError, UsageError
@@ -201,7 +202,7 @@ class RepairBudget(Frozen):
 class Gates(BaseModel):
     """All of gates.yaml: model classes and tenants."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
     version: Literal[1] = 1
     model_classes: dict[str, ModelClass]
@@ -292,11 +293,11 @@ _VALIDATED: dict[tuple[str, ...], Gates] = {}
 
 def _fingerprint(path: Path, catalog: Catalog) -> tuple[str, ...] | None:
     """What validation depends on: the file's bytes, the suites' bytes and the target names."""
-    try:
-        digest = hashlib.sha256(path.read_bytes())
+    try:  # bounded reads: a FIFO or /dev/zero given as --gates is refused here, naming it
+        digest = hashlib.sha256(read_bytes(path))
         for suite in sorted((catalog.root / "eval_suites").glob("*.yaml")):
-            digest.update(suite.name.encode() + b"\0" + suite.read_bytes())
-    except OSError:
+            digest.update(suite.name.encode() + b"\0" + read_bytes(suite))
+    except ConfigFileError:
         return None  # load_gates reports it, naming the file
     return (str(path.resolve()), str(catalog.root.resolve()), digest.hexdigest(), *catalog.target_names())
 

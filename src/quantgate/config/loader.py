@@ -4,8 +4,9 @@ Why not plain ``model_validate(yaml.safe_load(...))``: a pydantic error says *wh
 not *which line of which file*, and a typo like ``kv_cahe`` deserves "did you mean
 ``kv_cache``?". This loader keeps the YAML node tree so that every validation error reads
 ``file:line: problem (did you mean ...)``. A top-level ``include: [other.yaml]`` merges those
-files first (relative to the including file, whose own keys win). Safe loader only: no code
-runs from config.
+files first (relative to the including file, whose own keys win; inside the project, no loops).
+Every file is read within the bounds of ``bounded_yaml``; safe loader only: no code runs from
+config.
 """
 
 from __future__ import annotations
@@ -16,10 +17,13 @@ from typing import Any, TypeVar
 import yaml
 from pydantic import BaseModel, ValidationError
 
+from quantgate.config import bounded_yaml
 from quantgate.errors import ConfigFileError
+from quantgate.paths import project_of
 from quantgate.suggest import nearest
 
 M = TypeVar("M", bound=BaseModel)
+MAX_FILES = 32  # one config and everything it includes
 
 
 def _node_for(root: yaml.Node | None, loc: tuple[Any, ...]) -> yaml.Node | None:
@@ -83,35 +87,99 @@ def _allowed_keys(model: type[BaseModel], loc: tuple[Any, ...]) -> list[str]:
 
 
 def read_yaml(path: Path) -> tuple[dict[str, Any], yaml.Node | None]:
-    """Parse one YAML file (with includes) into data and its node tree."""
+    """Parse one YAML file (with its includes) into data and its own node tree.
+
+    Every file is read by ``bounded_yaml`` (a regular file, size, depth, aliases, numbers). An
+    include is a path relative to the including file that must stay inside the project (the
+    nearest folder up holding gates.yaml and targets/, else the top file's folder); a file that
+    includes itself through any chain is refused, and one load reads at most ``MAX_FILES`` files
+    holding at most ``bounded_yaml.MAX_VALUES`` values in all."""
+    path = Path(path)
+    start = _resolved(path, str(path)).parent
+    return _Reads(project_of(start) or start).read(path, ())
+
+
+class _Reads:
+    """One load: where includes may point, and what the files read so far cost."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.files = 0
+        self.values = 0
+
+    def read(self, path: Path, chain: tuple[Path, ...]) -> tuple[dict[str, Any], yaml.Node | None]:
+        self.files += 1
+        data, node, values = bounded_yaml.parse(path)
+        self.values += values
+        if self.values > bounded_yaml.MAX_VALUES:
+            raise ConfigFileError(
+                path,
+                f"with its includes, this config holds more than {bounded_yaml.MAX_VALUES:,} values",
+                "include fewer or smaller files",
+            )
+        if data is None:
+            data = {}
+        if not isinstance(data, dict):
+            raise ConfigFileError(
+                path, "expected a mapping at the top level", "write the file as key: value pairs"
+            )
+        includes = data.pop("include", None)
+        names = [includes] if isinstance(includes, str) else [] if includes is None else includes
+        if not isinstance(names, list):
+            raise ConfigFileError(
+                _where(path, node, ("include",)),
+                "include is neither a file name nor a list of them",
+                "write include: [other.yaml]",
+            )
+        chain = (*chain, _resolved(path, str(path)))
+        merged: dict[str, Any] = {}
+        for i, name in enumerate(names):
+            where = _where(path, node, ("include", i) if isinstance(includes, list) else ("include",))
+            inc_data, _ = self.read(self._included(path, where, name, chain), chain)
+            merged.update(inc_data)
+        merged.update(data)
+        return merged, node
+
+    def _included(self, path: Path, where: str, name: object, chain: tuple[Path, ...]) -> Path:
+        """The file ``name`` names, refused unless it is a relative path inside the project that
+        is not already being read, within the load's file budget."""
+        if not isinstance(name, str) or not name:
+            raise ConfigFileError(
+                where, f"include {name!r} is not a file name", "list file names relative to this file"
+            )
+        target = _resolved(chain[-1].parent / name, where)
+        if not target.is_relative_to(self.root):
+            raise ConfigFileError(
+                where,
+                f"include {name!r} is outside the project ({self.root})",
+                "include only files inside the project, by a path relative to this file",
+            )
+        if target in chain:
+            loop = " -> ".join(p.name for p in (*chain[chain.index(target) :], target))
+            raise ConfigFileError(where, f"include loop ({loop})", "remove one of the includes")
+        if self.files >= MAX_FILES:
+            raise ConfigFileError(
+                where,
+                f"one config may read at most {MAX_FILES} files with its includes",
+                "include fewer files",
+            )
+        return target
+
+
+def _resolved(path: Path, where: str) -> Path:
+    """``path`` with every symlink resolved; a name no file can have or a symlink loop is refused."""
     try:
-        text = path.read_text()
-    except FileNotFoundError:
-        raise ConfigFileError(path, "file not found", "check the path, or create the file") from None
-    try:
-        node = yaml.compose(text, Loader=yaml.SafeLoader)
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f"{path}:{mark.line + 1}" if mark else str(path)
+        return path.resolve()
+    except (OSError, RuntimeError, ValueError) as exc:  # RuntimeError: a symlink loop (Python 3.11)
         raise ConfigFileError(
-            where, f"not valid YAML ({getattr(exc, 'problem', exc)})", "fix the syntax"
+            where, f"cannot resolve {str(path)!r} ({exc})", "point at a YAML file"
         ) from None
-    if data is None:
-        data = {}
-    if not isinstance(data, dict):
-        raise ConfigFileError(
-            path, "expected a mapping at the top level", "write the file as key: value pairs"
-        )
-    includes = data.pop("include", [])
-    if isinstance(includes, str):
-        includes = [includes]
-    merged: dict[str, Any] = {}
-    for inc in includes:
-        inc_data, _ = read_yaml((path.parent / inc).resolve())
-        merged.update(inc_data)
-    merged.update(data)
-    return merged, node
+
+
+def _where(path: Path, root: yaml.Node | None, loc: tuple[Any, ...]) -> str:
+    """``file:line`` of the value at ``loc``, or the file when the line is unknown."""
+    node = _node_for(root, loc)
+    return f"{path}:{node.start_mark.line + 1}" if node is not None else str(path)
 
 
 def load_model(path: str | Path, model: type[M], **context: Any) -> M:

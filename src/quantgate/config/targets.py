@@ -17,15 +17,18 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, PositiveInt, field_validator
 
+from quantgate.config.bounded_yaml import read_bytes
 from quantgate.config.loader import load_model
 from quantgate.errors import ConfigFileError, UsageError
 from quantgate.suggest import did_you_mean
 
 
 class Frozen(BaseModel):
-    """Base of the validated data models (configs, plans): unknown keys are errors, instances immutable."""
+    """Base of the validated data models (configs, plans): unknown keys are errors, instances
+    immutable, and every float finite (an ``inf`` floor or timeout passes every comparison, then
+    cannot be written to JSON)."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
 
 class WeightNumerics(StrEnum):
@@ -246,4 +249,4 @@ class Catalog:
 
     def recipe_hash(self, name: str) -> str:
         """sha256 of the recipe file's bytes: any edit to a recipe changes every build key."""
-        return hashlib.sha256(self.recipe_path(name).read_bytes()).hexdigest()
+        return hashlib.sha256(read_bytes(self.recipe_path(name))).hexdigest()

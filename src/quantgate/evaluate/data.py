@@ -17,6 +17,7 @@ from pathlib import Path
 from pydantic import BaseModel, Field
 
 from quantgate.atomic import write_text
+from quantgate.config.environment import expanded, path_setting
 from quantgate.config.targets import Frozen
 from quantgate.errors import InputError
 from quantgate.hashing import sha256_file
@@ -45,11 +46,11 @@ class DataDir:
         """``--data-dir``, then ``$QUANTGATE_DATA``, then ``../shared/datasets`` beside the project."""
         found: list[Path] = []
         if explicit:
-            found.append(Path(explicit))
-        if os.environ.get("QUANTGATE_DATA"):
-            found.append(Path(os.environ["QUANTGATE_DATA"]))
+            found.append(expanded(str(explicit), "--data-dir"))
+        if env := path_setting("QUANTGATE_DATA"):
+            found.append(env)
         found.append(project_root.parent / "shared" / "datasets")
-        return cls(tuple(p.expanduser().resolve() for p in found))
+        return cls(tuple(p.resolve() for p in found))
 
     def file(self, source: DataSource) -> Path | None:
         """The verified local file, or None when no candidate directory has it."""

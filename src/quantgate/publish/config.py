@@ -23,8 +23,8 @@ from typing import Literal, TypedDict, Unpack
 
 from pydantic import BaseModel, ConfigDict, Field, PositiveFloat, PositiveInt
 
+from quantgate.config.environment import expanded, overridden, path_setting, setting
 from quantgate.config.loader import load_model
-from quantgate.errors import UsageError
 from quantgate.units import GB
 
 SETTINGS_FILE = Path("artifacts_registry") / "registry.yaml"
@@ -39,7 +39,7 @@ PullVerify = Literal["always", "offline"]
 
 
 class _Frozen(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
 
 class TransferSettings(_Frozen):
@@ -49,7 +49,8 @@ class TransferSettings(_Frozen):
     s3transfer raises a part below S3's minimum (5 MiB) to that minimum.
     """
 
-    concurrency: PositiveInt = 8  # files in flight at once, and ranged parts per large file
+    # files in flight at once, and ranged parts per large file (each a thread)
+    concurrency: int = Field(default=8, ge=1, le=256)
     multipart_threshold_mb: PositiveInt = 16  # files this large or larger go in parts
     multipart_chunksize_mb: PositiveInt = 16
     # Retries, so that a flaky store costs a bounded wait and then exit 75 (a re-run resumes):
@@ -69,11 +70,21 @@ class RegistrySettings(_Frozen):
     artifact_uri: str | None = None
     s3_endpoint_url: str | None = None
     transfer: TransferSettings = TransferSettings()
-    pull_cache_max_gb: float = Field(default=100.0, gt=0)  # SI: 100 GB = 100 * 10**9 bytes
+    # SI: 100 GB = 100 * 10**9 bytes; at least one byte, at most an exabyte
+    pull_cache_max_gb: float = Field(default=100.0, ge=1e-9, le=1e9)
     pull_verify: PullVerify = "always"
     # relative paths are from the project root; null: a SQLite registry's own key pair
     signing_key: Path | None = None
     trusted_keys: list[Path] | None = None
+
+
+# environment variable -> the field of registry.yaml it overrides (validated as the file's value is)
+ENV_SETTINGS = {
+    "QUANTGATE_PULL_CACHE_MAX_GB": ("pull_cache_max_gb",),
+    "QUANTGATE_PULL_VERIFY": ("pull_verify",),
+    "QUANTGATE_TRANSFER_CONCURRENCY": ("transfer", "concurrency"),
+    "QUANTGATE_S3_MAX_ATTEMPTS": ("transfer", "max_attempts"),
+}
 
 
 class _Overrides(TypedDict, total=False):
@@ -127,8 +138,10 @@ class RegistryConfig(_Frozen):
         Environment: ``MLFLOW_TRACKING_URI``, ``MLFLOW_REGISTRY_URI``, ``QUANTGATE_ARTIFACT_URI``
         (e.g. ``s3://bucket/prefix``), ``MLFLOW_S3_ENDPOINT_URL`` (any S3-compatible endpoint;
         boto3 itself also honours ``AWS_ENDPOINT_URL_S3``), ``QUANTGATE_PULL_CACHE_MAX_GB``,
-        ``QUANTGATE_TRANSFER_CONCURRENCY``, ``QUANTGATE_S3_MAX_ATTEMPTS``. Credentials are boto3's
-        usual chain and are never read or stored here. The MLflow client's retries are MLflow's own
+        ``QUANTGATE_TRANSFER_CONCURRENCY``, ``QUANTGATE_S3_MAX_ATTEMPTS``, ``QUANTGATE_PULL_VERIFY``
+        (``ENV_SETTINGS``: each validated as its registry.yaml field is, a bad value is one line
+        naming the variable, exit 2), ``QUANTGATE_SIGNING_KEY``, ``QUANTGATE_TRUSTED_KEYS``.
+        Credentials are boto3's usual chain and are never read or stored here. The MLflow client's retries are MLflow's own
         ``MLFLOW_HTTP_REQUEST_MAX_RETRIES``, ``MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR`` and
         ``MLFLOW_HTTP_REQUEST_TIMEOUT`` (by default 7 retries over about 4 minutes, then exit 75).
         """
@@ -136,23 +149,15 @@ class RegistryConfig(_Frozen):
         root = Path(project_root).resolve()
         path = root / SETTINGS_FILE
         settings = load_model(path, RegistrySettings) if path.exists() else RegistrySettings()
+        settings = overridden(settings, ENV_SETTINGS, env, str(path))
         tracking = env.get("MLFLOW_TRACKING_URI") or settings.tracking_uri
         artifact = env.get("QUANTGATE_ARTIFACT_URI") or settings.artifact_uri
-        transfer = settings.transfer
-        for var, field in (
-            ("QUANTGATE_TRANSFER_CONCURRENCY", "concurrency"),
-            ("QUANTGATE_S3_MAX_ATTEMPTS", "max_attempts"),
-        ):
-            if env.get(var):  # validated as the file's values are
-                transfer = TransferSettings.model_validate({**transfer.model_dump(), field: env[var]})
         common: _Overrides = {
             "registry_uri": env.get("MLFLOW_REGISTRY_URI") or None,
             "s3_endpoint_url": env.get("MLFLOW_S3_ENDPOINT_URL") or settings.s3_endpoint_url,
-            "transfer": transfer,
-            "cache_max_bytes": int(
-                float(env.get("QUANTGATE_PULL_CACHE_MAX_GB") or settings.pull_cache_max_gb) * GB
-            ),
-            "pull_verify": _verify_mode(env.get("QUANTGATE_PULL_VERIFY") or settings.pull_verify),
+            "transfer": settings.transfer,
+            "cache_max_bytes": max(1, round(settings.pull_cache_max_gb * GB)),
+            "pull_verify": settings.pull_verify,
         }
         keys = _configured_keys(root, settings, env)
         if tracking is None:  # the embedded registry; an explicit artifact URI still wins
@@ -179,25 +184,18 @@ def own_keys(directory: Path) -> dict:
 def _configured_keys(root: Path, settings: RegistrySettings, env) -> dict:
     """The keys the settings file or the environment name (the environment wins), as overrides."""
     keys: dict = {}
-    signing = env.get("QUANTGATE_SIGNING_KEY") or settings.signing_key
-    if signing:
-        keys["signing_key"] = root / Path(signing).expanduser()
+    signing = path_setting("QUANTGATE_SIGNING_KEY", env)
+    if signing is None and settings.signing_key is not None:
+        signing = expanded(str(settings.signing_key), "signing_key")
+    if signing is not None:
+        keys["signing_key"] = root / signing
         keys["generate_signing_key"] = False  # a named key must exist: never silently made
-    trusted = (
-        [p for p in env["QUANTGATE_TRUSTED_KEYS"].split(os.pathsep) if p]
-        if env.get("QUANTGATE_TRUSTED_KEYS")
-        else settings.trusted_keys
-    )
+    listed = setting("QUANTGATE_TRUSTED_KEYS", env)
+    trusted: list[Path] | None = None
+    if listed:
+        trusted = [expanded(p, "QUANTGATE_TRUSTED_KEYS") for p in listed.split(os.pathsep) if p]
+    elif settings.trusted_keys is not None:
+        trusted = [expanded(str(p), "trusted_keys") for p in settings.trusted_keys]
     if trusted is not None:
-        keys["trusted_keys"] = tuple(root / Path(p).expanduser() for p in trusted)
+        keys["trusted_keys"] = tuple(root / p for p in trusted)
     return keys
-
-
-def _verify_mode(value: str) -> PullVerify:
-    if value not in ("always", "offline"):
-        raise UsageError(
-            "QUANTGATE_PULL_VERIFY",
-            f"'{value}' is not a verification schedule",
-            "use 'always' (re-hash every cache hit) or 'offline' (re-hash --offline pulls only)",
-        )
-    return value  # type: ignore[return-value]

@@ -12,6 +12,8 @@ import contextlib
 from collections.abc import Iterator
 from typing import Protocol, Self
 
+from quantgate.escape import terminal, visible
+
 
 class TaskHandle(Protocol):
     """One running task's handle: what a library function reports progress through."""
@@ -67,7 +69,7 @@ class RichProgress:
         self.console = Console(stderr=True)
         self._progress = _RichProgress(
             SpinnerColumn(),
-            TextColumn("[progress.description]{task.description}"),
+            TextColumn("{task.description}", markup=False, style="progress.description"),
             BarColumn(),
             MofNCompleteColumn(),
             TimeElapsedColumn(),
@@ -85,7 +87,7 @@ class RichProgress:
     @contextlib.contextmanager
     def task(self, description: str, total: float | None) -> Iterator[TaskHandle]:
         """A bar for the block; it shows complete when the block ends, whatever was advanced."""
-        task_id = self._progress.add_task(description, total=total)
+        task_id = self._progress.add_task(visible(description), total=total)
         progress = self._progress
 
         class _Handle:
@@ -100,5 +102,5 @@ class RichProgress:
             progress.stop_task(task_id)
 
     def log(self, message: str) -> None:
-        """Print ``message`` above the bars."""
-        self._progress.console.log(message)
+        """Print ``message`` above the bars, as text: a checkpoint named ``ck[/]`` is not markup."""
+        self._progress.console.log(terminal(message))

@@ -1,15 +1,17 @@
 """The verdict table printed at the end of ``quantgate gate`` and ``quantgate run``.
 
 Built from the report (``quantgate.report_schema.Report``, or report.json's object), not from
-in-memory gate objects, so both commands print exactly what the written report says.
+in-memory gate objects, so both commands print exactly what the written report says. Every cell
+and the title are ``escape.terminal`` text: a name is shown, never read as markup.
 """
 
 from __future__ import annotations
 
 import sys
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
+from quantgate.escape import terminal
 from quantgate.report_schema import Report, as_report
 
 if TYPE_CHECKING:  # rich is imported only when a table is built
@@ -20,23 +22,30 @@ def verdict_table(
     report: Report | Mapping[str, Any], title: str, published: dict[str, list[str]] | None = None
 ) -> Table:
     """artifact (role) x tenant verdicts; with ``published``, a column of the aliases set."""
-    from rich.table import Table
-
     report = as_report(report)
     verdicts = report.verdicts
     tenants = list(dict.fromkeys(v.tenant for v in verdicts))
-    table = Table(title=title)
-    table.add_column("artifact")
-    for name in tenants:
-        table.add_column(name)
-    if published is not None:
-        table.add_column("registry aliases")
+    rows = []
     for artifact in dict.fromkeys(v.artifact for v in verdicts):
         cells = {v.tenant: v.verdict for v in verdicts if v.artifact == artifact}
         row = [f"{artifact} ({report.role(artifact)})", *(cells.get(t, "-") for t in tenants)]
         if published is not None:
             row.append(", ".join(published.get(artifact, [])) or "none")
-        table.add_row(*row)
+        rows.append(row)
+    aliases = ["registry aliases"] if published is not None else []
+    return text_table(title, ["artifact", *tenants, *aliases], rows)
+
+
+def text_table(title: str, columns: Iterable[object], rows: Iterable[Iterable[object]]) -> Table:
+    """A rich table whose title, headers and cells are text (``escape.terminal``): a name in any of
+    them is shown as it is, with control characters visible, never read as markup."""
+    from rich.table import Table
+
+    table = Table(title=terminal(title))
+    for column in columns:
+        table.add_column(terminal(column))
+    for row in rows:
+        table.add_row(*map(terminal, row))
     return table
 
 

@@ -1,11 +1,13 @@
 """The report's repair section: per target, every variant tried and why the search stopped.
 
 Shared by the Markdown and the HTML report, so both say the same thing; the HTML adds the
-bytes-against-quality frontier (``plots.frontier_figure``).
+bytes-against-quality frontier (``plots.frontier_figure``). The lines and cells are plain text
+holding names from data: the Markdown escapes each (``escape.md``), the HTML template autoescapes.
 """
 
 from __future__ import annotations
 
+from quantgate.escape import md
 from quantgate.report_schema import Report, TargetRepair
 from quantgate.units import format_bytes
 
@@ -53,9 +55,9 @@ def markdown_lines(report: Report) -> list[str]:
         return []
     out = ["", "## Repair (mixed-precision variants of failed targets)", ""]
     for repair in report.repairs:
-        out += [f"- {line}" for line in outcome_lines(repair)]
+        out += [f"- {md(line)}" for line in outcome_lines(repair)]
         header, rows = probe_rows(repair)
-        out += ["", "| " + " | ".join(header) + " |", "|" + " --- |" * len(header)]
-        out += ["| " + " | ".join(row) + " |" for row in rows]
+        out += ["", "| " + " | ".join(map(md, header)) + " |", "|" + " --- |" * len(header)]
+        out += ["| " + " | ".join(map(md, row)) + " |" for row in rows]
         out.append("")
     return out

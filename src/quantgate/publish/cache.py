@@ -1,13 +1,21 @@
 """The fleet node's content-addressed cache of pulled artifacts, with a size limit.
 
-Layout under ``<cache>/pull/``: ``<content-hash>/`` is an installed artifact (its files and
+An entry is named by its manifest's sha256 (the manifest holds every file's sha256, so that
+names the files too). Why the manifest and not the files alone: hopper-fp8 and rocm-cdna3-fp8
+are the same files under two manifests (each names its own target and numerics), and a cache
+keyed by the files served the hopper-fp8 manifest to a rocm-cdna3-fp8 pull. The signed approval
+names the manifest's sha256, so an entry is exactly what an approval approves.
+
+Layout under ``<cache>/pull/``: ``<manifest-sha256>/`` is an installed artifact (its files and
 ``manifest.json``), present only once every file was verified, because it is renamed into
-place whole; ``.records/<content-hash>.json`` is its install record (the manifest's sha256, its
-signature, and each file's size, mtime, ctime and inode as installed); ``.partial/<content-hash>/``
-is a pull in progress, whose verified files survive an interruption (that is what makes pulls
-resumable); ``index.json`` remembers the last version each (registry URI, registered model, alias
-or version) resolved to, for ``--offline``. Least recently used entries go first when the total
-passes the limit; an entry's directory mtime is its last use.
+place whole; ``.records/<manifest-sha256>.json`` is its install record (the manifest's sha256,
+its signature, and each file's size, mtime, ctime and inode as installed);
+``.partial/<manifest-sha256>/`` is a pull in progress, whose verified files survive an
+interruption (that is what makes pulls resumable); ``index.json`` remembers the last version
+each (registry URI, registered model, alias or version) resolved to, with its signed approval,
+for ``--offline``. Least recently used entries go first when the total passes the limit; an
+entry's directory mtime is its last use. Entries of an older quantgate (named by the files'
+content hash) have no matching name and are never served; the size limit evicts them.
 
 Why records: an entry is served again and again, long after it was verified, from a disk that
 anyone with root (or a ``--dest --link`` hard link) can write. ``problem`` checks an entry
@@ -30,7 +38,6 @@ from pathlib import Path
 
 from quantgate.artifact import MANIFEST, Manifest
 from quantgate.atomic import install_dir, remove_dir, write_json
-from quantgate.hashing import content_hash as files_hash
 from quantgate.hashing import file_problem, per_file, sha256_file
 from quantgate.safe_path import path_problem
 
@@ -54,65 +61,65 @@ class PullCache:
         self.root = Path(root)
         self.max_bytes = max_bytes
 
-    def entry(self, content_hash: str) -> Path:
-        """Where the installed entry of ``content_hash`` is (or would be)."""
-        if not ENTRY.match(content_hash):  # it becomes a directory name: never a path
-            raise ValueError(f"not a content hash: {content_hash!r}")
-        return self.root / content_hash
+    def entry(self, entry_id: str) -> Path:
+        """Where the installed entry ``entry_id`` (a manifest's sha256) is (or would be)."""
+        if not ENTRY.match(entry_id):  # it becomes a directory name: never a path
+            raise ValueError(f"not a manifest sha256: {entry_id!r}")
+        return self.root / entry_id
 
-    def record_path(self, content_hash: str) -> Path:
-        """The install record of ``content_hash``'s entry."""
-        return self.root / RECORDS / f"{self.entry(content_hash).name}.json"
+    def record_path(self, entry_id: str) -> Path:
+        """The install record of entry ``entry_id``."""
+        return self.root / RECORDS / f"{self.entry(entry_id).name}.json"
 
-    def staging(self, content_hash: str) -> Path:
-        """The pull-in-progress directory of ``content_hash``, created if needed."""
-        path = self.root / ".partial" / self.entry(content_hash).name
+    def staging(self, entry_id: str) -> Path:
+        """The pull-in-progress directory of ``entry_id``, created if needed."""
+        path = self.root / ".partial" / self.entry(entry_id).name
         path.mkdir(parents=True, exist_ok=True)
         return path
 
-    def discard_staging(self, content_hash: str) -> None:
+    def discard_staging(self, entry_id: str) -> None:
         """Drop a pull in progress and what it downloaded (the disk is full: keep nothing)."""
-        shutil.rmtree(self.root / ".partial" / self.entry(content_hash).name, ignore_errors=True)
+        shutil.rmtree(self.root / ".partial" / self.entry(entry_id).name, ignore_errors=True)
 
     @contextlib.contextmanager
-    def lock(self, content_hash: str) -> Iterator[None]:
+    def lock(self, entry_id: str) -> Iterator[None]:
         """One pull per content hash at a time on this node (two would share one staging dir)."""
         (self.root / ".partial").mkdir(parents=True, exist_ok=True)
-        with open(self.root / ".partial" / f"{self.entry(content_hash).name}.lock", "w") as fh:
+        with open(self.root / ".partial" / f"{self.entry(entry_id).name}.lock", "w") as fh:
             fcntl.flock(fh, fcntl.LOCK_EX)
             try:
                 yield
             finally:
                 fcntl.flock(fh, fcntl.LOCK_UN)
 
-    def record(self, content_hash: str) -> dict | None:
+    def record(self, entry_id: str) -> dict | None:
         """The install record, or None when there is none (or it is unreadable)."""
         try:
-            found = json.loads(self.record_path(content_hash).read_text())
+            found = json.loads(self.record_path(entry_id).read_text())
         except (OSError, ValueError):
             return None
         return found if isinstance(found, dict) else None
 
-    def problem(self, content_hash: str, rehash: bool) -> tuple[str, str] | None:
+    def problem(self, entry_id: str, rehash: bool) -> tuple[str, str] | None:
         """(file, why) when the installed entry is not what was installed, None when it is.
 
         Always: the install record is there, ``manifest.json`` has the sha256 it was installed
-        with and its file table hashes to the entry's name, every name is safe, and the entry
+        with, which is the entry's name, every name is safe, and the entry
         holds exactly the manifest's files, regular files at their sizes. Then each file is
         re-hashed (``rehash``) or its stat compared with the record's (size, mtime, ctime, inode).
         """
-        path = self.entry(content_hash)
-        record = self.record(content_hash)
+        path = self.entry(entry_id)
+        record = self.record(entry_id)
         if record is None or not isinstance(record.get("files"), dict):
             return MANIFEST, "has no install record (installed by an older quantgate, or damaged)"
+        if record.get("manifest_sha256") != path.name:
+            return MANIFEST, "is not the manifest this entry is named by"
         if sha256_file(path / MANIFEST).sha256 != record.get("manifest_sha256"):
             return MANIFEST, "differs from the manifest that was verified and installed"
         try:
             manifest = Manifest.model_validate_json((path / MANIFEST).read_text())
         except ValueError:
             return MANIFEST, "is not a valid manifest"
-        if files_hash(manifest.files) != path.name:
-            return MANIFEST, "does not match the entry's content hash"
         for rel in manifest.files:
             if (why := path_problem(rel)) is not None:
                 return rel, f"unsafe file name: {why}"
@@ -139,12 +146,12 @@ class PullCache:
         now = time.time()
         os.utime(path, (now, now))
 
-    def install(self, content_hash: str, staged: Path, extra: dict[str, str]) -> Path:
+    def install(self, entry_id: str, staged: Path, extra: dict[str, str]) -> Path:
         """Record and rename a verified staging directory into place; enforce the size limit.
 
         ``extra``: what else the record keeps (the manifest's signature, the key that signed it).
         """
-        target = self.entry(content_hash)
+        target = self.entry(entry_id)
         for file in staged.rglob("*"):
             if file.is_file():
                 file.chmod(0o444)
@@ -154,23 +161,23 @@ class PullCache:
             "manifest_sha256": sha256_file(staged / MANIFEST).sha256,
             "files": {rel: _stat(staged / rel) for rel in manifest.files},
         }
-        write_json(self.record_path(content_hash), record, sort_keys=True)
+        write_json(self.record_path(entry_id), record, sort_keys=True)
         try:
             installed = install_dir(staged, target, replace=False)
         except BaseException:
-            self.record_path(content_hash).unlink(missing_ok=True)
+            self.record_path(entry_id).unlink(missing_ok=True)
             raise
         if not installed:  # a leftover without a valid record: replace it with the verified copy
             remove_dir(target)
             install_dir(staged, target, replace=False)
         self.touch(target)
-        self.evict(keep=content_hash)
+        self.evict(keep=entry_id)
         return target
 
-    def remove(self, content_hash: str) -> None:
+    def remove(self, entry_id: str) -> None:
         """Drop an entry: gone from the cache at once, its bytes deleted next, its record too."""
-        remove_dir(self.entry(content_hash))
-        self.record_path(content_hash).unlink(missing_ok=True)
+        remove_dir(self.entry(entry_id))
+        self.record_path(entry_id).unlink(missing_ok=True)
 
     def entries(self) -> list[tuple[float, int, str]]:
         """(last use, bytes, content hash) of every installed entry, least recent first."""

@@ -2,18 +2,36 @@
 
 Writes go to a temporary name beside the target and are renamed into place, so a killed
 publish leaves whole files or none; verification re-hashes the store's copy.
+
+Why the temporary name carries the writer's pid and is locked while written
+(``.<name>.part-<pid>-<hex>``, ``flock``): a publish stopped by SIGKILL (or by SIGTERM outside
+``quantgate publish``, which turns SIGTERM into a clean exit) runs no cleanup, and its
+half-copied file stayed in the version's store directory for good: the re-run saw the target
+file missing, copied it again and never looked at the leftover (67 MB in the attack round).
+Every copy now first removes the leftovers of the same file whose lock is free (their writer
+is gone); a live writer's copy is locked and kept. Leftovers of ``atomic.staged_file``'s
+unlocked names (``.<name>.<8 chars>.tmp``, written before) go once an hour old.
 """
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
+import os
+import re
+import secrets
 import shutil
+import time
+from collections.abc import Iterator
 from pathlib import Path
 from urllib.parse import urlparse
 from urllib.request import url2pathname
 
-from quantgate.atomic import staged_file
+from quantgate.atomic import disk_full, disk_full_error
 from quantgate.hashing import FileEntry, file_problem, sha256_file
 from quantgate.publish.store import Digest, OnBytes, OnFile
+
+_LEGACY_STALE_S = 3600  # an unlocked temporary file from before pids: removed once this old
 
 
 def local_path(uri: str) -> Path:
@@ -22,10 +40,72 @@ def local_path(uri: str) -> Path:
     return Path(url2pathname(parsed.path)) if parsed.scheme == "file" else Path(uri)
 
 
+def _leftover(name: str) -> re.Pattern[str]:
+    n = re.escape(name)
+    return re.compile(rf"^\.{n}\.(?:part-(?P<pid>\d+)-[0-9a-f]{{8}}|(?P<legacy>[a-z0-9_]{{8}}\.tmp))$")
+
+
+def remove_leftovers(dst: Path) -> list[Path]:
+    """Delete the temporary copies of ``dst`` that killed writers left beside it; what went."""
+    pattern, removed = _leftover(dst.name), []
+    try:
+        entries = list(os.scandir(dst.parent))
+    except (FileNotFoundError, NotADirectoryError):
+        return []
+    for entry in entries:
+        match = pattern.match(entry.name)
+        if match is None or not entry.is_file(follow_symlinks=False):
+            continue
+        path = Path(entry.path)
+        if match["legacy"] is not None:
+            if time.time() - entry.stat(follow_symlinks=False).st_mtime >= _LEGACY_STALE_S:
+                path.unlink(missing_ok=True)
+                removed.append(path)
+            continue
+        try:
+            fd = os.open(path, os.O_RDONLY)
+        except OSError:
+            continue  # removed meanwhile
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            continue  # its writer is alive
+        else:
+            path.unlink(missing_ok=True)
+            removed.append(path)
+        finally:
+            os.close(fd)
+    return removed
+
+
+@contextlib.contextmanager
+def _locked_part(dst: Path) -> Iterator[int]:
+    """A new temporary file beside ``dst``, locked for this process: its descriptor. Removed on
+    any exception (SIGTERM under ``quantgate publish`` is one); renamed onto ``dst`` by the caller."""
+    tmp = dst.with_name(f".{dst.name}.part-{os.getpid()}-{secrets.token_hex(4)}")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield fd
+        os.replace(tmp, dst)
+    except BaseException as exc:
+        full = isinstance(exc, OSError) and disk_full(exc, dst.parent)
+        tmp.unlink(missing_ok=True)
+        if full:
+            raise disk_full_error(dst, "copying it") from exc
+        raise
+    finally:
+        os.close(fd)
+
+
 def copy_atomic(src: Path, dst: Path) -> None:
-    """Copy ``src`` to ``dst`` through a temporary file in ``dst``'s directory."""
-    with staged_file(dst) as tmp:
-        shutil.copyfile(src, tmp)
+    """Copy ``src`` to ``dst`` through a locked temporary file beside it, after removing the
+    leftovers of killed copies of ``dst``."""
+    dst = Path(dst)
+    dst.parent.mkdir(parents=True, exist_ok=True)
+    remove_leftovers(dst)
+    with _locked_part(dst) as fd, open(src, "rb") as fin, os.fdopen(os.dup(fd), "wb") as fout:
+        shutil.copyfileobj(fin, fout, 16 * 1024 * 1024)
 
 
 class LocalStore:
@@ -43,10 +123,17 @@ class LocalStore:
     def _intact(self, rel: str, digest: Digest) -> bool:
         return file_problem(self.root / rel, FileEntry(sha256=digest.sha256, bytes=digest.bytes)) is None
 
+    def size(self, rel: str) -> int | None:
+        """The stored file's size in bytes; None when it is not there."""
+        path = self.root / rel
+        return path.stat().st_size if path.is_file() else None
+
     def upload(self, files: dict[str, tuple[Path, Digest]], on_bytes: OnBytes) -> None:
-        """Copy each file not already there intact, atomically."""
+        """Copy each file not already there intact, atomically; leftovers of killed copies go."""
         for rel, (path, digest) in files.items():
-            if not self._intact(rel, digest):
+            if self._intact(rel, digest):
+                remove_leftovers(self.root / rel)
+            else:
                 copy_atomic(path, self.root / rel)
             on_bytes(digest.bytes)
 

@@ -54,6 +54,14 @@ class MlflowStore:
             os.replace(self.repo.download_artifacts(rel, str(tmp)), target)
         return target
 
+    def size(self, rel: str) -> int | None:
+        """The file's size from a listing of its directory; None when it is not listed."""
+        directory = posixpath.dirname(rel) or None
+        for info in self.repo.list_artifacts(directory):
+            if info.path == rel and not info.is_dir:
+                return info.file_size
+        return None
+
     def verify(self, expected: dict[str, Digest]) -> list[str]:
         """Download the store's copy of every file and re-hash it; one line per file that differs."""
         problems = []

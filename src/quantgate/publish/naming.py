@@ -42,6 +42,9 @@ REPORT_SHA256 = "quantgate.report_sha256"
 APPROVED_TENANTS = "quantgate.approved_tenants"  # comma-separated, as of the latest publish
 GATE = "quantgate.gate"  # "approved" or "failed" (recorded for audit, never aliased)
 SIGNED_BY = "quantgate.signed_by"  # key id (signing.key_id) of the key that signed manifest.json
+# the gate's signed approval of the version (publish.approval): the statement and its signature
+APPROVAL = "quantgate.approval"
+APPROVAL_SIGNATURE = "quantgate.approval_sig"
 
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]*$")
 _ALIAS = re.compile(r"^[\w\-]*$")  # MLflow's own rule for alias names

@@ -1,34 +1,52 @@
 """Publish a gated build: one MLflow run and model version per artifact, aliases per tenant.
 
-The order is the guarantee. Before anything reaches the registry, every file name in every
-manifest must be a safe relative path (``safe_path``) naming a regular file inside its artifact,
-and the signing key must be there. For each artifact: verify the local files against the
-manifest; find a version with the same content hash (publishing twice creates no second
-version); else find the run an interrupted publish left behind, or create one; sign the
-manifest; upload it, its signature and the files (skipping objects already there intact);
-verify the store's copy; mark the run complete; only then register the version, with its
-lineage tags in the same call. Two publishes of the same content racing past the first check
-each register a version; the one with the higher number then sees the lower one and deletes its
-own, so one version remains. Aliases and the gate's tags come last, aliases only for tenants the
-gate approved, so no alias can ever point at a version whose bytes were not verified.
+The order is the guarantee, and a report is published whole or not at all. First, before any
+registry call, every artifact of the report is checked: its name and every tenant's are valid
+registry names, its manifest is valid and about the target it is gated as, every file name in it
+is a safe relative path (``safe_path``) to a regular file inside the artifact, every file matches
+the manifest and no other file is there, and the signing key is there. One bad artifact refuses
+the whole report (exit 2) with nothing registered: a report with one invalid artifact name used to
+publish and alias the valid one first. Then, for each artifact: find a version with the same
+content hash (publishing twice creates no second version); else find the run an interrupted
+publish left behind, or create one; sign the manifest; upload it, its signature and the files
+(skipping objects already there intact); verify the store's copy; mark the run complete; only
+then register the version, with its lineage tags in the same call. Two publishes of the same
+content racing past the first check each register a version; the one with the higher number then
+sees the lower one and deletes its own, so one version remains. Last, once every version of the
+report exists: per version the gate's signed approval (``approval``: verdicts per tenant, bound to
+model, target, version, source, build key and manifest), then its aliases, only for tenants the
+gate approved, so no alias can ever point at a version whose bytes were not verified or whose
+approval was not signed, and a transient failure part-way leaves no alias moved.
+
+SIGTERM during ``quantgate publish`` (a cancelled CI job) ends it as an exception, so the
+temporary copies it was writing are removed (``local_store``); SIGKILL's are removed by the re-run.
 """
 
 from __future__ import annotations
 
 import contextlib
 import shutil
+import signal
 import sys
 import tempfile
+import threading
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
 from quantgate.artifact import MANIFEST, Manifest, read_manifest, require_manifest, verify_files
-from quantgate.errors import ArtifactAlteredError, ReportError, UnsafePathError, UploadIncompleteError
+from quantgate.errors import (
+    ArtifactAlteredError,
+    InputError,
+    ReportError,
+    UnsafePathError,
+    UploadIncompleteError,
+)
 from quantgate.hashing import content_hash, sha256_file
 from quantgate.progress import SILENT, Progress
-from quantgate.publish import aliases, naming, signing, tracking
+from quantgate.publish import aliases, approval, naming, signing, tracking
 from quantgate.publish.config import RegistryConfig
 from quantgate.publish.lineage import lineage_tags, run_metrics, run_params
 from quantgate.publish.store import ArtifactStore, Digest, join, open_store
@@ -51,6 +69,7 @@ class PublishedArtifact(BaseModel):
     removed_aliases: list[str]  # aliases of tenants that now fail, taken off this version
     approved_tenants: list[str]
     content_hash: str
+    manifest_sha256: str  # the manifest the version registered (the fleet's cache entry is named by it)
     source: str  # where the version's bytes are (the artifact directory in the store)
     run_id: str
 
@@ -91,35 +110,75 @@ def publish_report(
             f"the gate failed this run (exit code {report.exit_code})",
             "publish only a report whose required artifacts passed; fix or re-gate first",
         )
-    manifests = {}
-    for artifact in report.approvals:
-        manifest = read_manifest(Path(artifacts_dir) / artifact)
-        if manifest is None and (Path(artifacts_dir) / artifact / MANIFEST).is_file():
-            require_manifest(Path(artifacts_dir) / artifact)  # there but invalid: names its problem
-        if manifest is None:
-            raise ReportError(
-                Path(artifacts_dir) / artifact / MANIFEST,
-                f"artifact '{artifact}' has no valid manifest",
-                "pass --artifacts the directory quantgate build wrote for this report",
-            )
-        _check_names(Path(artifacts_dir) / artifact, manifest)
-        manifests[artifact] = manifest
+    jobs = _checked_jobs(report_json, report, Path(artifacts_dir), record_failed)
     signing.signing_key(cfg)  # refused (or a SQLite registry's own pair made) before any registry call
+    mlflow_client = tracking.client(cfg)
+    with tracking.registry_errors(cfg), _sigterm_as_exit():
+        registered = [(job, *_register(job, mlflow_client, cfg, progress)) for job in jobs]
+        published = [_approve(job, v, created, mlflow_client, cfg) for job, v, created in registered]
+    return PublishOutcome(tracking_uri=cfg.tracking_uri, model=report.model, artifacts=published)
+
+
+def _checked_jobs(report_json: Path, report: Report, artifacts_dir: Path, record_failed: bool) -> list[_Job]:
+    """Every artifact of the report, checked whole before anything is published (see the module
+    docstring); the first problem is an ``InputError`` (exit 2) and nothing is written."""
     reports = {
         f"{naming.REPORTS_PATH}/{name}": report_json.parent / name
         for name in REPORT_FILES
         if (report_json.parent / name).is_file()
     }
     report_sha256 = sha256_file(report_json).sha256
-    mlflow_client = tracking.client(cfg)
-    published = []
-    with tracking.registry_errors(cfg):
-        for artifact, manifest in manifests.items():
-            if not report.approvals[artifact] and not record_failed:
-                continue
-            job = _Job(artifact, Path(artifacts_dir) / artifact, manifest, report, reports, report_sha256)
-            published.append(_publish_one(job, mlflow_client, cfg, progress))
-    return PublishOutcome(tracking_uri=cfg.tracking_uri, model=report.model, artifacts=published)
+    fix = "fix the report (quantgate gate writes artifact and tenant names the registry accepts)"
+    jobs = []
+    for artifact, tenants in report.approvals.items():
+        try:
+            naming.registered_model_name(report.model, artifact)
+            for tenant in {*tenants, *report.failed_tenants(artifact)}:
+                naming.alias_for(tenant)
+        except InputError as exc:
+            raise ReportError(report_json, f"artifact '{artifact}': {exc.problem}", fix) from None
+        directory = artifacts_dir / artifact
+        manifest = read_manifest(directory)
+        if manifest is None and (directory / MANIFEST).is_file():
+            require_manifest(directory)  # there but invalid: names its problem
+        if manifest is None:
+            raise ReportError(
+                directory / MANIFEST,
+                f"artifact '{artifact}' has no valid manifest",
+                "pass --artifacts the directory quantgate build wrote for this report",
+            )
+        if manifest.target != artifact:
+            raise ReportError(
+                directory / MANIFEST,
+                f"the report gates '{artifact}', but this manifest is for target '{manifest.target}'",
+                "pass --artifacts the directory quantgate build wrote for this report",
+            )
+        _check_names(directory, manifest)
+        _check_files(directory, manifest)
+        if report.approvals[artifact] or record_failed:
+            jobs.append(_Job(artifact, directory, manifest, report, reports, report_sha256))
+    return jobs
+
+
+@contextlib.contextmanager
+def _sigterm_as_exit() -> Iterator[None]:
+    """While publishing from the main thread of a process where nothing else handles SIGTERM,
+    SIGTERM raises ``SystemExit(143)``: the temporary copies being written are removed on the way
+    out and the run is marked failed, instead of the process vanishing mid-copy."""
+    if threading.current_thread() is not threading.main_thread() or (
+        signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL
+    ):
+        yield
+        return
+
+    def stop(signum: int, _frame) -> None:
+        raise SystemExit(128 + signum)
+
+    signal.signal(signal.SIGTERM, stop)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
 
 
 def _check_names(directory: Path, manifest: Manifest) -> None:
@@ -143,6 +202,19 @@ def _check_names(directory: Path, manifest: Manifest) -> None:
             )
 
 
+def _check_files(directory: Path, manifest: Manifest) -> None:
+    """Every file of the manifest present with its sha256, and no file the manifest does not list."""
+    present = {p.relative_to(directory).as_posix() for p in directory.rglob("*") if p.is_file()} - {MANIFEST}
+    extra = sorted(present - set(manifest.files))
+    problems = verify_files(directory, manifest)
+    if extra or problems:
+        raise ArtifactAlteredError(
+            directory / extra[0] if extra else directory,
+            "file not listed in the manifest" if extra else f"differs from its manifest: {problems[0]}",
+            "rebuild the artifact with quantgate build; never edit an artifact by hand",
+        )
+
+
 class _Job:
     """One artifact to publish and what it is published with."""
 
@@ -164,12 +236,12 @@ class _Job:
         self.tags = lineage_tags(manifest, self.content_hash, self.manifest_sha256, report_sha256)
 
 
-def _publish_one(job: _Job, mlflow_client, cfg: RegistryConfig, progress: Progress) -> PublishedArtifact:
+def _register(job: _Job, mlflow_client, cfg: RegistryConfig, progress: Progress):
+    """The version holding the job's content, uploaded and registered if new; (version, created)."""
     tracking.ensure_registered_model(
         mlflow_client, job.name, {"quantgate.model": job.report.model, naming.TARGET: job.artifact}
     )
     version = _complete_version(mlflow_client, job)
-    created = version is None
     if version is None:
         version = _upload_and_register(job, mlflow_client, cfg, progress)
         first = _complete_version(mlflow_client, job)  # a concurrent publish of the same content
@@ -178,20 +250,38 @@ def _publish_one(job: _Job, mlflow_client, cfg: RegistryConfig, progress: Progre
             progress.log(
                 f"{job.name}: version {first.version} holds this content; version {version.version} removed"
             )
-            version, created = first, False
-    else:  # the approval must still be about these bytes: the local copy must match its manifest
-        problems = verify_files(job.directory, job.manifest)
-        if problems:
-            raise ArtifactAlteredError(
-                job.directory,
-                f"differs from its manifest: {problems[0]}",
-                "rebuild the artifact with quantgate build; never edit an artifact by hand",
-            )
-        progress.log(
-            f"{job.name}: content {job.content_hash[:12]} already registered as version {version.version}"
-        )
-        if naming.SIGNED_BY not in (version.tags or {}):  # published before manifests were signed
-            _sign_existing(job, mlflow_client, cfg, version)
+            return first, False
+        return version, True
+    progress.log(
+        f"{job.name}: content {job.content_hash[:12]} already registered as version {version.version}"
+    )
+    if naming.SIGNED_BY not in (version.tags or {}):  # published before manifests were signed
+        _sign_existing(job, mlflow_client, cfg, version)
+    return version, False
+
+
+def _approve(job: _Job, version, created: bool, mlflow_client, cfg: RegistryConfig) -> PublishedArtifact:
+    """The gate's signed approval on ``version`` (merged with the one there), then its aliases."""
+    tags = version.tags or {}
+    # the manifest the version registered: the build's own, or (the same files rebuilt to the same
+    # build key) an earlier build's, which the store holds and the fleet installs
+    manifest_sha256 = tags.get(naming.MANIFEST_SHA256) or job.manifest_sha256
+    judged: dict[str, approval.Verdict] = {
+        **dict.fromkeys(job.report.failed_tenants(job.artifact), "fail"),
+        **dict.fromkeys(job.approved, "pass"),
+    }
+    signed = approval.statement(
+        registered_model=job.name,
+        model=job.report.model,
+        version=str(version.version),
+        manifest=job.manifest,
+        content_hash=job.content_hash,
+        manifest_sha256=manifest_sha256,
+        report_sha256=job.report_sha256,
+        verdicts=approval.merged(approval.previous(tags, cfg), judged),
+    )
+    for key, value in approval.sign(signed, cfg).items():  # before any alias points here
+        mlflow_client.set_model_version_tag(job.name, version.version, key, value)
     moved = aliases.apply(
         mlflow_client, cfg, job.name, version, job.approved, job.report.failed_tenants(job.artifact)
     )
@@ -212,6 +302,7 @@ def _publish_one(job: _Job, mlflow_client, cfg: RegistryConfig, progress: Progre
         removed_aliases=moved.removed,
         approved_tenants=job.approved,
         content_hash=job.content_hash,
+        manifest_sha256=manifest_sha256,
         source=version.source,
         run_id=version.run_id or "",
     )
@@ -230,8 +321,12 @@ def _parent_version(mlflow_client, job: _Job) -> dict[str, str]:
 
 
 def _complete_version(mlflow_client, job: _Job):
+    """The first complete version of the same files built from the same source to the same build
+    key (the signed approval names them: the same files under another build key are a new version)."""
     found = mlflow_client.search_model_versions(
         f"name = '{tracking.quote(job.name)}' and tags.`{naming.CONTENT_HASH}` = '{job.content_hash}'"
+        f" and tags.`{naming.BUILD_KEY}` = '{tracking.quote(job.manifest.build_key)}'"
+        f" and tags.`{naming.SOURCE_HASH}` = '{tracking.quote(job.manifest.source.content_hash)}'"
         f" and tags.`{naming.UPLOAD}` = '{naming.UPLOAD_COMPLETE}'",
         order_by=["version_number ASC"],
     )
@@ -269,17 +364,8 @@ def _find_or_create_run(mlflow_client, cfg: RegistryConfig, job: _Job):
 
 
 def _local_digests(job: _Job, store: ArtifactStore) -> dict[str, tuple[Path, Digest]]:
-    """Every file to upload, hashed once; the artifact's files must match its manifest."""
-    present = {p.relative_to(job.directory).as_posix() for p in job.directory.rglob("*") if p.is_file()} - {
-        MANIFEST
-    }
-    extra = sorted(present - set(job.manifest.files))
-    if extra:
-        raise ArtifactAlteredError(
-            job.directory / extra[0],
-            "file not listed in the manifest",
-            "rebuild the artifact with quantgate build; never edit an artifact by hand",
-        )
+    """Every file to upload with the store's digest of it; each must still match the manifest
+    (checked before the publish began: a change since then is refused here)."""
     files: dict[str, tuple[Path, Digest]] = {}
     for rel, entry in job.manifest.files.items():
         path = job.directory / rel
@@ -376,26 +462,60 @@ def withdraw_failed(report_json: Path, artifacts_dir: Path, cfg: RegistryConfig)
     """A failed run publishes nothing, but it may still *withdraw* approvals.
 
     Re-gating against tightened floors is exactly when a version already in the registry stops
-    passing a tenant; its ``approved-<tenant>`` alias must not keep pointing at it. For every
-    artifact of the report whose content is already registered, the aliases of the tenants it
-    now fails are removed (announced like any move); nothing is uploaded, registered or set.
-    Returns ``{registered model: [aliases removed]}``.
+    passing a tenant; its ``approved-<tenant>`` alias must not keep pointing at it, and its signed
+    approval must no longer say pass (else moving the alias back would serve it again). For every
+    artifact of the report whose content is already registered, the tenants it now fails are
+    signed as failed (when the signing key is at hand) and their aliases on it removed (announced
+    like any move); nothing is uploaded, registered or set. Returns ``{registered model: [aliases
+    removed]}``.
     """
     report_json = Path(report_json)
     report = read_report(report_json)
     removed: dict[str, list[str]] = {}
     mlflow_client = tracking.client(cfg)
+    try:
+        signing.signing_key(cfg)
+        can_sign = True
+    except InputError:  # no key here: the aliases still go
+        can_sign = False
     with tracking.registry_errors(cfg):
         for artifact in report.approvals:
+            try:
+                name = naming.registered_model_name(report.model, artifact)
+            except InputError:
+                continue  # no registry name: nothing of it can be registered
             manifest = read_manifest(Path(artifacts_dir) / artifact)
-            if manifest is None:
+            failed = report.failed_tenants(artifact)
+            if manifest is None or not failed:
                 continue
-            name = naming.registered_model_name(report.model, artifact)
             found = mlflow_client.search_model_versions(
                 f"name = '{tracking.quote(name)}' and tags.`{naming.CONTENT_HASH}` = '{content_hash(manifest.files)}'"
             )
             for version in found:
-                moved = aliases.apply(mlflow_client, cfg, name, version, [], report.failed_tenants(artifact))
+                if can_sign:
+                    _withdraw_approval(
+                        mlflow_client, cfg, name, version, failed, sha256_file(report_json).sha256
+                    )
+                moved = aliases.apply(mlflow_client, cfg, name, version, [], failed)
                 if moved.removed:
                     removed.setdefault(name, []).extend(moved.removed)
     return removed
+
+
+def _withdraw_approval(
+    mlflow_client, cfg: RegistryConfig, name: str, version, failed: list[str], report_sha256: str
+):
+    """Re-sign ``version``'s approval with ``failed`` tenants failed (a version without a statement
+    of the publisher's gets none: pull refuses it anyway)."""
+    before = approval.previous(version.tags or {}, cfg)
+    if before is None or not any(before.approves(t) for t in failed):
+        return
+    after = before.model_copy(
+        update={
+            "verdicts": approval.merged(before, dict.fromkeys(failed, "fail")),
+            "report_sha256": report_sha256,
+            "signed_at": approval.statement_time(),
+        }
+    )
+    for key, value in approval.sign(after, cfg).items():
+        mlflow_client.set_model_version_tag(name, version.version, key, value)

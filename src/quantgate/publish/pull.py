@@ -1,20 +1,28 @@
 """``quantgate pull``: the approved artifact for a (model, target, tenant), verified, local.
 
-Resolving the alias takes two tracking-server calls (the model's aliases, the version's tags);
-the bytes come from the local content-addressed cache when this content was pulled before,
-else from the store: the manifest first, checked against the sha256 the version recorded at
-publish (a manifest swapped in the store is caught) and for support files (tokenizer, templates)
-that are the source's, as the build recorded them, and whose signature (``manifest.sig``) is by a key the
-fleet trusts (``signing``), then every file in parallel, each re-hashed against it. Every name
-from the manifest, the registry's tags or the cache index passes ``safe_path`` first. Only a
-wholly verified set is installed; a failed pull installs nothing and keeps the files it
-verified, so the next attempt resumes; a full disk (exit 75) keeps nothing. ``offline`` skips
-the tracking server and uses the version this node last resolved for the same alias.
+Resolving the alias takes two tracking-server calls (the model's aliases, the version's tags).
+Before a byte is read, the version's signed approval (``approval``, in its tags) must verify
+under a key the fleet trusts and name what was asked: the model, the target, the version the
+alias points at, and a pass for the tenant (a version the gate failed, another model's artifact
+registered under this name, a build of another target: refused, exit 2, one line). The
+approval names the manifest, and the manifest's sha256 names the cache entry: the bytes come
+from the local cache when that manifest was installed before (so pulling rocm-cdna3-fp8 after
+hopper-fp8, the same files under two manifests, installs each under its own), else from the
+store: the manifest first, checked against the approval's sha256 and its target, source and
+build key, against the registered content hash, and for support files (tokenizer, templates)
+that are the source's, as the build recorded them, and whose signature (``manifest.sig``, at
+most ``signing.MAX_SIGNATURE_BYTES``, refused by its size before it is downloaded) is by a key
+the fleet trusts; then every file in parallel, each re-hashed against it. Every name from the
+manifest, the registry's tags or the cache index passes ``safe_path`` first. Only a wholly
+verified set is installed; a failed pull installs nothing and keeps the files it verified, so
+the next attempt resumes; a full disk (exit 75) keeps nothing. ``offline`` skips the tracking
+server and uses the version (and signed approval) this node last resolved for the same alias.
 
 A cache hit is checked before it is served (``PullCache.problem``): re-hashed on every pull
 (``pull_verify: always``, the default) or on ``--offline`` pulls only (``offline``: online hits
-compare stats), and its signature verified again against today's trusted keys. A damaged entry
-is evicted: online it is downloaded again, offline the pull is refused naming the file.
+compare stats), its signature verified again against today's trusted keys, and its manifest
+again against the approval. A damaged entry is evicted: online it is downloaded again, offline
+the pull is refused naming the file.
 """
 
 from __future__ import annotations
@@ -27,7 +35,7 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
-from quantgate.artifact import MANIFEST, Manifest
+from quantgate.artifact import MANIFEST, MAX_MANIFEST_BYTES, Manifest
 from quantgate.errors import (
     DiskFullError,
     SignatureError,
@@ -39,7 +47,8 @@ from quantgate.errors import (
 from quantgate.hashing import FileEntry, content_hash, file_problem, sha256_file
 from quantgate.paths import cache_dir as default_cache_dir
 from quantgate.progress import SILENT, Progress
-from quantgate.publish import naming, signing, tracking
+from quantgate.publish import approval, naming, signing, tracking
+from quantgate.publish.approval import Approval
 from quantgate.publish.cache import ENTRY, PullCache
 from quantgate.publish.config import RegistryConfig
 from quantgate.publish.dest import materialize
@@ -69,31 +78,71 @@ def pull(
     ``link``: ``dest`` gets hard links into the cache instead of copies (see ``dest``).
     """
     name = naming.registered_model_name(model, target)
+    naming.alias_for(tenant)  # a tenant that cannot be an alias is a usage error, online or not
     cache = PullCache(Path(cache_dir or default_cache_dir()) / "pull", cfg.cache_max_bytes)
     key = f"{cfg.model_registry_uri} {name} {version or naming.alias_for(tenant)}"
+    asked = _Asked(name, model, target, tenant, allow_unapproved)
     with _disk_full(cache, name):
         if offline:
-            path = _offline(cache, key, allow_unapproved, cfg)
+            path = _offline(cache, key, asked, cfg)
         else:
             with tracking.registry_errors(cfg):
                 resolved = resolve(tracking.client(cfg), name, tenant, version, allow_unapproved)
             if not ENTRY.match(resolved.content_hash):
                 raise _tampered(MANIFEST, resolved, "has a content hash tag that is not a sha256")
+            signed = _approved(resolved, asked, cfg)
             cache.remember(
                 key,
                 {
                     "version": resolved.version,
-                    "content_hash": resolved.content_hash,
-                    "approved": str(resolved.approved).lower(),
+                    "manifest_sha256": signed.manifest_sha256,
+                    "approved": str(resolved.approved and signed.approves(tenant)).lower(),
+                    naming.APPROVAL: resolved.tags[naming.APPROVAL],
+                    naming.APPROVAL_SIGNATURE: resolved.tags[naming.APPROVAL_SIGNATURE],
                 },
             )
-            hit = _checked_hit(cache, resolved.content_hash, cfg, cfg.pull_verify == "always", progress)
+            hit = _checked_hit(cache, signed, cfg, cfg.pull_verify == "always", progress)
             if hit is None:
                 progress.log(
                     f"{name} version {resolved.version}: not cached, downloading from {resolved.source}"
                 )
-            path = hit if hit is not None else _fetch(resolved, cache, cfg, progress)
+            path = hit if hit is not None else _fetch(resolved, signed, cache, cfg, progress)
         return materialize(path, dest, link=link) if dest is not None else path
+
+
+class _Asked:
+    """What the caller asked for, which the signed approval must name."""
+
+    def __init__(self, name: str, model: str, target: str, tenant: str, allow_unapproved: bool) -> None:
+        self.name, self.model, self.target, self.tenant = name, model, target, tenant
+        self.allow_unapproved = allow_unapproved
+
+
+def _check(signed: Approval, asked: _Asked, version: str, where: str) -> None:
+    approval.check(
+        signed,
+        registered_model=asked.name,
+        model=asked.model,
+        target=asked.target,
+        version=version,
+        tenant=asked.tenant,
+        allow_unapproved=asked.allow_unapproved,
+        where=where,
+    )
+
+
+def _approved(resolved: Resolved, asked: _Asked, cfg: RegistryConfig) -> Approval:
+    """The version's signed approval, verified and about what was asked, and agreeing with the
+    version's tags (content hash, manifest): refused (exit 2) otherwise, before any download."""
+    signed = approval.from_tags(resolved.tags, resolved.where, cfg)
+    _check(signed, asked, resolved.version, resolved.where)
+    if (signed.content_hash, signed.manifest_sha256) != (resolved.content_hash, resolved.manifest_sha256):
+        raise _tampered(
+            MANIFEST, resolved, "is not the manifest the signed approval names (registry tags altered)"
+        )
+    if not ENTRY.match(signed.manifest_sha256):
+        raise _tampered(MANIFEST, resolved, "has a manifest sha256 in its approval that is not a sha256")
+    return signed
 
 
 @contextlib.contextmanager
@@ -118,62 +167,85 @@ def _disk_full(cache: PullCache, name: str) -> Iterator[None]:
 
 
 def _checked_hit(
-    cache: PullCache, content: str, cfg: RegistryConfig, rehash: bool, progress: Progress
+    cache: PullCache, signed: Approval, cfg: RegistryConfig, rehash: bool, progress: Progress
 ) -> Path | None:
-    """The cache entry of ``content`` if it is installed and intact, else None (online: a damaged
-    entry is evicted, to be downloaded again)."""
-    path = cache.entry(content)
+    """The cache entry of the approved manifest if it is installed and intact, else None (online:
+    a damaged entry is evicted, to be downloaded again)."""
+    path = cache.entry(signed.manifest_sha256)
     if not (path / MANIFEST).is_file():
         return None
-    damage = _damage(cache, content, cfg, rehash)
+    damage = _damage(cache, signed, cfg, rehash)
     if damage is None:
         cache.touch(path)
         return path
-    cache.remove(content)
+    cache.remove(signed.manifest_sha256)
     progress.log(f"{path / damage[0]}: {damage[1]}; the cached copy was evicted, downloading it again")
     return None
 
 
-def _damage(cache: PullCache, content: str, cfg: RegistryConfig, rehash: bool) -> tuple[str, str] | None:
-    """(file, why) when the entry is not what was verified and installed, or its signature is by
-    no key trusted today; None when it may be served."""
+def _damage(cache: PullCache, signed: Approval, cfg: RegistryConfig, rehash: bool) -> tuple[str, str] | None:
+    """(file, why) when the entry is not what was verified and installed, its signature is by
+    no key trusted today, or its manifest is not the artifact the approval is about; None when
+    it may be served."""
     signing.trusted_keys(cfg)  # none configured is the configuration's problem, not the entry's
-    found = cache.problem(content, rehash)
+    entry = signed.manifest_sha256
+    found = cache.problem(entry, rehash)
     if found is not None:
         return found
-    manifest = cache.entry(content) / MANIFEST
-    signature = (cache.record(content) or {}).get("signature")
+    manifest = cache.entry(entry) / MANIFEST
+    signature = (cache.record(entry) or {}).get("signature")
     try:
         signing.verify(
             manifest, signature.encode() if isinstance(signature, str) else None, cfg, str(manifest)
         )
     except SignatureError as exc:
         return MANIFEST, exc.problem
-    return None
+    installed = Manifest.model_validate_json(manifest.read_text())  # valid: cache.problem read it
+    problem = approval.manifest_problem(installed, signed)
+    if problem is None and content_hash(installed.files) != signed.content_hash:
+        problem = "holds other files than the signed approval names"
+    return (MANIFEST, problem) if problem is not None else None
 
 
-def _offline(cache: PullCache, key: str, allow_unapproved: bool, cfg: RegistryConfig) -> Path:
+def _offline(cache: PullCache, key: str, asked: _Asked, cfg: RegistryConfig) -> Path:
     record = cache.index().get(key)
-    content = record.get("content_hash") if isinstance(record, dict) else None
-    path = cache.entry(content) if isinstance(content, str) and ENTRY.match(content) else None
+    entry = record.get("manifest_sha256") if isinstance(record, dict) else None
+    path = cache.entry(entry) if isinstance(entry, str) and ENTRY.match(entry) else None
     if record is None or path is None or not (path / MANIFEST).is_file():
         raise UsageError(
             "--offline",
             f"this node has no cached pull for {key.split(' ', 1)[1]}",
             "pull once with the registry reachable, then --offline works",
         )
-    if record.get("approved") != "true" and not allow_unapproved:
+    version = str(record.get("version"))
+    where = f"{cache.root / 'index.json'}: {asked.name} version {version}"
+    text, signature = record.get(naming.APPROVAL), record.get(naming.APPROVAL_SIGNATURE)
+    signed = approval.from_tags(
+        {
+            k: v
+            for k, v in ((naming.APPROVAL, text), (naming.APPROVAL_SIGNATURE, signature))
+            if isinstance(v, str)
+        },
+        where,
+        cfg,
+    )
+    if signed.manifest_sha256 != entry:
+        raise TamperedArtifactError(
+            where, "the cached resolution names another manifest than its signed approval", "pull online"
+        )
+    if record.get("approved") != "true" and not asked.allow_unapproved:
         raise UnapprovedVersionError(
             None,
-            f"the cached version {record.get('version')} was not approved when pulled",
+            f"the cached version {version} was not approved when pulled",
             "pass --allow-unapproved, or pull online",
         )
-    damage = _damage(cache, path.name, cfg, rehash=True)  # offline: always by content
+    _check(signed, asked, version, where)
+    damage = _damage(cache, signed, cfg, rehash=True)  # offline: always by content
     if damage is not None:
-        cache.remove(path.name)
+        cache.remove(entry)
         raise TamperedArtifactError(
             path / damage[0],
-            f"{damage[1]} (cached copy of version {record.get('version')})",
+            f"{damage[1]} (cached copy of version {version})",
             "the copy on this node was altered and has been evicted; pull online to download it again",
         )
     cache.touch(path)
@@ -189,24 +261,41 @@ def _tampered(rel: str, resolved: Resolved, problem: str) -> TamperedArtifactErr
     )
 
 
+def _bounded_download(store: ArtifactStore, rel: str, staging: Path, limit: int, resolved: Resolved) -> bool:
+    """Download ``rel`` into ``staging`` unless the store holds none (False); refused by its size,
+    before a byte of it is read, past ``limit`` (asked of the store, then checked on disk)."""
+    size = store.size(rel)
+    if size is None:
+        return False
+    if size <= limit:
+        try:
+            store.download({rel: size}, staging, lambda r, path: None, lambda n: None)
+        except FileNotFoundError:
+            return False
+        size = (staging / rel).stat().st_size
+    if size > limit:
+        (staging / rel).unlink(missing_ok=True)
+        if rel == signing.SIGNATURE:
+            raise signing.too_large(f"{resolved.source}/{rel}", size)
+        raise _tampered(rel, resolved, f"is {size:,} bytes, over the {limit:,}-byte limit; it was not read")
+    return True
+
+
 def _manifest(
-    store: ArtifactStore, staging: Path, resolved: Resolved, cfg: RegistryConfig
+    store: ArtifactStore, staging: Path, resolved: Resolved, signed: Approval, cfg: RegistryConfig
 ) -> tuple[Manifest, bytes]:
-    """The manifest from the store and its signature, trusted only if it is the one the version
-    registered, signed by a trusted key, and every file name in it is safe."""
+    """The manifest from the store and its signature, trusted only if it is the one the signed
+    approval names, signed by a trusted key, about the approved target, source and build key,
+    and every file name in it is safe."""
     signing.trusted_keys(cfg)  # refused before a byte is downloaded when none are configured
-    try:
-        store.download({MANIFEST: 0}, staging, lambda rel, path: None, lambda n: None)
-    except FileNotFoundError:
-        raise _tampered(MANIFEST, resolved, "missing from the store") from None
-    if sha256_file(staging / MANIFEST).sha256 != resolved.manifest_sha256:
+    if not _bounded_download(store, MANIFEST, staging, MAX_MANIFEST_BYTES, resolved):
+        raise _tampered(MANIFEST, resolved, "missing from the store")
+    if sha256_file(staging / MANIFEST).sha256 != signed.manifest_sha256:
         raise _tampered(MANIFEST, resolved, "differs from the manifest registered at publish")
     signature = None
     try:
-        store.download({signing.SIGNATURE: 0}, staging, lambda rel, path: None, lambda n: None)
-        signature = (staging / signing.SIGNATURE).read_bytes()
-    except FileNotFoundError:
-        pass
+        if _bounded_download(store, signing.SIGNATURE, staging, signing.MAX_SIGNATURE_BYTES, resolved):
+            signature = (staging / signing.SIGNATURE).read_bytes()
     finally:
         (staging / signing.SIGNATURE).unlink(missing_ok=True)  # kept in the install record only
     signing.verify(staging / MANIFEST, signature, cfg, f"{resolved.source}/{MANIFEST}")
@@ -222,8 +311,10 @@ def _manifest(
             raise _tampered(MANIFEST, resolved, exc.problem) from None
         if rel in (MANIFEST, signing.SIGNATURE):
             raise _tampered(MANIFEST, resolved, f"file name {rel!r} is reserved")
-    if content_hash(manifest.files) != resolved.content_hash:
+    if content_hash(manifest.files) != signed.content_hash:
         raise _tampered(MANIFEST, resolved, "does not match the version's content hash")
+    if (problem := approval.manifest_problem(manifest, signed)) is not None:
+        raise _tampered(MANIFEST, resolved, problem)
     # the tokenizer and templates must be the source's, as the build recorded them; each file is
     # then checked against manifest.files, so the bytes installed are the source's
     for rel, source_sha in sorted((manifest.source_files or {}).items()):
@@ -240,18 +331,21 @@ def _problem(path: Path, entry: FileEntry) -> str | None:
     return "missing after download" if not path.is_file() else file_problem(path, entry)
 
 
-def _fetch(resolved: Resolved, cache: PullCache, cfg: RegistryConfig, progress: Progress) -> Path:
-    with cache.lock(resolved.content_hash):
-        hit = _checked_hit(cache, resolved.content_hash, cfg, False, progress)  # a concurrent pull's
+def _fetch(
+    resolved: Resolved, signed: Approval, cache: PullCache, cfg: RegistryConfig, progress: Progress
+) -> Path:
+    entry = signed.manifest_sha256
+    with cache.lock(entry):
+        hit = _checked_hit(cache, signed, cfg, False, progress)  # a concurrent pull's
         if hit is not None:
             return hit
-        staging = cache.staging(resolved.content_hash)
+        staging = cache.staging(entry)
         store = open_store(resolved.source, cfg)
-        manifest, signature = _manifest(store, staging, resolved, cfg)
+        manifest, signature = _manifest(store, staging, resolved, signed, cfg)
         for stray in [p for p in staging.rglob("*") if p.is_file() or p.is_symlink()]:
             if stray.is_symlink() or stray.relative_to(staging).as_posix() not in {*manifest.files, MANIFEST}:
                 stray.unlink()
-        cache.evict(keep=resolved.content_hash, incoming=manifest.total_bytes)  # room first
+        cache.evict(keep=entry, incoming=manifest.total_bytes)  # room first
         # files verified by an interrupted pull stay; only the rest is downloaded
         todo = {rel: e.bytes for rel, e in manifest.files.items() if _problem(staging / rel, e) is not None}
         checks: dict[str, Future] = {}
@@ -276,4 +370,4 @@ def _fetch(resolved: Resolved, cache: PullCache, cfg: RegistryConfig, progress: 
             rel, problem = next(iter(sorted(bad.items())))
             more = f"; {len(bad) - 1} more file(s) too" if len(bad) > 1 else ""
             raise _tampered(rel, resolved, problem + more)
-        return cache.install(resolved.content_hash, staging, {"signature": signature.decode()})
+        return cache.install(entry, staging, {"signature": signature.decode()})

@@ -1,20 +1,23 @@
 """Which version a fleet node may load: the alias, checked, or a version it asked for.
 
-The approval is the alias ``approved-<tenant>``; a version it does not point at is refused
-unless the caller says ``allow_unapproved``. A version whose upload was never verified
-complete is refused always: no flag makes a partial artifact loadable. ``approved_versions``
-gives the gate what each tenant is served today, with the gate report it was published with.
+The alias ``approved-<tenant>`` says which version; a version it does not point at is refused
+unless the caller says ``allow_unapproved``. The alias alone is not trusted: ``Resolved`` carries
+the version's signed approval (``approval``), which pull verifies before it reads a byte. A
+version whose upload was never verified complete is refused always: no flag makes a partial
+artifact loadable. ``approved_versions`` gives the gate what each tenant is served today, with
+the gate report it was published with (refused past ``MAX_REPORT_BYTES`` before it is downloaded).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from quantgate.errors import UnapprovedVersionError, UnknownModelError
 from quantgate.publish import naming, tracking
 from quantgate.publish.config import RegistryConfig
 from quantgate.publish.store import open_store
+from quantgate.report_schema import MAX_REPORT_BYTES
 from quantgate.suggest import did_you_mean
 
 
@@ -27,7 +30,13 @@ class Resolved:
     source: str
     content_hash: str
     manifest_sha256: str
-    approved: bool
+    approved: bool  # the alias points at it (the signed approval is checked by pull)
+    tags: dict[str, str] = field(default_factory=dict)  # the version's tags, approval included
+
+    @property
+    def where(self) -> str:
+        """How messages name the version: registered model, version and the approval's tag."""
+        return f"{self.registered_model} version {self.version} (tag {naming.APPROVAL})"
 
 
 def _unknown_model(mlflow_client, name: str) -> UnknownModelError:
@@ -107,6 +116,7 @@ def resolve(mlflow_client, name: str, tenant: str, version: str | None, allow_un
         tags[naming.CONTENT_HASH],
         tags.get(naming.MANIFEST_SHA256, ""),
         approved,
+        dict(tags),
     )
 
 
@@ -143,13 +153,20 @@ def approved_versions(mlflow_client, cfg: RegistryConfig, name: str, dest: Path)
         run = mlflow_client.get_run(mv.run_id)
         where = Path(dest) / f"{name}-v{version}"
         rel = f"{naming.REPORTS_PATH}/report.json"
-        try:
-            open_store(run.info.artifact_uri, cfg).download(
-                {rel: 0}, where, lambda r, p: None, lambda n: None
-            )
-            report: Path | None = where / rel
-        except FileNotFoundError:
-            report = None
+        store = open_store(run.info.artifact_uri, cfg)
+        size = store.size(rel)
+        report: Path | None = None
+        if size is not None and size > MAX_REPORT_BYTES:  # read_report names the bound on a stand-in
+            report = where / rel
+            report.parent.mkdir(parents=True, exist_ok=True)
+            with open(report, "wb") as fh:
+                fh.truncate(size)  # sparse: the size without the bytes
+        elif size is not None:
+            try:
+                store.download({rel: size}, where, lambda r, p: None, lambda n: None)
+                report = where / rel
+            except FileNotFoundError:
+                report = None
         tags = mv.tags or {}
         found.append(Approved(name, version, tuple(tenants), tags.get(naming.BUILD_KEY), report))
     return found

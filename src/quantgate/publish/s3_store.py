@@ -191,6 +191,11 @@ class S3Store:
     def _intact(self, rel: str, digest: Digest) -> bool:
         return self._stored_check(rel) == (digest.bytes, digest.store_check)
 
+    def size(self, rel: str) -> int | None:
+        """The object's size from one HEAD; None when there is no such object."""
+        found = self._stored_check(rel)
+        return found[0] if found is not None else None
+
     def upload(self, files: dict[str, tuple[Path, Digest]], on_bytes: OnBytes) -> None:
         """Upload, with SHA-256 checksums, every file whose object is not already there intact.
 

@@ -23,6 +23,9 @@ from quantgate.errors import SignatureError
 from quantgate.publish.config import RegistryConfig
 
 SIGNATURE = "manifest.sig"  # beside manifest.json in the store's artifact directory
+# A bundle quantgate writes is about 1.4 kB; anything past this is refused before it is read
+# (a 600 MB manifest.sig cost 2 GB of memory in the parsers before its refusal).
+MAX_SIGNATURE_BYTES = 64 * 1000
 
 
 def key_id(key: Path) -> str:
@@ -111,18 +114,55 @@ def trusted_keys(cfg: RegistryConfig) -> tuple[Path, ...]:
     return cfg.trusted_keys
 
 
-def verify(manifest: Path, signature: bytes | None, cfg: RegistryConfig, where: str) -> str:
+def public_key_file(private_key: Path, directory: Path) -> Path:
+    """The public half of ``private_key`` written as PEM under ``directory`` (to verify with it)."""
+    from cryptography.hazmat.primitives import serialization
+
+    key = serialization.load_pem_private_key(Path(private_key).read_bytes(), password=None)
+    public = Path(directory) / "publisher.pub"
+    public.write_bytes(
+        key.public_key().public_bytes(
+            serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
+        )
+    )
+    return public
+
+
+def too_large(where: str, size: int) -> SignatureError:
+    """The refusal of a signature over ``MAX_SIGNATURE_BYTES`` (``size`` bytes), before reading it."""
+    return SignatureError(
+        where,
+        f"the signature is {size:,} bytes, over the {MAX_SIGNATURE_BYTES:,}-byte limit (quantgate writes "
+        "about 1,400); it was not read",
+        "re-publish the artifact from its gate report; the store's copy was altered",
+    )
+
+
+def verify(
+    manifest: Path,
+    signature: bytes | None,
+    cfg: RegistryConfig,
+    where: str,
+    *,
+    keys: tuple[Path, ...] | None = None,
+) -> str:
     """The ``key_id`` of the trusted key that signed ``manifest``'s bytes; SignatureError (naming
-    ``where``) when unsigned, malformed, or signed by no trusted key."""
+    ``where``) when unsigned, malformed, over ``MAX_SIGNATURE_BYTES``, or signed by no trusted key.
+
+    ``keys``: verify with these public keys instead of the fleet's trusted keys (publish checks
+    its own earlier statements with its own key).
+    """
     from model_signing import verifying
 
-    keys = trusted_keys(cfg)
+    keys = keys if keys is not None else trusted_keys(cfg)
     if signature is None:
         raise SignatureError(
             where,
             "the artifact is not signed (no manifest.sig)",
             "re-publish it with a quantgate that signs, with a key the fleet trusts",
         )
+    if len(signature) > MAX_SIGNATURE_BYTES:
+        raise too_large(where, len(signature))
     with tempfile.TemporaryDirectory(prefix="quantgate-verify-") as tmp:
         sig = Path(tmp) / SIGNATURE
         sig.write_bytes(signature)

@@ -3,7 +3,8 @@
 Publish and pull see a store as a base URI plus relative paths (``artifact/<file>``,
 ``reports/report.json``) and four verbs: digest a local file, upload (skipping what is
 already there intact where the store can tell, which makes a re-run resume), verify the
-store's copy, download.
+store's copy, download; and ``size``, so that a file can be refused by its size before a
+byte of it is read (a manifest's signature, a gate report).
 The scheme picks the implementation: ``s3://`` talks to S3 through boto3 directly (parallel,
 multipart, with SHA-256 checksums the store keeps); a local path or ``file://`` copies; any
 other scheme MLflow understands (``mlflow-artifacts:``, ``gs://``, ...) goes through MLflow's
@@ -44,6 +45,9 @@ class ArtifactStore(Protocol):
     def upload(self, files: dict[str, tuple[Path, Digest]], on_bytes: OnBytes) -> None:
         """Put ``files`` (relative path -> local file and digest) under the base URI; where the
         store can tell, a file already there with the same size and checksum is skipped."""
+
+    def size(self, rel: str) -> int | None:
+        """The stored file's size in bytes, None when it is not there (nothing is downloaded)."""
 
     def verify(self, expected: dict[str, Digest]) -> list[str]:
         """Problems with the store's copy of ``expected``; empty when every file is intact."""

@@ -34,7 +34,7 @@ def test_publish_json_then_pull_prints_only_the_path_and_refusals_exit_2(
         "pull", MODEL, "--target", "hopper-fp8", "--tenant", "chat", "--cache-dir", str(pull_cache), env=env
     )
     assert pulled.returncode == 0, pulled.stderr[-2000:]
-    assert pulled.stdout.splitlines() == [str(pull_cache.resolve() / "pull" / hopper["content_hash"])]
+    assert pulled.stdout.splitlines() == [str(pull_cache.resolve() / "pull" / hopper["manifest_sha256"])]
     assert Path(pulled.stdout.strip(), "model.safetensors").is_file()
 
     refused = _cli(

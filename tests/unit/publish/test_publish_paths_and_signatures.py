@@ -18,7 +18,7 @@ from quantgate.errors import (
     TamperedArtifactError,
 )
 from quantgate.hashing import FileEntry, content_hash, sha256_file
-from quantgate.publish import RegistryConfig, naming, publish_report, pull
+from quantgate.publish import RegistryConfig, approval, naming, publish_report, pull
 from quantgate.publish.local_store import local_path
 from quantgate.publish.signing import SIGNATURE, generate_key_pair, sign
 from support.artifacts import MODEL, installed_entries, write_artifact, write_report
@@ -86,13 +86,15 @@ def test_a_store_manifest_with_a_hostile_name_is_tampering_even_when_signed(
         naming.MANIFEST_SHA256,
         sha256_file(stored / MANIFEST).sha256,
     )
-    client.set_model_version_tag(
-        published.registered_model,
-        published.version,
-        naming.CONTENT_HASH,
-        content_hash({rel: FileEntry(**entry) for rel, entry in manifest["files"].items()}),
+    files = content_hash({rel: FileEntry(**entry) for rel, entry in manifest["files"].items()})
+    client.set_model_version_tag(published.registered_model, published.version, naming.CONTENT_HASH, files)
+    before = client.get_model_version(published.registered_model, published.version).tags[naming.APPROVAL]
+    statement = approval.Approval.model_validate_json(before).model_copy(
+        update={"manifest_sha256": sha256_file(stored / MANIFEST).sha256, "content_hash": files}
     )
-    with pytest.raises(TamperedArtifactError, match="manifest.json") as err:
+    for key, value in approval.sign(statement, registry).items():  # the approval re-signed too
+        client.set_model_version_tag(published.registered_model, published.version, key, value)
+    with pytest.raises(TamperedArtifactError, match="manifest.json: is not a valid manifest") as err:
         pull(MODEL, "hopper-fp8", "chat", registry, cache_dir=pull_cache)
     assert err.value.exit_code == 2
     assert installed_entries(pull_cache) == []
@@ -129,7 +131,7 @@ def test_no_trusted_keys_is_refused_and_a_removed_key_stops_serving_the_cache(
     rotated = tmp_path / "rotated.key"
     new_pub = generate_key_pair(rotated)
     only_new = registry.model_copy(update={"trusted_keys": (new_pub,)})
-    with pytest.raises(TamperedArtifactError, match="does not trust"):
+    with pytest.raises(SignatureError, match="does not trust"):  # the remembered approval, first
         pull(MODEL, "hopper-fp8", "chat", only_new, cache_dir=pull_cache, offline=True)
 
 

@@ -16,6 +16,7 @@ from quantgate.errors import (
     UsageError,
 )
 from quantgate.publish import publish_report, pull
+from quantgate.publish.dest import RECORD
 from quantgate.publish.local_store import local_path
 from quantgate.publish.signing import SIGNATURE
 from support.artifacts import MODEL, installed_entries, write_artifact, write_report
@@ -23,9 +24,14 @@ from support.artifacts import MODEL, installed_entries, write_artifact, write_re
 pytestmark = pytest.mark.unit
 
 
+def _placed(dest):
+    """The artifact's files in a --dest, without the record of what quantgate placed there."""
+    return {rel: entry for rel, entry in hash_files(dest).items() if rel != RECORD}
+
+
 def test_pull_installs_a_byte_identical_verified_copy(published, artifacts, registry, pull_cache):
     path = pull(MODEL, "hopper-fp8", "chat", registry, cache_dir=pull_cache)
-    assert path == pull_cache / "pull" / published.content_hash
+    assert path == pull_cache / "pull" / published.manifest_sha256
     assert hash_files(path) == hash_files(artifacts / "hopper-fp8")
     assert read_manifest(path) == read_manifest(artifacts / "hopper-fp8")
     assert not any((pull_cache / "pull" / ".partial").rglob("*.safetensors"))
@@ -62,7 +68,7 @@ def test_a_file_altered_in_the_store_is_caught_and_nothing_installed(published, 
         pull(MODEL, "hopper-fp8", "chat", registry, cache_dir=pull_cache)
     assert err.value.exit_code == 2 and "sha256" in str(err.value)
     assert installed_entries(pull_cache) == []
-    assert not (pull_cache / "pull" / ".partial" / published.content_hash / "model.safetensors").exists()
+    assert not (pull_cache / "pull" / ".partial" / published.manifest_sha256 / "model.safetensors").exists()
 
 
 def test_a_manifest_swapped_in_the_store_to_match_altered_files_is_caught(published, registry, pull_cache):
@@ -120,7 +126,7 @@ def test_an_interrupted_pull_resumes_keeping_verified_files(published, registry,
     with pytest.raises(OSError, match="injected"):
         pull(MODEL, "hopper-fp8", "chat", registry, cache_dir=pull_cache)
     assert installed_entries(pull_cache) == [] and len(copied) == 1
-    rel = copied[0].relative_to(pull_cache / "pull" / ".partial" / published.content_hash)
+    rel = copied[0].relative_to(pull_cache / "pull" / ".partial" / published.manifest_sha256)
     kept = copied[0].stat().st_ino
     monkeypatch.setattr(local_store, "copy_atomic", real_copy)
     path = pull(MODEL, "hopper-fp8", "chat", registry, cache_dir=pull_cache)
@@ -133,7 +139,7 @@ def test_dest_with_link_gets_hard_links_and_refuses_a_foreign_directory(
 ):
     dest = tmp_path / "serving" / "model"
     got = pull(MODEL, "hopper-fp8", "chat", registry, cache_dir=pull_cache, dest=dest, link=True)
-    assert got == dest and hash_files(dest) == hash_files(pull_cache / "pull" / published.content_hash)
+    assert got == dest and _placed(dest) == hash_files(pull_cache / "pull" / published.manifest_sha256)
     assert (dest / "model.safetensors").stat().st_nlink == 2
     assert pull(MODEL, "hopper-fp8", "chat", registry, cache_dir=pull_cache, dest=dest, link=True) == dest
     foreign = tmp_path / "home"

@@ -10,9 +10,15 @@ import pytest
 from quantgate.artifact import hash_files
 from quantgate.errors import TamperedArtifactError, UsageError
 from quantgate.publish import pull
+from quantgate.publish.dest import RECORD
 from support.artifacts import MODEL
 
 pytestmark = pytest.mark.unit
+
+
+def _placed(dest):
+    """The artifact's files in a --dest, without the record of what quantgate placed there."""
+    return {rel: entry for rel, entry in hash_files(dest).items() if rel != RECORD}
 
 
 def _flip_keeping_stat(path, at=1000):
@@ -78,7 +84,7 @@ def test_a_hostile_cache_index_cannot_name_a_path(published, registry, pull_cach
     victim.mkdir()
     (victim / "manifest.json").write_text("{}")
     for record in records.values():
-        record["content_hash"] = "../../victim"
+        record["manifest_sha256"] = "../../victim"
     index.write_text(json.dumps(records))
     with pytest.raises(UsageError, match="no cached pull"):
         pull(MODEL, "hopper-fp8", "chat", registry, cache_dir=pull_cache, offline=True)
@@ -90,16 +96,16 @@ def test_dest_is_a_copy_by_default_so_an_edit_there_never_reaches_the_cache(
 ):
     dest = tmp_path / "serving" / "model"
     assert pull(MODEL, "hopper-fp8", "chat", registry, cache_dir=pull_cache, dest=dest) == dest
-    entry = pull_cache / "pull" / published.content_hash
-    assert all((dest / rel).stat().st_ino != (entry / rel).stat().st_ino for rel in hash_files(dest))
+    entry = pull_cache / "pull" / published.manifest_sha256
+    assert all((dest / rel).stat().st_ino != (entry / rel).stat().st_ino for rel in _placed(dest))
     os.chmod(dest / "config.json", 0o644)
     (dest / "config.json").write_bytes(b'{"a": 2}')  # same size, edited in the destination
     assert hash_files(entry) == hash_files(artifacts / "hopper-fp8")
     # the next pull serves the cache's bytes and puts the destination right
     assert pull(MODEL, "hopper-fp8", "chat", registry, cache_dir=pull_cache, dest=dest) == dest
-    assert hash_files(dest) == hash_files(artifacts / "hopper-fp8")
+    assert _placed(dest) == hash_files(artifacts / "hopper-fp8")
     other = tmp_path / "other"
-    assert hash_files(
+    assert _placed(
         pull(MODEL, "hopper-fp8", "chat", registry, cache_dir=pull_cache, dest=other)
     ) == hash_files(artifacts / "hopper-fp8")
 
@@ -116,7 +122,7 @@ def test_link_shares_inodes_and_an_edit_through_them_is_refused_offline(
         pull(MODEL, "hopper-fp8", "chat", registry, cache_dir=pull_cache, offline=True)
     # online the entry is fetched again and the destination relinked to intact bytes
     pull(MODEL, "hopper-fp8", "chat", registry, cache_dir=pull_cache, dest=dest, link=True)
-    assert hash_files(dest) == hash_files(artifacts / "hopper-fp8")
+    assert _placed(dest) == hash_files(artifacts / "hopper-fp8")
 
 
 def test_a_full_disk_during_pull_is_transient_and_leaves_nothing_partial(published, registry, tmp_path):
@@ -129,7 +135,7 @@ def test_a_full_disk_during_pull_is_transient_and_leaves_nothing_partial(publish
         assert err.value.exit_code == 75 and "\n" not in str(err.value)
         assert "no space left" in str(err.value).lower() or "full" in str(err.value).lower()
         left = files_under(cache)
-        assert not [f for f in left if published.content_hash in f and not f.endswith(".lock")], left
+        assert not [f for f in left if published.manifest_sha256 in f and not f.endswith(".lock")], left
         assert not [f for f in left if f.startswith("pull/.records")], left
 
 

@@ -113,7 +113,7 @@ def test_an_object_altered_in_s3_is_caught_at_pull(s3_registry, tmp_path, moto, 
     moto.client().put_object(Bucket=moto.bucket, Key=key, Body=os.urandom(100_000))
     with pytest.raises(TamperedArtifactError, match="model.safetensors"):
         pull(MODEL, "hopper-fp8", "chat", s3_registry, cache_dir=pull_cache)
-    assert not any(p.name == outcome.content_hash for p in (pull_cache / "pull").iterdir())
+    assert not any(p.name == outcome.manifest_sha256 for p in (pull_cache / "pull").iterdir())
 
 
 def test_a_hand_made_alias_on_an_unverified_version_is_never_pulled(s3_registry, tmp_path, pull_cache):

@@ -439,6 +439,34 @@ def cells(kinds, shapes, ns, truths, designs, have_real: bool) -> list[Cell]:
     ]
 
 
+def table(rows: list[dict], before: list[dict] | None = None) -> str:
+    """The grid as Markdown: per (kind, shape, design) and n, the false-pass rate at the floor, then
+    P(pass) at half the tolerance and P(fail) at twice it; with ``before``, its false-pass rate too."""
+    cell = {(r["kind"], r["shape"], r["design"], r["n"], r["truth"]): r for r in rows}
+    old = {(r["kind"], r["shape"], r["design"], r["n"], r["truth"]): r for r in before or []}
+    ns = sorted({r["n"] for r in rows})
+    head = "| floor kind | shape | design | " + " | ".join(f"n = {n}" for n in ns) + " |"
+    lines = [head, "|" + " --- |" * (3 + len(ns))]
+    keys = sorted(
+        {(r["kind"], r["shape"], r["design"]) for r in rows}, key=lambda k: (list(KINDS).index(k[0]), k[1:])
+    )
+    for kind, shape, design in keys:
+        parts = []
+        for n in ns:
+            at = cell.get((kind, shape, design, n, "floor"))
+            half = cell.get((kind, shape, design, n, "half"))
+            double = cell.get((kind, shape, design, n, "double"))
+            was = old.get((kind, shape, design, n, "floor"))
+            text = f"{100 * at['pass']:.1f}" if at else "—"
+            if was:
+                text = f"{100 * was['pass']:.1f} → {text}"
+            if half or double:
+                text += f" ({100 * half['pass']:.0f} / {100 * double['fail']:.0f})" if half and double else ""
+            parts.append(text)
+        lines.append(f"| {kind} | {shape} | {design} | " + " | ".join(parts) + " |")
+    return "\n".join(lines)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--gate", choices=("new", "before"), default="new")
@@ -453,7 +481,18 @@ def main() -> None:
     parser.add_argument("--designs", default="fixed,sequential")
     parser.add_argument("--workers", type=int, default=os.cpu_count() or 1)
     parser.add_argument("--out", type=Path, default=None)
+    parser.add_argument(
+        "--table",
+        type=Path,
+        nargs="+",
+        default=None,
+        help="print the Markdown table of a result JSON (then an older one)",
+    )
     args = parser.parse_args()
+    if args.table:
+        results = [json.loads(p.read_text())["cells"] for p in args.table]
+        print(table(results[0], results[1] if len(results) > 1 else None))
+        return
     grid = cells(
         args.kinds.split(","),
         args.shapes.split(",") if args.shapes else None,

@@ -43,8 +43,8 @@ def decidable(watch: Watch, suite: LoadedSuite, source: SuiteResult) -> bool:
         p = plan(floor, measure, s, confidence=watch.confidence)
     except KeyError:  # items the source could not be evaluated on: the gate reports the error
         return True
-    if isinstance(p, str):  # no bound on this metric: the gate says why, on the items
-        return True
+    if isinstance(p, str):  # no bound at all (the source solves none of the items): the gate says
+        return False  # insufficient evidence whatever the artifact does
     return can_change_verdict(p, advisory=floor.advisory)
 
 

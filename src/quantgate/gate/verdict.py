@@ -375,8 +375,15 @@ def _not_run(floor: Floor, measure, suite: SuiteKind, source: dict, why: str, co
             s = _as_columns(suite, source)
             p = floor_step.plan(floor, measure, s, confidence=confidence)
         except KeyError:
-            p = "the source's records lack a field"
-        if not isinstance(p, str) and not floor_step.can_change_verdict(p, advisory=floor.advisory):
+            return result("not_run", f"not run: {why}")
+        if isinstance(p, str):  # no bound exists on these items whatever the artifact does
+            return result(
+                "insufficient_evidence",
+                f"insufficient evidence: not run ({why}); {p}",
+                evidence=f"{p} (known from the source: not run)",
+                powered=False,
+            )
+        if not floor_step.can_change_verdict(p, advisory=floor.advisory):
             return result(
                 "insufficient_evidence",
                 f"insufficient evidence: not run ({why}); power: {p.evidence}, an artifact equal to the "

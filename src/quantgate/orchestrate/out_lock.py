@@ -16,7 +16,8 @@ builds and evaluations are cached by content, not by directory.
 
 How: an ``flock`` on the lock file, which the kernel releases when the holding process ends,
 however it ends (``kill -9`` included), so a killed run never leaves a lock that blocks the next
-one; its holder record (``.quantgate-run.holder.json``: run id, pid, the pid's start time, host,
+one (its lock file stays, unlocked, and the next run locks it); a run that ends removes the lock
+file, and the directory too if the run made it and wrote nothing there. Its holder record (``.quantgate-run.holder.json``: run id, pid, the pid's start time, host,
 start) only names it in the refusal. Where the file system has no ``flock`` (some network and FUSE
 file systems), the record alone decides: a holder on this host whose pid no longer runs (or runs
 another process, told apart by its start time) is stale and replaced; a holder on another host
@@ -53,6 +54,7 @@ _NO_FLOCK = {errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOSYS, errno.EINVAL}
 class _Held:
     fd: int | None  # None where the file system has no flock (the record is the lock)
     holder: dict[str, object]
+    created: list[Path]  # directories this hold made, deepest first: removed again while empty
     depth: int = 1
 
 
@@ -124,7 +126,6 @@ def held(out: Path, run_id: str = "") -> Iterator[dict[str, object]]:
     """Hold ``out`` for the block (re-entrant in one process; ``run_id`` names the holder, and
     a nested hold with a run id fills it in); UsageError (exit 2) while another run holds it."""
     out = Path(out).resolve()
-    out.mkdir(parents=True, exist_ok=True)
     with _GUARD:
         mine = _HELD.get(out)
         if mine is not None:
@@ -145,19 +146,9 @@ def held(out: Path, run_id: str = "") -> Iterator[dict[str, object]]:
 
 
 def _acquire(out: Path, run_id: str) -> _Held:
-    fd: int | None = os.open(out / LOCK, os.O_RDWR | os.O_CREAT, 0o644)
-    assert fd is not None
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        os.close(fd)
-        raise _in_use(out, read_holder(out)) from None
-    except OSError as exc:
-        os.close(fd)
-        if exc.errno not in _NO_FLOCK:
-            raise
-        fd = None
-        _claim_by_record(out)
+    created = [d for d in (out, *out.parents) if not d.exists()]
+    out.mkdir(parents=True, exist_ok=True)
+    fd = _locked(out)
     holder = _holder(run_id)
     try:
         write_json(out / HOLDER, holder)
@@ -165,14 +156,50 @@ def _acquire(out: Path, run_id: str) -> _Held:
         if fd is not None:
             os.close(fd)
         raise
-    return _Held(fd, holder)
+    return _Held(fd, holder, created)
+
+
+def _locked(out: Path) -> int | None:
+    """The lock file's descriptor, flock-ed; None where there is no flock (the record decided).
+
+    The lock file is removed when a run ends, so the file locked must still be the one at the
+    path (another run may have removed it between our open and our lock): else try again."""
+    while True:
+        fd = os.open(out / LOCK, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            raise _in_use(out, read_holder(out)) from None
+        except OSError as exc:
+            os.close(fd)
+            if exc.errno not in _NO_FLOCK:
+                raise
+            _claim_by_record(out)
+            return None
+        try:
+            current = os.stat(out / LOCK).st_ino
+        except FileNotFoundError:
+            current = None
+        if current == os.fstat(fd).st_ino:
+            return fd
+        os.close(fd)
 
 
 def _release(out: Path, mine: _Held) -> None:
-    """Remove the record if it is still ours, then let the lock go (closing its descriptor)."""
+    """Remove the record and the lock file (still locked: a run waiting on the old file sees it
+    gone and locks a new one), let the lock go, and remove the directory if this hold made it
+    and nothing else was written there (a run refused for bad input leaves no --out)."""
     try:
         if read_holder(out) == mine.holder:
             (out / HOLDER).unlink(missing_ok=True)
+        if mine.fd is not None:
+            (out / LOCK).unlink(missing_ok=True)
     finally:
         if mine.fd is not None:
             os.close(mine.fd)
+    for directory in mine.created:
+        try:
+            directory.rmdir()  # only when empty
+        except OSError:
+            break

@@ -67,6 +67,16 @@ def test_a_killed_runs_lock_does_not_block_the_next(tmp_path):
         assert holder["run_id"] == "run-B" and holder["pid"] == os.getpid()
         assert out_lock.read_holder(tmp_path / "run") == holder
     assert out_lock.read_holder(tmp_path / "run") is None  # released: its record goes with it
+    assert not (tmp_path / "run" / out_lock.LOCK).exists()
+
+
+def test_a_run_that_writes_nothing_leaves_no_out(tmp_path):
+    """A run refused for bad input (before it plans) must leave no --out behind."""
+    from quantgate.orchestrate import out_lock
+
+    with out_lock.held(tmp_path / "new" / "run", "run-A"):
+        assert (tmp_path / "new" / "run" / out_lock.HOLDER).exists()
+    assert not (tmp_path / "new").exists()
 
 
 def test_the_lock_is_reentrant_in_one_process_and_a_nested_hold_names_the_run(tmp_path):

@@ -13,7 +13,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import BaseModel, ConfigDict, ValidationError, model_validator, with_config
+from typing_extensions import TypedDict
 
 from quantgate import bounded_json
 from quantgate.errors import ReportError
@@ -50,7 +51,34 @@ STATUS_TEXT = {
     "no_baseline": "no approved version",
     "not_run": "not run",
 }
-Metrics = dict[str, dict[str, dict[str, Any]]]  # "source" | artifact -> suite -> metric -> value
+Metrics = dict[str, dict[str, dict[str, float | None]]]  # "source" | artifact -> suite -> metric -> value
+
+
+# Open records whose keys the renderers read are typed (a wrongly typed one is refused at the file,
+# naming the field, instead of a TypeError inside a renderer); other keys are kept as written.
+@with_config(ConfigDict(extra="allow"))
+class EvaluatedNumerics(TypedDict, total=False):
+    """How one model was evaluated (``numerics.load.NumericsReport``; the gate writes ``mode: unknown``
+    where it has none)."""
+
+    mode: str
+    device: str
+    weights: str
+    activations: str
+    kv_cache: str
+    native_on: list[str]
+    notes: list[str]
+
+
+@with_config(ConfigDict(extra="allow"))
+class SequentialDesign(TypedDict, total=False):
+    """One suite's sequential evaluation (``evaluate.sequential``): items used, why it stopped, seconds."""
+
+    items_used: int
+    items_total: int
+    stopped: str
+    seconds: float
+    seconds_saved_estimate: float
 
 
 class _Frozen(BaseModel):
@@ -185,6 +213,15 @@ class TargetRepair(_Frozen):
         """Variants built (each also evaluated and gated once)."""
         return len(self.probes)
 
+    @model_validator(mode="after")
+    def _chosen_were_tried(self) -> TargetRepair:
+        """Each tenant's chosen k is a variant the search built (the report quotes its bytes)."""
+        tried = {p.k for p in self.probes}
+        for t in self.tenants:
+            if t.k is not None and t.k not in tried:
+                raise ValueError(f"tenant {t.tenant!r} chose k={t.k}, which no probe tried ({sorted(tried)})")
+        return self
+
 
 class Report(_Frozen):
     """report.json, schema version 3 (versions 1 and 2 still read: 2 without per-item records and
@@ -199,7 +236,7 @@ class Report(_Frozen):
     optional: list[str] = []
     verdicts: list[Verdict] = []
     approvals: dict[str, list[str]]  # artifact -> tenants it passed
-    numerics: dict[str, dict[str, Any]] = {}  # artifact -> how it was evaluated (native or emulated)
+    numerics: dict[str, EvaluatedNumerics] = {}  # artifact -> how it was evaluated (native or emulated)
     exit_code: int
     notes: list[str] = []
     sizes: dict[str, int | None] = {}  # "source" | artifact -> bytes on disk (cold-start cost)
@@ -216,7 +253,7 @@ class Report(_Frozen):
     repairs: list[TargetRepair] = []
     # quantgate eval --sequential: artifact -> suite -> items used and in all, why it stopped, seconds
     # taken and the estimate for every item (evaluate/sequential.py); empty: the fixed design
-    sequential: dict[str, dict[str, dict[str, Any]]] = {}
+    sequential: dict[str, dict[str, SequentialDesign]] = {}
     # artifact -> sha256 of its per-item records (records/<artifact>.json beside report.json, published
     # with its version): what a later release's regression floors are paired with
     records: dict[str, str] = {}

@@ -91,7 +91,7 @@ td.reason{font-size:12px;color:#57606a;max-width:48rem}img{max-width:100%}
 {% endfor %}</tbody></table>
 {% if sizes %}<h2>Size</h2>
 <table><thead><tr><th>model</th><th>bytes</th><th>vs source</th></tr></thead><tbody>
-{% for m, n in sizes.items() %}<tr><th>{{ m }}</th><td class="num">{{ n }} ({{ fmt_bytes(n) }})</td><td class="num">{% if sizes.get('source') and m != 'source' %}{{ '%.1f%%' % (100 * n / sizes.source) }}{% else %}—{% endif %}</td></tr>
+{% for m, n in sizes.items() %}<tr><th>{{ m }}</th>{% if n is none %}<td class="num">—</td><td class="num">—</td>{% else %}<td class="num">{{ n }} ({{ fmt_bytes(n) }})</td><td class="num">{% if sizes.get('source') and m != 'source' %}{{ '%.1f%%' % (100 * n / sizes.source) }}{% else %}—{% endif %}</td>{% endif %}</tr>
 {% endfor %}</tbody></table>{% endif %}
 {% if serving %}<h2>Serving</h2>
 <table id="serving"><thead><tr><th>artifact</th><th>engine</th><th>loads at TP</th><th>refused TP (first reason)</th></tr></thead><tbody>

@@ -17,6 +17,8 @@ an embedded SQLite registry whose file is absent has approved nothing.
 
 from __future__ import annotations
 
+import hashlib
+import json
 import tempfile
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -27,7 +29,7 @@ from pydantic import BaseModel, ConfigDict
 from quantgate.config.gates import Floor
 from quantgate.errors import ReportError, UsageError
 from quantgate.gate.verdict import Before
-from quantgate.report_schema import REPORT_JSON, BaselineRef, Report, read_report
+from quantgate.report_schema import RECORDS_DIR, REPORT_JSON, BaselineRef, Report, read_report
 from quantgate.safe_path import path_problem
 
 
@@ -119,8 +121,6 @@ def from_report_dir(report_dir: Path) -> Baselines:
 def records_beside(report_dir: Path, report: Report, artifact: str) -> dict[str, Any] | None:
     """An artifact's per-item records in a report directory (``records/<artifact>.json``), when they
     are the bytes the report names; else None."""
-    from quantgate.gate.run import RECORDS_DIR, read_records
-
     if artifact not in report.records or path_problem(artifact) is not None or "/" in artifact:
         return None
     return read_records(report_dir / RECORDS_DIR / f"{artifact}.json", report.records[artifact])
@@ -164,10 +164,13 @@ def _approved(
     from quantgate.publish.resolve import approved_versions
 
     found = []
-    for version in approved_versions(client, cfg, name, tmp):
+    for version in approved_versions(client, cfg, name, tmp, target=artifact):
         if build_key is not None and version.build_key == build_key:
             continue  # this artifact, approved by an earlier run of the same build: no baseline
         report, problem = _read(version.report, f"version {version.version} of {name}")
+        records = None
+        if report is not None and version.records is not None:
+            records = read_records(version.records, report.records.get(artifact))
         for tenant in version.tenants:
             ref = BaselineRef(
                 registered_model=name,
@@ -176,5 +179,20 @@ def _approved(
                 profile=report.profile if report is not None else None,
                 source_hash=report.source_hash if report is not None else None,
             )
-            found.append(Baseline(artifact=artifact, tenant=tenant, ref=ref, report=report, problem=problem))
+            found.append(
+                Baseline(
+                    artifact=artifact, tenant=tenant, ref=ref, report=report, problem=problem, records=records
+                )
+            )
     return found
+
+
+def read_records(path: Path, sha256: str | None) -> dict[str, Any] | None:
+    """``records/<artifact>.json``'s suites, when present and the bytes report.json names; else None."""
+    try:
+        data = Path(path).read_bytes()
+    except OSError:
+        return None
+    if sha256 is None or hashlib.sha256(data).hexdigest() != sha256:
+        return None
+    return json.loads(data).get("suites")

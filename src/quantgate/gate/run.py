@@ -23,7 +23,7 @@ from quantgate.config.targets import Catalog
 from quantgate.errors import InputError, UsageError
 from quantgate.gate.baseline import Baselines, from_registry, from_report_dir
 from quantgate.gate.verdict import Results, gate, no_evidence
-from quantgate.report_schema import REPORT_JSON, Report
+from quantgate.report_schema import RECORDS_DIR, REPORT_JSON, Report
 from quantgate.serving.table import ServingTable
 from quantgate.suggest import did_you_mean
 
@@ -168,26 +168,12 @@ def gate_results(
     )
 
 
-RECORDS_DIR = "records"  # beside report.json: records/<artifact>.json, each artifact's per-item results
-
-
 def records_payload(results: Results, artifact: str) -> bytes:
     """An artifact's per-item results on every suite, as the bytes written beside its report and
     published with its version: what a later release's regression floors are paired with. Canonical
     (sorted keys, no spaces), so their sha256 in report.json identifies them."""
     body = {"artifact": artifact, "suites": results.get(artifact, {})}
     return json.dumps(body, sort_keys=True, separators=(",", ":"), default=str).encode()
-
-
-def read_records(path: Path, sha256: str | None) -> dict[str, Any] | None:
-    """``records/<artifact>.json``'s suites, when present and the bytes report.json names; else None."""
-    try:
-        data = Path(path).read_bytes()
-    except OSError:
-        return None
-    if sha256 is None or hashlib.sha256(data).hexdigest() != sha256:
-        return None
-    return json.loads(data).get("suites")
 
 
 def build_key(results: Results, artifact: str) -> str | None:

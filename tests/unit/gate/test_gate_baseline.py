@@ -53,9 +53,9 @@ def _gate(e1: Path, policy: Path, repo_root: Path, **kw):
     return gate_results(e1, policy, repo_root, model_class="draft", **kw)
 
 
-def _publish(report, tmp_path: Path, registry: RegistryConfig) -> None:
+def _publish(report, tmp_path: Path, registry: RegistryConfig, results: Path) -> None:
     out = tmp_path / "R1"
-    path = write_report_json(report, out)
+    path = write_report_json(report, out, results)  # with records/<artifact>.json, published too
     artifacts = tmp_path / "artifacts"
     for target in report.approvals:  # stand-ins for the built artifacts: real manifests over their bytes
         write_artifact(artifacts / target, target, {"model.safetensors": target.encode() * 1000})
@@ -75,7 +75,7 @@ def test_first_release_then_deltas_then_a_regression_fails(e1, repo_root, policy
     assert regression.status == "no_baseline" and regression.passed is None
     assert "no approved version" in regression.reason
     assert _verdict(first, "hopper-fp8", "serving").verdict == "pass"  # a first release is not blocked
-    _publish(first, tmp_path, registry)
+    _publish(first, tmp_path, registry, e1)
 
     # a second gate of the same evaluation: every floor compared with the approved version
     second = _gate(e1, policy, repo_root, registry=registry)
@@ -83,8 +83,9 @@ def test_first_release_then_deltas_then_a_regression_fails(e1, repo_root, policy
     assert served.baseline is not None and served.baseline.version == "1"
     assert served.baseline.registered_model == f"{second.model}.hopper-fp8"
     level, regression = served.floors
-    assert level.before == level.estimate and level.delta == 0.0
+    assert level.before == level.estimate and level.delta == 0.0  # from the records it was published with
     assert regression.status == "pass" and regression.estimate == 0.0 and regression.mde is not None
+    assert "paired" in regression.paired_with  # item by item, against the approved version's records
     assert served.verdict == "pass"
     text = render_markdown(second)
     assert "## Against what is serving" in text
@@ -167,7 +168,7 @@ def test_quantgate_gate_reads_the_registry_from_the_environment(e1, repo_root, p
     )
     assert offline.returncode == 0, offline.stderr[-2000:]
     report = json.loads((tmp_path / "R2" / "report.json").read_text())
-    assert report["schema_version"] == 2 and report["baselines_from"].startswith("--previous ")
+    assert report["schema_version"] == 3 and report["baselines_from"].startswith("--previous ")
 
 
 def test_a_version_of_this_very_build_is_no_baseline(e1, repo_root, policy, registry, tmp_path):
@@ -177,7 +178,7 @@ def test_a_version_of_this_very_build_is_no_baseline(e1, repo_root, policy, regi
     first = _gate(e1, policy, repo_root)
     builds = {a: "ef" * 32 for a in first.approvals}  # the build key write_artifact records
     before = from_registry(registry, first.model, builds)
-    _publish(first, tmp_path, registry)
+    _publish(first, tmp_path, registry, e1)
     after = from_registry(registry, first.model, builds)
     assert after == before and after.found == []
     # the flow learns its artifacts in the order their builds finish: any order, the same answer

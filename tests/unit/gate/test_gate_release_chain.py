@@ -128,3 +128,44 @@ def test_records_that_are_not_what_the_report_names_are_not_used(e1, repo_root, 
     edit(link / "records" / "hopper-fp8.json", lambda r: r.update(artifact="tampered"))
     served = next(v for v in _gate(e1, policy, repo_root, link).verdicts if v.artifact == "hopper-fp8")
     assert "against" in served.floors[1].paired_with  # by value: the records' sha256 does not match
+
+
+def _release(e1: Path, tmp_path: Path, i: int) -> Path:
+    """e1 as release ``i``: the same evaluation of artifacts with other build keys (a new checkpoint
+    that happens to evaluate identically), so the registry takes each as a new version."""
+    results = Path(shutil.copytree(e1, tmp_path / f"E{i}"))
+    for path in results.glob("*/*.json"):
+        if path.parent.name != "source":
+            edit(path, lambda r: r.update(build_key=f"{r.get('build_key')}-r{i}"))
+    return results
+
+
+def test_the_same_chain_through_the_registry(e1, repo_root, policy, tmp_path):
+    from quantgate.publish import RegistryConfig, publish_report
+    from support.artifacts import write_artifact
+
+    registry = RegistryConfig.local(tmp_path / "registry")
+    seen, bad = [], _damaged(e1, tmp_path)
+    for i in range(1, 5):
+        results = _release(e1, tmp_path, i)
+        report = gate_results(
+            results, policy, repo_root, model_class="draft", tenants=["served"], registry=registry
+        )
+        seen.append(_statuses(report))
+        if i > 1:  # a damaged copy fails against every approved version along the chain
+            worse = gate_results(
+                bad, policy, repo_root, model_class="draft", tenants=["served"], registry=registry
+            )
+            hopper = next(v for v in worse.verdicts if v.artifact == "hopper-fp8")
+            assert [f.status for f in hopper.floors[1:]] == ["fail", "fail"], i
+        path = write_report_json(report, tmp_path / f"R{i}", results)
+        artifacts = tmp_path / f"A{i}"
+        for target in report.approvals:
+            write_artifact(artifacts / target, target, {"model.safetensors": f"{target}{i}".encode() * 1000})
+        publish_report(path, artifacts, registry)
+    assert seen[1] == seen[2] == seen[3]  # the first has nothing to compare with
+    hopper = seen[3][("hopper-fp8", "served")]
+    assert hopper == (
+        "pass",
+        ["kld_mean max pass", "kld_mean max_regression pass", "top1_agreement max_regression pass"],
+    )

@@ -22,6 +22,9 @@ from quantgate.serving.table import ServingTable
 
 SCHEMA_VERSION = 3
 REPORT_JSON = "report.json"
+# beside report.json: records/<artifact>.json, each artifact's per-item results, named by sha256 in the
+# report's ``records`` and published with its version (what a later regression is paired with)
+RECORDS_DIR = "records"
 # A report of four targets, six tenants and the full profile's per-item sequential estimates is
 # under 2 MB; a report.json (one from the registry included) is read within these bounds (size
 # before a byte is read, nesting depth and integer length while parsing): a report nested

@@ -13,6 +13,7 @@ from quantgate.errors import UsageError
 ALIAS_PREFIX = "approved-"
 ARTIFACT_PATH = "artifact"  # the artifact directory inside the run's artifacts
 REPORTS_PATH = "reports"  # report.json / .md / .html inside the run's artifacts
+MAX_RECORDS_BYTES = 256 * 10**6  # a version's records are read whole: a full profile's are ~10 MB
 EXPERIMENT_PREFIX = "quantgate/"
 
 # Tags. Model versions carry all but REGISTERED_MODEL and the gate's (APPROVED_TENANTS, GATE) are

@@ -11,11 +11,13 @@ Every cell draws ``--runs`` evaluations of n items from a finite population whos
 known exactly (the floor, or 0, 1/2 or 2x the floor's tolerance away from no change), writes them
 as the per-item records a suite writes, and decides the floor as the gate does:
 
-- ``--gate new`` (this tree): the fixed design is ``floor.plan`` -> ``floor.measure`` ->
-  ``floor.decide`` on the records' columns (``verdict._aligned``), exactly what ``evaluate_floor``
-  composes, without the reported ends a decision does not need; the sequential design checks
-  ``sequence.check`` after every batch of 4 items and stops at the first decision, else decides
-  on every item at ``sequence.final_confidence``.
+- ``--gate new`` (this tree): the population's records become the suite's own columns once
+  (``SuiteKind.columns``); each run resamples rows and decides as the gate does: the fixed design
+  is ``floor.plan`` -> ``floor.measure`` -> ``floor.decide``, exactly what ``evaluate_floor``
+  composes, without the reported ends a decision does not need; the sequential design runs
+  ``sequence.linearize`` and ``sequence.decide`` (what ``sequence.check`` runs) after every batch
+  of 4 items and stops at the first decision, else decides on every item at
+  ``sequence.final_confidence``.
 - ``--gate before`` (an older tree on PYTHONPATH): its ``evaluate_floor`` on the records, and its
   ``sequence.check`` the same way, for the grid before this change.
 
@@ -322,17 +324,59 @@ def _suites():
     return project_suites(Catalog(ROOT))
 
 
-def decide_new(suite, floor, src: dict, art: dict, old: dict | None, confidence: float) -> str:
-    """The gate's fixed-design decision (this tree): plan, measure (no reported ends), decide."""
-    from quantgate.gate import floor as step
-    from quantgate.gate.verdict import Before, _aligned
+@dataclass
+class Columns:
+    """A population's records as the suite's own columns (``SuiteKind.columns`` of every record,
+    computed once), so that a run resamples rows instead of rebuilding records."""
 
-    aligned = _aligned(suite, src, art, old)
-    if isinstance(aligned, str):
-        return "missing"
-    a, s, o, _ = aligned
-    before = Before("v1", None, None, old) if floor.kind == "max_regression" else None
-    p = step.plan(floor, suite.metrics()[floor.metric], s, confidence=confidence, before=before, old=o)
+    source: dict[str, np.ndarray]
+    artifact: dict[str, np.ndarray]
+    old: dict[str, np.ndarray] | None
+
+    @classmethod
+    def of(cls, suite, pop: Population) -> Columns:
+        from quantgate.gate.sequence import ordered_columns
+
+        return cls(
+            ordered_columns(suite, pop.source),
+            ordered_columns(suite, pop.artifact),
+            ordered_columns(suite, pop.old) if pop.old is not None else None,
+        )
+
+    @staticmethod
+    def take(cols: dict[str, np.ndarray], idx: np.ndarray) -> dict[str, np.ndarray]:
+        return {k: v[idx] for k, v in cols.items()}
+
+
+def run_new(suite, floor, cols: Columns, idx: np.ndarray, design: str) -> str:
+    """This tree's gate on one draw: the sequential design's early looks (``sequence.linearize`` and
+    ``sequence.decide`` after every batch, as ``sequence.check`` runs them), then the fixed design's
+    ``floor.plan`` -> ``floor.measure`` -> ``floor.decide`` (as ``evaluate_floor`` composes them,
+    without the reported ends a decision does not need)."""
+    from quantgate.gate import floor as step
+    from quantgate.gate import sequence
+    from quantgate.gate.verdict import Before
+
+    measure = suite.metrics()[floor.metric]
+    a, s = Columns.take(cols.artifact, idx), Columns.take(cols.source, idx)
+    o = Columns.take(cols.old, idx) if cols.old is not None else None
+    confidence = CONFIDENCE
+    if design == "sequential":
+        if floor.kind != "max_regression":
+            alpha = sequence.early_alpha(CONFIDENCE)
+            for used in range(BATCH, len(idx) + 1, BATCH):
+                head = {k: v[:used] for k, v in a.items()}
+                lin = sequence.linearize(
+                    floor.kind, floor.value, measure, head, Columns.take(s, slice(0, used)), s
+                )
+                if isinstance(lin, str):
+                    break
+                got = sequence.decide(lin, alpha, ends=False)
+                if got.decision != "undecided":
+                    return got.decision
+        confidence = sequence.final_confidence(CONFIDENCE)
+    before = Before("v1", None, None, {}) if floor.kind == "max_regression" else None
+    p = step.plan(floor, measure, s, confidence=confidence, before=before, old=o)
     if isinstance(p, str):
         return "insufficient_evidence"
     return step.decide(p, step.measure(p, a, s, o, ends=False), advisory=floor.advisory).status
@@ -362,11 +406,12 @@ def _columns(suite, result: dict, source: dict):
     return cols(result), cols(source)
 
 
-def one_run(gate: str, suite, floor, pop: Population, n: int, design: str, rng) -> str:
-    """One simulated evaluation of n items: the floor's status under the design."""
+def run_before(suite, floor, pop: Population, idx: np.ndarray, design: str) -> str:
+    """An older tree's gate on one draw, from the records: its ``sequence.check`` after every batch,
+    then its ``evaluate_floor``."""
     from quantgate.gate import sequence
 
-    idx = rng.integers(0, len(pop.artifact), n)
+    n = len(idx)
 
     def pick(records):
         return [{**records[j], "item": i} for i, j in enumerate(idx)]
@@ -374,14 +419,13 @@ def one_run(gate: str, suite, floor, pop: Population, n: int, design: str, rng) 
     src = {"samples": pick(pop.source)}
     art = {"samples": pick(pop.artifact)}
     old = {"samples": pick(pop.old)} if pop.old is not None else None
-    decide = decide_new if gate == "new" else decide_before
     if design == "sequential" and floor.kind != "max_regression":
         for used in range(BATCH, n + 1, BATCH):
             got = sequence.check(floor, suite, src, art["samples"][:used], CONFIDENCE)
             if not isinstance(got, str) and got.decision != "undecided":
                 return got.decision
     confidence = sequence.final_confidence(CONFIDENCE) if design == "sequential" else CONFIDENCE
-    return decide(suite, floor, src, art, old, confidence)
+    return decide_before(suite, floor, src, art, old, confidence)
 
 
 @dataclass(frozen=True)
@@ -408,10 +452,15 @@ def run_cell(args: tuple[Cell, str, int, str | None]) -> dict:
     suite = _suites()[pop.suite]
     floor = Floor(suite=pop.suite, **pop.floor)
     run_rng = np.random.default_rng([seed, cell.n, 1 if cell.design == "sequential" else 0])
+    cols = Columns.of(suite, pop) if gate == "new" else None
     started = time.perf_counter()
     counts: dict[str, int] = {}
     for _ in range(runs):
-        status = one_run(gate, suite, floor, pop, cell.n, cell.design, run_rng)
+        idx = run_rng.integers(0, len(pop.artifact), cell.n)
+        if cols is not None:
+            status = run_new(suite, floor, cols, idx, cell.design)
+        else:
+            status = run_before(suite, floor, pop, idx, cell.design)
         counts[status] = counts.get(status, 0) + 1
     passed = counts.get("pass", 0) / runs
     return {

@@ -75,7 +75,7 @@ def write_report(
         "verdicts": verdicts,
         "exit_code": exit_code,
         "metrics": {
-            a: {"wikitext": {"perplexity": 10.5, "kld_mean": 0.01, "note": "text"}} for a in approvals
+            a: {"wikitext": {"perplexity": 10.5, "kld_mean": 0.01, "note": None}} for a in approvals
         },
     }
     (directory / "report.json").write_text(json.dumps(report))

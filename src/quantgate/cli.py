@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import errno
 import json
+import math
 import os
 import sys
 from pathlib import Path
@@ -712,6 +713,10 @@ def run(
     from quantgate.orchestrate.run import run_flow
     from quantgate.report.console import print_table, verdict_table
 
+    if not math.isfinite(step_timeout) or step_timeout <= 0:  # click reads "inf" and "nan" as floats
+        raise UsageError(
+            "--step-timeout", f"{step_timeout} is not a time limit", "pass a finite number of seconds above 0"
+        )
     _out_dir(out, "--out")
     outcome, state = run_flow(
         checkpoint=checkpoint,

@@ -212,3 +212,19 @@ def test_an_alias_bomb_recipe_is_refused_when_its_target_is_read(repo_root, tmp_
     recipe.write_text(recipe.read_text() + stage)
     with pytest.raises(ConfigFileError, match=f"{re.escape(str(recipe))}:\\d+: its aliases expand"):
         Catalog(root).target("hopper-fp8")
+
+
+def test_a_suite_with_an_infinite_sandbox_timeout_is_refused_naming_its_line(repo_root, tmp_path):
+    """Before: accepted, then every HumanEval item crashed mid-evaluation (math.ceil(inf))."""
+    from quantgate.evaluate.suites import load_suite
+
+    text = (repo_root / "eval_suites" / "humaneval.yaml").read_text()
+    assert "sandbox: {timeout_s: 10," in text
+    path = _write(
+        tmp_path / "eval_suites" / "humaneval.yaml", text.replace("timeout_s: 10,", "timeout_s: .inf,")
+    )
+    line = next(i for i, row in enumerate(path.read_text().splitlines(), 1) if "timeout_s: .inf" in row)
+    with pytest.raises(
+        ConfigFileError, match=f"{re.escape(str(path))}:{line}: '.inf' is not a finite number"
+    ):
+        load_suite(path)

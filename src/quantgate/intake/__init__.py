@@ -5,12 +5,14 @@ naming the file, the problem and the fix; ``confirm(record)`` checks that the ch
 holds the files an earlier intake recorded (what a run's later steps do instead of intake).
 Modules, in the order intake uses them: ``tree`` (directory entries: symlinks, pickles, code,
 names; content hash), ``bounded_json`` (every JSON file read within size, depth and integer
-bounds), ``architecture`` (config.json, remote code, shapes against a meta-device skeleton),
-``chat_template`` (templates parsed and rendered in transformers' sandbox), ``weights`` (the one
-file set, shard index, tensor inventory, source dtypes, NaN/Inf scan), ``safetensors_header``
+bounds, every number finite), ``architecture`` (config.json, remote code, shapes against a
+meta-device skeleton), ``chat_template`` (templates parsed and rendered in transformers' sandbox,
+in a child under CPU and memory limits: ``bounded_child``), ``weights`` (the one file set, a shard
+index naming every tensor, tensor inventory, source dtypes, NaN/Inf scan), ``safetensors_header``
 (strict header reader), ``bounds`` (config counts bounded by the tensors present, before any
-model is built), ``completeness`` (every declared tensor present, nothing extra), ``stat_cache``,
-``record``.
+model is built), ``tokenizer_files`` (tokenizer files bounded and loaded in a bounded child, their
+regexes probed by ``regex_probes``, every token id a row of the embedding), ``completeness``
+(every declared tensor present, nothing extra), ``stat_cache``, ``record``.
 """
 
 from quantgate.hashing import FileEntry

@@ -1,97 +1,56 @@
-"""JSON written by whoever made the checkpoint, read within bounds: file size, nesting depth, integer length.
+"""The bounds of the JSON a checkpoint holds: the shared bounded reader, checkpoint size limits,
+and every number finite.
 
 Every JSON document intake reads (config.json and the other ``*config.json`` files, the shard
-index, each safetensors header, ``chat_template.json``) comes from the checkpoint's author.
-Python's parser fails on hostile input in ways that are not ``JSONDecodeError``: nesting deeper
-than the interpreter's recursion limit raises ``RecursionError``, an integer of more than 4,300
-digits raises ``ValueError`` (CPython's int-to-string limit), and a file is read whole however
-large it is. Here each of those is one refusal with its own sentence, and values that parse but
-nest deeper than any real checkpoint file does are refused too, so that code reading the value
-later (transformers' config classes recurse through sub-configs) never meets them.
+index, each safetensors header, the tokenizer's files) comes from the checkpoint's author, and is
+read by ``quantgate.bounded_json`` within size, depth and integer bounds. Intake adds the size
+limit of each kind of file, and one more bound: every number must be finite. Python's parser
+takes ``NaN``, ``Infinity`` and ``1e999`` (which becomes ``inf``) without a word, and a
+``rope_theta`` of NaN built an artifact whose every k/v scale was NaN.
 """
 
 from __future__ import annotations
 
-import json
-import os
+import math
 from collections.abc import Callable, Iterable
-from pathlib import Path
 from typing import Any
 
-# Real checkpoint files nest 4-6 levels (a multimodal config's sub-configs, rope parameters, a
-# chat template list); 32 leaves room for any of them and is far below the recursion limit.
-MAX_DEPTH = 32
-# No size, count or byte offset needs more than 2**64's 20 digits, but transformers writes
-# tokenizer_config.json's model_max_length as int(1e30), 31 digits; far below CPython's 4,300.
-MAX_INT_DIGITS = 40
+from quantgate import bounded_json as shared
+from quantgate.bounded_json import MAX_DEPTH, MAX_INT_DIGITS, JsonRefused, read_bytes
+
+__all__ = [
+    "CONFIG_BYTES",
+    "INDEX_BYTES",
+    "MAX_DEPTH",
+    "MAX_INT_DIGITS",
+    "SIDE_CONFIG_BYTES",
+    "JsonRefused",
+    "parse",
+    "read_bytes",
+]
 
 CONFIG_BYTES = 1024**2  # config.json: real ones are under 50 kB
 SIDE_CONFIG_BYTES = 16 * 1024**2  # tokenizer_config.json and kin: chat templates, added tokens
 INDEX_BYTES = 64 * 1024**2  # a shard index: DeepSeek-V3's 90,000 tensor names take 9 MB
 
 
-class JsonRefused(ValueError):
-    """The document breaks a bound; ``problem`` says which, in words for an error message."""
-
-    def __init__(self, problem: str) -> None:
-        self.problem = problem
-        super().__init__(problem)
-
-
-class _LongInteger(Exception):
-    def __init__(self, digits: int) -> None:
-        self.digits = digits
-
-
-def _bounded_int(text: str) -> int:
-    digits = len(text.lstrip("-"))
-    if digits > MAX_INT_DIGITS:
-        raise _LongInteger(digits)
-    return int(text)
-
-
 def parse(text: str | bytes, object_pairs_hook: Callable[[list[tuple[str, Any]]], Any] | None = None) -> Any:
-    """``json.loads`` within the bounds; ``JsonRefused`` when one is broken.
-
-    ``json.JSONDecodeError`` (malformed JSON) passes through for the caller to word.
-    """
-    try:
-        value = json.loads(text, parse_int=_bounded_int, object_pairs_hook=object_pairs_hook)
-    except RecursionError:
-        raise JsonRefused(
-            f"nested deeper than Python's JSON parser can follow (at most {MAX_DEPTH} levels allowed)"
-        ) from None
-    except _LongInteger as exc:
-        raise JsonRefused(
-            f"holds an integer of {exc.digits:,} digits (at most {MAX_INT_DIGITS} allowed)"
-        ) from None
-    depth = _depth(value)
-    if depth > MAX_DEPTH:
-        raise JsonRefused(f"nested {depth} levels deep (at most {MAX_DEPTH} allowed)")
+    """``quantgate.bounded_json.parse``, and ``JsonRefused`` for a number that is not finite."""
+    value = shared.parse(text, object_pairs_hook=object_pairs_hook)
+    number = _first_non_finite(value)
+    if number is not None:
+        raise JsonRefused(f"holds the number {number}, which is not finite (every number must be)")
     return value
 
 
-def _depth(value: Any) -> int:
-    """Nesting depth of a parsed value, walked without recursion."""
-    deepest, stack = 0, [(value, 1)]
+def _first_non_finite(value: Any) -> str | None:
+    """``nan``, ``inf`` or ``-inf`` when the parsed value holds one, walked without recursion."""
+    stack = [value]
     while stack:
-        item, level = stack.pop()
+        item = stack.pop()
+        if isinstance(item, float) and not math.isfinite(item):
+            return repr(item)
         if isinstance(item, dict | list):
             children: Iterable[Any] = item.values() if isinstance(item, dict) else item
-        else:
-            continue
-        deepest = max(deepest, level)
-        stack.extend((child, level + 1) for child in children)
-    return deepest
-
-
-def read_bytes(path: Path, max_bytes: int) -> bytes:
-    """The file's bytes; ``JsonRefused`` when it holds more than ``max_bytes`` (nothing more is read)."""
-    with open(path, "rb") as fh:
-        size = os.fstat(fh.fileno()).st_size
-        data = fh.read(max_bytes + 1) if size <= max_bytes else b""
-    if size > max_bytes or len(data) > max_bytes:
-        raise JsonRefused(
-            f"is {max(size, len(data)):,} bytes, over the {max_bytes:,}-byte limit for this file"
-        )
-    return data
+            stack.extend(children)
+    return None

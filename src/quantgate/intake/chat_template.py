@@ -10,30 +10,41 @@ engine). Intake finds such a template first, among every one the tokenizer would
 - parsed: a syntax error is refused, and so is any attribute the sandbox refuses to hand out
   (names starting with an underscore, and Python's internal attributes such as ``mro``), found
   in the syntax tree so that a branch the sample conversation does not reach is caught too;
-- rendered by transformers' own sandboxed environment on a short conversation, within a time
-  limit: a template the sandbox stops, or one that does not finish, is refused. A template that
-  merely declines the sample (``raise_exception`` on a role it does not support) is not.
+- rendered by transformers' own sandboxed environment on the one-turn conversation evaluation
+  renders and on a short exchange: a template the sandbox stops is refused, and so is one that
+  fails on those ordinary messages in any other way (division by zero, endless recursion, an
+  undefined value): evaluation would crash on it. A template that declines a conversation on
+  purpose (``raise_exception``, say on a role it does not support) is not refused.
+
+Parsing, compiling and rendering all happen in a forked child under CPU-time and address-space
+limits, killed at a wall-clock deadline (``bounded_child``): a template that computes a huge
+number or string, in one C call or while Jinja folds constants at compile time, is refused
+naming the limit it hit, at a bounded cost.
 """
 
 from __future__ import annotations
 
-import sys
-import time
 from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 from quantgate.errors import CheckpointConfigError
-from quantgate.intake import bounded_json
+from quantgate.intake import bounded_child, bounded_json
 from quantgate.intake.architecture import read_json
+from quantgate.intake.tree import excerpt
 
-RENDER_SECONDS = 5.0  # real templates render a short conversation in milliseconds
-_SAMPLE = [
-    {"role": "user", "content": "What is 12 plus 30?"},
-    {"role": "assistant", "content": "42."},
-    {"role": "user", "content": "Thank you."},
-]
+# Real templates render a short conversation in milliseconds and a few MB. The wall-clock limit
+# leaves room for a machine whose cores are busy; CPU time is what the template is allowed.
+LIMITS = bounded_child.Limits(cpu_seconds=5, memory_bytes=512 * 1024**2, wall_seconds=30.0)
+# what evaluation renders (one user turn, generation prompt), and a short exchange
+_CONVERSATIONS = (
+    [{"role": "user", "content": "What is 12 plus 30?"}],
+    [
+        {"role": "user", "content": "What is 12 plus 30?"},
+        {"role": "assistant", "content": "42."},
+        {"role": "user", "content": "Thank you."},
+    ],
+)
 _FIX = "replace the chat template with the one the model was released with"
 
 
@@ -96,28 +107,84 @@ def _read_text(root: Path, rel: str) -> str:
 
 
 def _check_one(path: Path, what: str, text: str, tokens: dict[str, Any]) -> None:
+    """Parse, scan and render ``text`` in a bounded child (``bounded_child``); refuse what it reports.
+
+    The parent never parses or compiles the template itself: Jinja folds constant expressions while
+    compiling (``{{ 10 ** 100000000 }}`` is computed there, in one C call), and its parser recurses
+    on nesting, so both happen under the child's limits.
+    """
+    outcome = bounded_child.run(lambda: _verdict(text, tokens), LIMITS)
+    if outcome.failure in ("cpu", "wall"):
+        raise CheckpointConfigError(
+            path,
+            f"{what} did not finish rendering a short conversation within {LIMITS.cpu_seconds} s of CPU time "
+            f"(stopped: {outcome.detail})",
+            _FIX,
+        )
+    if outcome.failure == "memory":
+        raise CheckpointConfigError(
+            path,
+            f"{what} needed more than {LIMITS.memory_bytes // 1024**2:,} MiB to render a short conversation",
+            _FIX,
+        )
+    if outcome.failure is not None:  # an exception on ordinary messages: evaluation would crash on it
+        raise CheckpointConfigError(
+            path,
+            f"{what} cannot render an ordinary conversation ({excerpt(outcome.detail, 200, quote=False)}): "
+            "evaluation would fail on it",
+            _FIX,
+        )
+    kind, *details = outcome.value
+    if kind == "syntax":
+        line, message = details
+        raise CheckpointConfigError(
+            path, f"{what} is not valid Jinja (line {line}: {excerpt(message, 200, quote=False)})", _FIX
+        )
+    if kind == "unsafe":
+        name, line = details
+        raise CheckpointConfigError(
+            path,
+            f"{what} reads the attribute {excerpt(name)} (line {line}), which the Jinja sandbox "
+            "refuses: a template reaching into Python internals",
+            _FIX,
+        )
+    if kind == "sandbox":
+        raise CheckpointConfigError(
+            path, f"{what} is refused by the Jinja sandbox ({excerpt(details[0], 200, quote=False)})", _FIX
+        )
+
+
+def _verdict(text: str, tokens: dict[str, Any]) -> tuple[Any, ...]:
+    """In the child: ``("ok",)``, or what is wrong, as ``(kind, details...)``; an exception the
+    template raises on ordinary messages propagates (the parent refuses it, naming it)."""
     import jinja2
     from jinja2 import nodes
-    from transformers.utils.chat_template_utils import _compile_jinja_template
+    from transformers.utils.chat_template_utils import _compile_jinja_template, render_jinja_template
 
-    # transformers' environment (its {% generation %} tag, loop controls), to parse without compiling
+    # transformers' environment (its {% generation %} tag, loop controls), to parse before compiling
     environment = _compile_jinja_template("").environment
     try:
         tree = environment.parse(text)
     except jinja2.TemplateSyntaxError as exc:
-        raise CheckpointConfigError(
-            path, f"{what} is not valid Jinja (line {exc.lineno}: {exc.message})", _FIX
-        ) from None
+        return ("syntax", exc.lineno, exc.message or "")
     for node in tree.find_all((nodes.Getattr, nodes.Filter)):
         name = node.attr if isinstance(node, nodes.Getattr) else _attr_filter_argument(node)
         if name is not None and _unsafe(name):
-            raise CheckpointConfigError(
-                path,
-                f"{what} reads the attribute '{name}' (line {node.lineno}), which the Jinja sandbox "
-                "refuses: a template reaching into Python internals",
-                _FIX,
+            return ("unsafe", name, node.lineno)
+    for conversation in _CONVERSATIONS:
+        try:
+            render_jinja_template(
+                conversations=[conversation], chat_template=text, add_generation_prompt=True, **tokens
             )
-    _render(path, what, text, tokens)
+        except jinja2.exceptions.SecurityError as exc:
+            return ("sandbox", str(exc))
+        except jinja2.TemplateSyntaxError as exc:
+            return ("syntax", exc.lineno, exc.message or "")
+        except jinja2.exceptions.TemplateError as exc:
+            if type(exc) is not jinja2.exceptions.TemplateError:
+                raise  # UndefinedError and kin: the template is broken, not declining
+            # raise_exception(...): the template declines this conversation on purpose
+    return ("ok",)
 
 
 def _attr_filter_argument(node: Any) -> str | None:
@@ -142,57 +209,3 @@ def _unsafe(name: str) -> bool:
         | {"mro"}
     )
     return name.startswith("_") or name in internal
-
-
-def _render(path: Path, what: str, text: str, tokens: dict[str, Any]) -> None:
-    """Render ``text`` as transformers does (its sandboxed environment), within ``RENDER_SECONDS``."""
-    import jinja2
-    from transformers.utils.chat_template_utils import render_jinja_template
-
-    try:
-        with _deadline(RENDER_SECONDS):
-            render_jinja_template(
-                conversations=[_SAMPLE], chat_template=text, add_generation_prompt=True, **tokens
-            )
-    except jinja2.exceptions.SecurityError as exc:
-        raise CheckpointConfigError(path, f"{what} is refused by the Jinja sandbox ({exc})", _FIX) from None
-    except jinja2.TemplateSyntaxError as exc:
-        raise CheckpointConfigError(
-            path, f"{what} is not valid Jinja (line {exc.lineno}: {exc.message})", _FIX
-        ) from None
-    except _TooSlow:
-        raise CheckpointConfigError(
-            path,
-            f"{what} did not finish rendering a three-message conversation in {RENDER_SECONDS:g} s",
-            _FIX,
-        ) from None
-    except Exception:  # noqa: BLE001, S110  a template may decline the sample (raise_exception): not unsafe
-        pass
-
-
-class _TooSlow(BaseException):
-    """Raised into the rendering frame at the deadline (BaseException: no template code catches it)."""
-
-
-@contextmanager
-def _deadline(seconds: float) -> Iterator[None]:
-    """Stop Python code run in this thread after ``seconds``: a compiled template is Python code, so a
-    trace function sees its every line (no signal: intake may run outside the main thread)."""
-    end = time.monotonic() + seconds
-    fired = False
-
-    def trace(frame, event, arg):
-        nonlocal fired
-        if fired:
-            return None
-        if time.monotonic() > end:
-            fired = True
-            raise _TooSlow
-        return trace
-
-    previous = sys.gettrace()
-    sys.settrace(trace)
-    try:
-        yield
-    finally:
-        sys.settrace(previous)

@@ -4,11 +4,13 @@ Everything after intake trusts the source, so intake refuses anything unsafe or 
 before a weight is quantized, each refusal its own error type naming the file, the problem and
 the fix. The most dangerous problems come first and cheap checks before expensive ones: directory
 entries (symlinks, pickles, code, names), config.json and chat templates, shard index and headers
-(one file set: the weights transformers would load, and no other top-level weight file), source
-dtypes, the config's counts bounded by the tensors present (before transformers computes with
-them), shapes and names against a meta-device skeleton (nothing missing, nothing extra), a NaN/Inf
-scan, the content hash. Every JSON file is read within size, depth and integer bounds. Intake
-writes nothing but its stat cache; its one ``intake:`` log line is how a run's logs show the
+(one file set: the weights transformers would load, and no other top-level weight file; an index
+that names every tensor), source dtypes, the config's counts bounded by the tensors present (before
+transformers computes with them), the tokenizer files (bounded, loadable, ids inside the
+embedding), shapes and names against a meta-device skeleton (nothing missing, nothing extra), a NaN/Inf
+scan, the content hash. Every JSON file is read within size, depth, integer and finiteness bounds;
+chat templates and tokenizer.json are exercised in a child process under CPU and memory limits.
+Intake writes nothing but its stat cache; its one ``intake:`` log line is how a run's logs show the
 checkpoint was taken in once.
 """
 
@@ -27,7 +29,7 @@ from quantgate.errors import (
     SymlinkEscapeError,
     TransientError,
 )
-from quantgate.intake import architecture, bounds, chat_template, completeness, tree, weights
+from quantgate.intake import architecture, bounds, chat_template, completeness, tokenizer_files, tree, weights
 from quantgate.intake.record import SourceRecord
 from quantgate.intake.stat_cache import StatCache
 from quantgate.progress import SILENT, Progress
@@ -83,6 +85,8 @@ def _intake(root: Path, policy: Gates, progress: Progress, cache: Path | None) -
     # classes compute with them and the skeleton is built from them (bounds.py)
     bounds.check(root, raw, tensors)
     config = architecture.load_config(root, raw)
+    vocab_size = getattr(architecture.text_config(config), "vocab_size", None)
+    tokenizer_files.check(root, files, vocab_size if isinstance(vocab_size, int) else None)
     experts = architecture.num_experts(config)
     model = architecture.skeleton(root, config)
     loaded = completeness.memory_names(model, tensors)

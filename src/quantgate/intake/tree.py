@@ -88,6 +88,14 @@ def shown(path: Path | str) -> str:
     return os.fsencode(path).decode("utf-8", "backslashreplace")
 
 
+def excerpt(value: object, limit: int = 80, quote: bool = True) -> str:
+    """A value read from the checkpoint (a token, a regex, an exception's message) as one short line
+    for an error message: its repr (``quote=False``: its text), whitespace collapsed, cut at ``limit``."""
+    text = repr(value) if quote else str(value)
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
 def _check_name(entry: Path, name: str) -> None:
     """Refuse a name that is not UTF-8: it cannot be hashed, recorded in JSON or printed as it is."""
     try:

@@ -144,13 +144,29 @@ def collect_tensors(
                 )
             tensors[name] = (rel, info)
     if INDEX in files:
-        for name, shard in _weight_map(root, INDEX).items():
+        weight_map = _weight_map(root, INDEX)
+        for name, shard in weight_map.items():
             if name not in headers[shard].tensors:
                 raise MissingShardError(
                     root / INDEX,
                     f"the index places tensor '{name}' in '{shard}', but that shard does not hold it",
                     "regenerate the index with save_pretrained, or copy the right shard",
                 )
+        # loaders that place tensors by the index (vLLM, transformers' sharded loading) would leave
+        # an omitted one uninitialised, though intake and the build read it from its shard
+        omitted = sorted(name for name in tensors if name not in weight_map)
+        if omitted:
+            raise MissingShardError(
+                root / INDEX,
+                f"the index omits tensor '{omitted[0]}' (in '{tensors[omitted[0]][0]}')"
+                + (
+                    f" and {len(omitted) - 1:,} more of the {len(tensors):,} its shards hold"
+                    if len(omitted) > 1
+                    else ""
+                )
+                + ": a loader that places tensors by the index would leave them uninitialised",
+                "regenerate the index with save_pretrained so that it names every tensor of its shards",
+            )
     return tensors
 
 

@@ -16,11 +16,13 @@ import ctypes
 import json
 import os
 import shutil
+import signal
 import struct
 import subprocess
 import sys
+import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import pytest
@@ -36,7 +38,8 @@ from quantgate.errors import (
     RemoteCodeError,
     SymlinkEscapeError,
 )
-from quantgate.intake import chat_template, intake
+from quantgate.intake import chat_template, intake, regex_probes
+from quantgate.progress import RichProgress
 from quantgate.quantize.engines.model_free import source_view
 from quantgate.quantize.engines.stream_fp8 import plan
 from support.cli import quantgate
@@ -111,6 +114,58 @@ def template(value) -> Callable[[Path], None]:
         edit_json(ckpt / "tokenizer_config.json", chat_template=value)
 
     return make
+
+
+def edit_tokenizer(change: Callable[[dict], None]) -> Callable[[Path], None]:
+    """``tokenizer.json`` parsed, changed by ``change`` and written back."""
+
+    def make(ckpt: Path) -> None:
+        data = json.loads((ckpt / "tokenizer.json").read_text())
+        change(data)
+        (ckpt / "tokenizer.json").write_text(json.dumps(data))
+
+    return make
+
+
+def split_regex(pattern: str) -> Callable[[Path], None]:
+    """A pre-tokenizer ``Split`` on ``pattern`` before the tokenizer's own (ByteLevel)."""
+
+    def change(data: dict) -> None:
+        split = {"type": "Split", "pattern": {"Regex": pattern}, "behavior": "Isolated", "invert": False}
+        data["pre_tokenizer"] = {"type": "Sequence", "pretokenizers": [split, data["pre_tokenizer"]]}
+
+    return edit_tokenizer(change)
+
+
+def token_id(token: str, new_id: int) -> Callable[[Path], None]:
+    """The vocabulary's ``token`` given ``new_id``: the tokenizer emits it wherever ``token`` occurs."""
+    return edit_tokenizer(lambda data: data["model"]["vocab"].update({token: new_id}))
+
+
+def sized(rel: str, size: int) -> Callable[[Path], None]:
+    """``rel`` made ``size`` bytes long (sparse: no bytes are written, only its size is read)."""
+
+    def make(ckpt: Path) -> None:
+        with open(ckpt / rel, "ab") as fh:
+            fh.truncate(size)
+
+    return make
+
+
+def replace_text(rel: str, old: str, new: str) -> Callable[[Path], None]:
+    def make(ckpt: Path) -> None:
+        text = (ckpt / rel).read_text()
+        assert old in text, f"{old!r} not in {rel}"
+        (ckpt / rel).write_text(text.replace(old, new))
+
+    return make
+
+
+def index_omitting_half(ckpt: Path) -> None:
+    """An index that names only the first half of the tensors its one shard holds."""
+    names = sorted(load_file(ckpt / WEIGHTS))
+    half = {name: WEIGHTS for name in names[: len(names) // 2]}
+    (ckpt / INDEX).write_text(json.dumps({"metadata": {}, "weight_map": half}))
 
 
 def symlink(name: str, to: str) -> Callable[[Path], None]:
@@ -339,6 +394,139 @@ CASES = [
         CheckpointConfigError,
         ("tokenizer_config.json", "neither a string nor a list"),
     ),
+    # chat templates that fail on ordinary messages (evaluation would crash on them), rendered in a
+    # child under CPU and memory limits (the limits themselves: test_template_limits below)
+    Case(
+        "template-divides-by-zero",
+        lambda c: (c / "chat_template.jinja").write_text("{% set n = messages|length - 3 %}{{ 1 / n }}"),
+        CheckpointConfigError,
+        ("chat_template.jinja", "cannot render an ordinary conversation", "ZeroDivisionError"),
+    ),
+    Case(
+        "template-recurses",
+        lambda c: (c / "chat_template.jinja").write_text(
+            "{% macro f(x) %}{{ f(x) }}{% endmacro %}{{ f(1) }}"
+        ),
+        CheckpointConfigError,
+        ("chat_template.jinja", "cannot render an ordinary conversation", "RecursionError"),
+    ),
+    Case(
+        "template-undefined",
+        template("{{ messages[0].content.nope.deeper }}"),
+        CheckpointConfigError,
+        ("tokenizer_config.json", "cannot render an ordinary conversation", "UndefinedError"),
+    ),
+    Case(
+        "template-big-int",
+        lambda c: (c / "chat_template.jinja").write_text("{{ 10 ** 100000000 }}"),
+        CheckpointConfigError,
+        ("chat_template.jinja", "did not finish rendering", "5 s of CPU time"),
+    ),
+    Case(
+        "template-allocates-gigabytes",
+        lambda c: (c / "chat_template.jinja").write_text("{{ (messages[0]['content'] * 120000000)|length }}"),
+        CheckpointConfigError,
+        ("chat_template.jinja", "needed more than 512 MiB"),
+    ),
+    Case(
+        "template-nested-past-the-parser",
+        lambda c: (c / "chat_template.jinja").write_text("{{ " + "(" * 100_000 + "1" + ")" * 100_000 + " }}"),
+        CheckpointConfigError,
+        ("chat_template.jinja", "cannot render an ordinary conversation"),
+    ),
+    # tokenizer files: bounded, loadable, every id a row of the embedding
+    Case(
+        "tokenizer-backtracking-regex",
+        split_regex(r"(\w+\s?)*$"),
+        CheckpointConfigError,
+        ("tokenizer.json", "pre_tokenizer regex", "retry-limit-in-match", "backtracks"),
+    ),
+    Case(
+        "tokenizer-regex-does-not-compile",
+        split_regex(r"[z-a]"),
+        CheckpointConfigError,
+        ("tokenizer.json", "does not compile"),
+    ),
+    Case(
+        "tokenizer-json-too-large",
+        sized("tokenizer.json", 110 * 1000**2),
+        CheckpointConfigError,
+        ("tokenizer.json", "110,000,000 bytes, over the 67,108,864-byte limit"),
+    ),
+    Case(
+        "tokenizer-model-too-large",
+        sized("tokenizer.model", 65 * 1024**2),
+        CheckpointConfigError,
+        ("tokenizer.model", "over the 67,108,864-byte limit"),
+    ),
+    Case(
+        "tokenizer-vocab-larger-than-config",
+        token_id("\u0120the", 700),  # byte-level " the"
+        CheckpointConfigError,
+        ("tokenizer.json", "token id 700 ('Ġthe')", "vocab_size is 512"),
+    ),
+    Case(
+        "tokenizer-eos-not-in-vocab",
+        lambda c: edit_json(c / "tokenizer_config.json", eos_token="<|not-in-vocab|>"),
+        CheckpointConfigError,
+        ("tokenizer_config.json", "special token '<|not-in-vocab|>'", "not in tokenizer.json's vocabulary"),
+    ),
+    Case(
+        "tokenizer-eos-id-past-the-embedding",
+        lambda c: edit_json(c / "config.json", eos_token_id=100_000),
+        CheckpointConfigError,
+        ("config.json", "eos_token_id to 100000", "0 to 511"),
+    ),
+    Case(
+        "tokenizer-eos-id-in-generation-config",
+        lambda c: edit_json(c / "generation_config.json", eos_token_id=[2, 512]),
+        CheckpointConfigError,
+        ("generation_config.json", "eos_token_id to 512"),
+    ),
+    Case(
+        "tokenizer-special-tokens-map-nested",
+        lambda c: (c / "special_tokens_map.json").write_text('{"x": ' + nested(60_000) + "}"),
+        CheckpointConfigError,
+        ("special_tokens_map.json", "nested deeper"),
+    ),
+    Case(
+        "tokenizer-json-nested",
+        edit_tokenizer(lambda data: data.update(x=json.loads(nested(200)))),
+        CheckpointConfigError,
+        ("tokenizer.json", "nested 201 levels deep"),
+    ),
+    Case(
+        "tokenizer-json-not-loadable",
+        edit_tokenizer(lambda data: data["model"].update(type="NoSuchModel")),
+        CheckpointConfigError,
+        ("tokenizer.json", "cannot load"),
+    ),
+    # numbers that are not finite, in any JSON file
+    Case(
+        "numbers-nan-rope-theta",
+        replace_text("config.json", '"rope_theta": 10000.0', '"rope_theta": NaN'),
+        CheckpointConfigError,
+        ("config.json", "holds the number nan, which is not finite"),
+    ),
+    Case(
+        "numbers-overflowing-float",
+        lambda c: append_raw(c / "config.json", "initializer_range", "1e999"),
+        CheckpointConfigError,
+        ("config.json", "holds the number inf, which is not finite"),
+    ),
+    Case(
+        "numbers-infinity-in-generation-config",
+        lambda c: append_raw(c / "generation_config.json", "temperature", "Infinity"),
+        CheckpointConfigError,
+        ("generation_config.json", "holds the number inf"),
+    ),
+    # an index must name every tensor its shards hold
+    Case(
+        "fileset-index-omits-tensors",
+        index_omitting_half,
+        MissingShardError,
+        (INDEX, "omits tensor 'model.layers.0.self_attn.v_proj.weight'", "and 10 more", "uninitialised"),
+    ),
     # remote code
     Case(
         "remote-code-auto-map-in-text-config",
@@ -369,10 +557,58 @@ def test_hostile_checkpoint_is_refused(case, checkpoint, refuse):
     refuse(ckpt, case.error, *case.names)
 
 
-def test_a_render_that_does_not_finish_is_refused(tiny_llama, refuse, monkeypatch):
-    monkeypatch.setattr(chat_template, "RENDER_SECONDS", 0.5)
-    template("{% for a in range(100000) %}{% for b in range(100000) %}{% endfor %}{% endfor %}")(tiny_llama)
-    refuse(tiny_llama, CheckpointConfigError, "tokenizer_config.json", "did not finish rendering")
+@pytest.mark.parametrize(
+    "text",
+    [
+        "{% for a in range(100000) %}{% for b in range(100000) %}{% endfor %}{% endfor %}",
+        "{{ 10 ** 100000000 }}",  # one C call, while Jinja folds constants at compile time
+        "{% set n = messages|length %}{{ 10 ** (n * 40000000) }}",  # one C call at render time
+    ],
+    ids=["python-loops", "big-int-at-compile-time", "big-int-at-render-time"],
+)
+def test_a_render_that_does_not_finish_is_refused(text, tiny_llama, refuse, monkeypatch):
+    """Stopped by the kernel at the CPU limit (1 s here, 5 s by default), whatever the template runs."""
+    monkeypatch.setattr(chat_template, "LIMITS", replace(chat_template.LIMITS, cpu_seconds=1))
+    template(text)(tiny_llama)
+    started = time.monotonic()
+    refuse(
+        tiny_llama, CheckpointConfigError, "tokenizer_config.json", "did not finish rendering", "1 s of CPU"
+    )
+    assert time.monotonic() - started < 30
+
+
+def test_the_render_is_killed_at_the_wall_clock_deadline(tiny_llama, refuse, monkeypatch):
+    """A child that gets no CPU (here: it stops itself) is killed at the wall-clock deadline all the same."""
+    monkeypatch.setattr(chat_template, "LIMITS", replace(chat_template.LIMITS, wall_seconds=1.0))
+    monkeypatch.setattr(chat_template, "_verdict", lambda text, tokens: os.kill(os.getpid(), signal.SIGSTOP))
+    refuse(tiny_llama, CheckpointConfigError, "chat_template.jinja", "did not finish rendering", "after 1 s")
+
+
+RELEASED_REGEXES = {  # pre-tokenizer regexes of released tokenizers: none may be refused
+    "llama-3": r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+"
+    r"|\s+(?!\S)|\s+",
+    "qwen2": r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+"
+    r"|\s+(?!\S)|\s+",
+    "o200k": r"[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+(?i:'s|'t|'re|'ve|'m|'ll|'d)?"
+    r"|[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*(?i:'s|'t|'re|'ve|'m|'ll|'d)?"
+    r"|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+",
+    "deepseek-v3": r"[!\"#$%&'()*+,\-./:;<=>?@\[\\\]^_`{|}~][A-Za-z]+|[^\r\n\p{L}\p{P}\p{S}]?[\p{L}\p{M}]+"
+    r"| ?[\p{P}\p{S}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+",
+    "deepseek-v3-cjk": r"[一-龥぀-ゟ゠-ヿ]+",
+    "bloom": r" ?[^(\s|[.,!?…。，、।۔،])]+",
+    "gpt-2": r"'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+",
+}
+
+
+@pytest.mark.parametrize("name", RELEASED_REGEXES)
+def test_released_tokenizer_regexes_pass(name):
+    assert regex_probes.check(RELEASED_REGEXES[name]) is None
+
+
+def test_a_released_regex_passes_intake(tiny_llama, policy):
+    """Control: a tokenizer.json with Llama-3's pre-tokenizer Split passes intake."""
+    split_regex(RELEASED_REGEXES["llama-3"])(tiny_llama)
+    assert intake(tiny_llama, policy).content_hash
 
 
 @pytest.mark.parametrize(
@@ -414,6 +650,14 @@ CLI_CASES = [
     "bounds-million-layers",
     "json-nesting-header",
     "dtype-int8-source",
+    "template-big-int",
+    "template-allocates-gigabytes",
+    "tokenizer-backtracking-regex",
+    "tokenizer-json-too-large",
+    "tokenizer-vocab-larger-than-config",
+    "tokenizer-special-tokens-map-nested",
+    "numbers-nan-rope-theta",
+    "fileset-index-omits-tensors",
 ]
 
 
@@ -458,3 +702,17 @@ def test_unreadable_file_is_refused_naming_it(rel, tiny_llama, tmp_path):
     assert f"error: {tiny_llama / rel}: cannot read this checkpoint file (Permission denied)" in result.stderr
     assert "Traceback" not in result.stderr
     assert not out.exists()
+
+
+# --- names are data: intake's messages carry the checkpoint's path as text, never as markup ------
+
+
+def test_a_checkpoint_named_like_markup_is_taken_in(tiny_llama, tmp_path, policy, capsys, monkeypatch):
+    """A directory named ``ck[/]`` crashed intake's log line in the terminal (Rich read ``[/]`` as a
+    closing tag); the name reaches the terminal as it is."""
+    monkeypatch.setenv("COLUMNS", "1000")  # one log line, unwrapped
+    ckpt = Path(shutil.copytree(tiny_llama, tmp_path / "ck[" / "]"))
+    with RichProgress() as progress:
+        record = intake(ckpt, policy, progress)
+    assert record.path == str(ckpt) and str(ckpt).endswith("ck[/]")
+    assert f"intake: {ckpt}: LlamaForCausalLM" in capsys.readouterr().err

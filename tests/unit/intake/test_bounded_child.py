@@ -1,0 +1,56 @@
+"""``bounded_child``: work run in a forked child stops at the kernel's limits, whatever it does.
+
+Each limit is hit by work that a check between Python lines could not stop: one C call that
+never returns (a big-integer power), an allocation of gigabytes, a child that gets no CPU at all.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+
+import pytest
+
+from quantgate.intake import bounded_child
+from quantgate.memory import peak_rss_bytes
+
+pytestmark = pytest.mark.unit
+
+LIMITS = bounded_child.Limits(cpu_seconds=1, memory_bytes=256 * 1024**2, wall_seconds=20.0)
+
+
+def test_the_value_comes_back():
+    assert bounded_child.run(lambda: {"ids": [1, 2]}, LIMITS) == bounded_child.Outcome(value={"ids": [1, 2]})
+
+
+def test_one_c_call_is_stopped_at_the_cpu_limit():
+    started = time.monotonic()
+    outcome = bounded_child.run(lambda: 10**100_000_000, LIMITS)
+    assert outcome.failure == "cpu", outcome
+    assert time.monotonic() - started < LIMITS.wall_seconds
+
+
+def test_an_allocation_past_the_budget_fails_in_the_child_only():
+    before = peak_rss_bytes()
+    outcome = bounded_child.run(lambda: len(bytearray(4 * 1024**3)), LIMITS)
+    assert outcome.failure == "memory", outcome
+    assert peak_rss_bytes() == before  # the parent allocated nothing
+
+
+def test_an_exception_is_named():
+    outcome = bounded_child.run(lambda: 1 / 0, LIMITS)
+    assert (outcome.failure, outcome.detail) == ("raised", "ZeroDivisionError: division by zero")
+
+
+def test_a_child_without_cpu_is_killed_at_the_wall_clock_deadline():
+    limits = bounded_child.Limits(cpu_seconds=60, memory_bytes=256 * 1024**2, wall_seconds=1.0)
+    started = time.monotonic()
+    outcome = bounded_child.run(lambda: os.kill(os.getpid(), signal.SIGSTOP), limits)
+    assert outcome.failure == "wall", outcome
+    assert time.monotonic() - started < 10
+
+
+def test_a_child_that_dies_is_reported_by_its_signal():
+    outcome = bounded_child.run(lambda: os.kill(os.getpid(), signal.SIGSEGV), LIMITS)
+    assert (outcome.failure, outcome.detail) == ("signal", "SIGSEGV")

@@ -47,6 +47,7 @@ from torch import nn
 from quantgate.artifact import read_manifest
 from quantgate.config.targets import ActivationNumerics, KVCache, Target, WeightNumerics
 from quantgate.errors import InputError
+from quantgate.evaluate.generation import pin_greedy
 from quantgate.numerics import attention as tiled_attention
 from quantgate.numerics.artifact import (
     check_config,
@@ -370,6 +371,7 @@ def load_for_eval(
         kept_raw = {m: t for m, t in raw.items() if m in kept.modules}
         emulated.update(emulated_modules(artifact_dir, kept_raw, kept.weights, kept.activations))
     model, tokenizer, missing = _load_hf(artifact_dir)
+    generation_note = pin_greedy(model)
     _refuse_missing(artifact_dir, missing, emulated)
     for name, module in emulated.items():
         parent, _, child = name.rpartition(".")
@@ -462,6 +464,7 @@ def load_for_eval(
                 + ("; its FP8 rounding stays emulated" if ran_native is not None and kv_layers else ""),
                 *moe_notes,
                 *((kept.note,) if kept is not None else ()),
+                generation_note,
             ),
         ),
     )
@@ -470,6 +473,7 @@ def load_for_eval(
 def load_source_for_eval(checkpoint_dir: Path, *, device: str | torch.device = "cpu") -> EvalModel:
     """The source checkpoint in bf16, as the reference every artifact is compared with."""
     model, tokenizer, _ = _load_hf(Path(checkpoint_dir))  # intake checked its tensors
+    generation_note = pin_greedy(model)
     model.to(device)
     return EvalModel(
         model=model,
@@ -482,6 +486,6 @@ def load_source_for_eval(checkpoint_dir: Path, *, device: str | torch.device = "
             kv_cache="bf16",
             mode="source",
             device=str(device),
-            notes=("source: bf16 weights and activations, transformers' own modules",),
+            notes=("source: bf16 weights and activations, transformers' own modules", generation_note),
         ),
     )

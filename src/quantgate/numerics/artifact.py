@@ -173,17 +173,20 @@ def emulated_modules(
     wfmt: WeightFormat,
     act: ActivationFormat | None,
     skeleton: nn.Module | None = None,
+    rename: Callable[[str], str] | None = None,
 ) -> dict[str, nn.Module]:
     """The emulated module for every quantized module on disk, keyed by its name in memory: an
     ``EmulatedLinear`` per Linear, an ``EmulatedExperts`` per fused experts module (its per-expert
     modules on disk grouped). Refuses any mismatch, naming the module on disk. ``skeleton``: the
-    architecture on the meta device (built from the artifact's config when not given)."""
+    architecture on the meta device (built from the artifact's config when not given); ``rename``:
+    ``disk_to_memory(skeleton)`` when the caller has it (building it walks every module of the
+    skeleton, which a layer-by-layer caller must not do once per layer)."""
     from transformers import AutoConfig, AutoModelForCausalLM
 
     if skeleton is None:
         with torch.device("meta"):
             skeleton = AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(artifact_dir))
-    rename = disk_to_memory(skeleton)
+    rename = rename or disk_to_memory(skeleton)
     built: dict[str, nn.Module] = {}
     layers: dict[str, dict[int, dict[str, dict[str, torch.Tensor]]]] = defaultdict(lambda: defaultdict(dict))
     disk_prefix: dict[str, str] = {}

@@ -118,7 +118,16 @@ def calibrate(
     decoded from the artifact, run on every sample, observed and dropped. Every layer gets the
     first layer's mask: architectures that mix sliding-window layers see the same keys while the
     samples are no longer than the window (``max_seq_length`` 512 here).
+
+    A layer's work is bounded by what the layer holds: its tensors are grouped once
+    (``_by_layer``), the name mapping is built once, and the garbage collection after each layer
+    skips the objects that existed before the loop (``gc.freeze``), so no step walks every tensor,
+    module or object of the model again. (They did: a 1,400-layer artifact in 10,000 shards, 30 MB
+    in all, spent 3.3 s a layer, about 77 minutes, matching tensor names, rebuilding transformers'
+    conversion mapping and collecting garbage.)
     """
+    import gc
+
     import torch
 
     from quantgate.numerics.kvcache import ObserveKV, attention_modules, install_kv_hooks, is_latent
@@ -126,7 +135,7 @@ def calibrate(
     texts = calibration.texts()[:num_samples]
     if not texts:
         raise CalibrationError(calibration.name, "the calibration set is empty", "sample a non-empty set")
-    model, layers, layers_name, tensors = _skeleton(artifact_dir)
+    model, layers, layers_name, tensors, rename = _skeleton(artifact_dir)
     observers: dict[str, ObserveKV] = {}
     handles = []
     module: Any
@@ -153,17 +162,27 @@ def calibrate(
     ]
     inputs = _first_layer_inputs(model, layers, ids)
     wfmt, act = _ocp_numerics(target)
-    with torch.inference_mode():
-        for i in range(len(layers)):
-            if progress is not None:
-                progress.log(f"KV calibration: layer {i + 1}/{len(layers)}")
-            layer = _materialize(artifact_dir, model, layers, layers_name, i, tensors, wfmt, act)
-            for n, (hidden, args, kwargs) in enumerate(inputs):
-                out = layer(hidden, *args, **kwargs)
-                inputs[n] = (out[0] if isinstance(out, tuple) else out, args, kwargs)
-            layers[i] = layer.to("meta")  # drop the decoded weights
-            del layer
-            _release_memory()
+    per_layer = _by_layer(tensors, layers_name, len(layers))
+    # what exists now (the skeleton's modules and names) is left out of every collection below, so
+    # collecting after a layer costs what that layer made, not what the model holds
+    gc.collect()
+    gc.freeze()
+    try:
+        with torch.inference_mode():
+            for i in range(len(layers)):
+                if progress is not None:
+                    progress.log(f"KV calibration: layer {i + 1}/{len(layers)}")
+                layer = _materialize(
+                    artifact_dir, model, layers, layers_name, i, per_layer[i], wfmt, act, rename
+                )
+                for n, (hidden, args, kwargs) in enumerate(inputs):
+                    out = layer(hidden, *args, **kwargs)
+                    inputs[n] = (out[0] if isinstance(out, tuple) else out, args, kwargs)
+                layers[i] = layer.to("meta")  # drop the decoded weights
+                del layer
+                _release_memory()
+    finally:
+        gc.unfreeze()
     for handle in handles:
         handle.remove()
     # MLA caches one latent per token, quantized with k_scale; v_scale mirrors it
@@ -185,7 +204,8 @@ def _ocp_numerics(target: Target):
 
 
 def _skeleton(artifact_dir: Path):
-    """The architecture on the meta device, its decoder layers, and ``{memory name: (shard, disk name)}``."""
+    """The architecture on the meta device, its decoder layers (and their name),
+    ``{memory name: (shard, disk name)}`` and the disk -> memory name mapping (``disk_to_memory``)."""
     import torch
     from safetensors import safe_open
     from transformers import AutoConfig, AutoModelForCausalLM
@@ -217,7 +237,7 @@ def _skeleton(artifact_dir: Path):
                 module, _, param = key.rpartition(".")
                 tensors[f"{rename(module)}.{param}" if module else key] = (shard, key)
     _materialize_outside_layers(artifact_dir, model, layers, tensors)
-    return model, layers, layers_name, tensors
+    return model, layers, layers_name, tensors, rename
 
 
 def _load(tensors: Mapping[str, tuple[Path, str]], names: Sequence[str]) -> dict[str, torch.Tensor]:
@@ -340,23 +360,35 @@ def _first_layer_inputs(model, layers, ids) -> list[tuple[Any, tuple, dict]]:
     return inputs
 
 
-def _materialize(artifact_dir, model, layers, layers_name: str, i: int, tensors, wfmt, act):
-    """Decoder layer ``i`` on the CPU: quantized modules emulated from the artifact's bytes, the rest loaded."""
+def _by_layer(
+    tensors: Mapping[str, tuple[Path, str]], layers_name: str, count: int
+) -> list[dict[str, tuple[Path, str]]]:
+    """The artifact's tensors of each decoder layer (``{memory name: (shard, disk name)}``), in one pass."""
+    per_layer: list[dict[str, tuple[Path, str]]] = [{} for _ in range(count)]
+    prefix = f"{layers_name}."
+    for memory, where in tensors.items():
+        index = memory[len(prefix) :].partition(".")[0] if memory.startswith(prefix) else ""
+        if index.isdigit() and int(index) < count:
+            per_layer[int(index)][memory] = where
+    return per_layer
+
+
+def _materialize(artifact_dir, model, layers, layers_name: str, i: int, tensors, wfmt, act, rename):
+    """Decoder layer ``i`` on the CPU: quantized modules emulated from the artifact's bytes, the rest
+    loaded. ``tensors``: the layer's own (``_by_layer``); ``rename``: ``disk_to_memory(model)``."""
     from quantgate.numerics.artifact import emulated_modules
 
     prefix = f"{layers_name}.{i}."
     quantized = {}
     markers = (".weight_scale", ".weight_packed")
-    disk_modules = {
-        disk.rsplit(".", 1)[0]
-        for memory, (_, disk) in tensors.items()
-        if memory.startswith(prefix) and disk.endswith(markers)
-    }
-    for disk_module in sorted(disk_modules):
-        names = [m for m, (_, d) in tensors.items() if d.rpartition(".")[0] == disk_module]
-        loaded = _load(tensors, names)
-        quantized[disk_module] = {tensors[m][1].rpartition(".")[2]: t for m, t in loaded.items()}
-    emulated = emulated_modules(artifact_dir, quantized, wfmt, act, skeleton=model)
+    by_module: dict[str, list[str]] = {}
+    for memory, (_, disk) in tensors.items():
+        by_module.setdefault(disk.rpartition(".")[0], []).append(memory)
+    for disk_module, names in sorted(by_module.items()):
+        if any(tensors[m][1].endswith(markers) for m in names):
+            loaded = _load(tensors, names)
+            quantized[disk_module] = {tensors[m][1].rpartition(".")[2]: t for m, t in loaded.items()}
+    emulated = emulated_modules(artifact_dir, quantized, wfmt, act, skeleton=model, rename=rename)
     layer = layers[i]
     skip = [name.removeprefix(prefix) for name in emulated]
     _fill(artifact_dir, layer, prefix, tensors, skip=skip)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import json
 import shutil
 from pathlib import Path
@@ -250,3 +251,48 @@ def test_check_declared_refuses_a_scheme_the_policy_did_not_ask_for(overridden, 
     draft = results["draft-int4"].path
     with pytest.raises(Exception, match="asks for an FP8 KV cache but the artifact has no kv_cache_scheme"):
         kvc.check_declared(draft, "draft-int4", KVCache.FP8_E4M3)
+
+
+def test_a_layer_of_the_pass_costs_what_the_layer_holds(overridden, catalog, calibration, monkeypatch):
+    """A 1,400-layer artifact in 10,000 shards (30 MB) spent 3.3 s a layer in this pass: each layer
+    walked every tensor name of the artifact eight times, rebuilt transformers' conversion mapping
+    (a walk over every module) and collected garbage over the whole model. Now the tensor list is
+    walked once and the mapping built once for the whole pass, and the collection after each layer
+    skips what existed before the loop (the skeleton)."""
+    from quantgate.numerics import artifact as numerics_artifact
+
+    walks: list[int] = []
+    mappings: list[int] = []
+    frozen: list[int] = []
+
+    class Walked(dict):
+        def items(self):
+            walks.append(len(self))
+            return super().items()
+
+    real_skeleton, real_mapping, real_release = (
+        kvc._skeleton,
+        numerics_artifact.disk_to_memory,
+        kvc._release_memory,
+    )
+
+    def skeleton(artifact_dir):
+        model, layers, layers_name, tensors, *rest = real_skeleton(artifact_dir)
+        return (model, layers, layers_name, Walked(tensors), *rest)
+
+    def mapping(model):
+        mappings.append(1)
+        return real_mapping(model)
+
+    def release():
+        frozen.append(gc.get_freeze_count())
+        real_release()
+
+    monkeypatch.setattr(kvc, "_skeleton", skeleton)
+    monkeypatch.setattr(numerics_artifact, "disk_to_memory", mapping)
+    monkeypatch.setattr(kvc, "_release_memory", release)
+    kvc.calibrate(overridden[1]["hopper-fp8"].path, catalog.target("hopper-fp8"), calibration, 2, 32)
+    assert len(walks) == 1, f"the artifact's tensor list was walked {len(walks)} times for 2 layers"
+    assert len(mappings) == 1, f"the conversion mapping was built {len(mappings)} times for 2 layers"
+    assert len(frozen) == 2 and all(count > 0 for count in frozen), frozen
+    assert gc.get_freeze_count() == 0  # unfrozen after the pass

@@ -7,7 +7,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from quantgate.report_schema import STATUS_TEXT, FloorResult, Report, Verdict
+from quantgate.report_schema import STATUS_TEXT, EvaluatedNumerics, FloorResult, Report, Verdict
 
 FAILED = ("fail", "missing", "error", "not_run")  # and insufficient evidence on a floor that is not advisory
 _BIN = re.compile(r"^(kld|agreement)_bin(\d+)$")
@@ -126,7 +126,7 @@ class View:
         carried = {f.reason for f in verdict.floors}
         return [r for r in verdict.reasons if r not in carried]
 
-    def numerics(self) -> dict[str, dict[str, Any]]:
+    def numerics(self) -> dict[str, EvaluatedNumerics]:
         """``{model: how it was evaluated}`` (native or emulated, formats, device, notes)."""
         return dict(self.report.numerics)
 

@@ -228,3 +228,21 @@ def test_a_suite_with_an_infinite_sandbox_timeout_is_refused_naming_its_line(rep
         ConfigFileError, match=f"{re.escape(str(path))}:{line}: '.inf' is not a finite number"
     ):
         load_suite(path)
+
+
+@pytest.mark.parametrize(
+    ("field", "value"), [("timeout_s", "1e12"), ("memory_mb", "10000000"), ("max_processes", "100000")]
+)
+def test_sandbox_limits_beyond_what_a_kernel_takes_are_refused_naming_their_line(
+    repo_root, tmp_path, field, value
+):
+    """Before: a finite but huge timeout (1e12 s) crashed the sandbox's timer with OverflowError."""
+    from quantgate.evaluate.suites import load_suite
+
+    text = (repo_root / "eval_suites" / "humaneval.yaml").read_text()
+    default = {"timeout_s": "10", "memory_mb": "512", "max_processes": "16"}[field]
+    path = _write(
+        tmp_path / "eval_suites" / "humaneval.yaml", text.replace(f"{field}: {default}", f"{field}: {value}")
+    )
+    with pytest.raises(ConfigFileError, match=f"{re.escape(str(path))}:\\d+: .*less than or equal"):
+        load_suite(path)

@@ -25,7 +25,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import PositiveFloat, PositiveInt
+from pydantic import Field, PositiveFloat, PositiveInt
 
 from quantgate.config.targets import Frozen
 from quantgate.errors import MissingDependencyError
@@ -54,9 +54,10 @@ class SandboxLimits(Frozen):
     processes outright (each would have an address space of its own).
     """
 
-    timeout_s: PositiveFloat = 10.0
-    memory_mb: PositiveInt = 512
-    max_processes: PositiveInt = 16
+    # bounded: a limit beyond what a kernel takes (1e12 s overflows a timer) is a typo, not a policy
+    timeout_s: PositiveFloat = Field(10.0, le=3600.0, description="per completion, at most an hour")
+    memory_mb: PositiveInt = Field(512, le=65_536, description="address space, at most 64 GB")
+    max_processes: PositiveInt = Field(16, le=4096, description="RLIMIT_NPROC (threads), at most 4096")
 
 
 class HumanEvalSpec(SuiteSpec):

@@ -64,6 +64,7 @@ def _intake(root: Path, policy: Gates, progress: Progress, cache: Path | None) -
     raw = architecture.read_json(root / "config.json", "config.json")
     architecture.refuse_auto_map(root, files)
     chat_template.check(root, files)
+    tokenizer_files.check_bounds(root, files)
 
     shards = weights.model_files(root, files)
     if not shards:

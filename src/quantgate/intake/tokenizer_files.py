@@ -37,8 +37,9 @@ TOKENIZER_BYTES = 64 * 1024**2
 # other files transformers' tokenizers read, and their bounds (sentencepiece models are under 5 MB)
 _SIZE_BOUNDED = {"tokenizer.model": 64 * 1024**2, "merges.txt": 64 * 1024**2}
 _JSON_BOUNDED = ("special_tokens_map.json", "added_tokens.json", "vocab.json")
-# The child parses and loads a tokenizer.json of up to 64 MiB (about 1 s and 400 MB for Gemma-3's).
-LIMITS = bounded_child.Limits(cpu_seconds=60, memory_bytes=3 * 1024**3, wall_seconds=180.0)
+# The child parses and loads a tokenizer.json of up to 64 MiB: a 47 MiB one of 2.3 M tokens took
+# 17 s of CPU and 820 MB here; the wall-clock limit leaves room for a machine whose cores are busy.
+LIMITS = bounded_child.Limits(cpu_seconds=60, memory_bytes=3 * 1024**3, wall_seconds=300.0)
 # ids generation feeds into the model or stops on: each must be a row of the embedding
 GENERATION_IDS = ("bos_token_id", "eos_token_id", "pad_token_id", "decoder_start_token_id")
 # special-token fields of tokenizer_config.json and special_tokens_map.json
@@ -47,13 +48,23 @@ _SPECIAL_LISTS = ("additional_special_tokens", "extra_special_tokens")
 _FIX = "use the tokenizer files the model was released with"
 
 
-def check(root: Path, files: list[str], vocab_size: int | None) -> None:
-    """Refuse (CheckpointConfigError, exit 2) the first tokenizer file that is unbounded, does not
-    load, holds a regex that backtracks without end, or names a token the embedding has no row for."""
+def check_bounds(root: Path, files: list[str]) -> None:
+    """Refuse (CheckpointConfigError, exit 2) a tokenizer file over its size limit, or a JSON one
+    outside ``bounded_json``'s bounds: cheap, so intake runs it before reading any weights."""
     present = set(files)
-    for rel, limit in _SIZE_BOUNDED.items():
+    for rel, limit in {**_SIZE_BOUNDED, TOKENIZER_JSON: TOKENIZER_BYTES}.items():
         if rel in present:
             _refuse_oversized(root / rel, rel, limit)
+    for rel in _JSON_BOUNDED:
+        if rel in present:
+            read_json(root / rel, rel)
+
+
+def check(root: Path, files: list[str], vocab_size: int | None) -> None:
+    """Refuse (CheckpointConfigError, exit 2) the first tokenizer file that does not load, holds a
+    regex that backtracks without end, or names a token the embedding has no row for (after
+    ``check_bounds``, once config.json's ``vocab_size`` is known)."""
+    present = set(files)
     side = {rel: read_json(root / rel, rel) for rel in _JSON_BOUNDED if rel in present}
     if vocab_size is not None:
         for rel in ("config.json", "generation_config.json"):
@@ -62,7 +73,6 @@ def check(root: Path, files: list[str], vocab_size: int | None) -> None:
     if TOKENIZER_JSON not in present:
         return
     path = root / TOKENIZER_JSON
-    _refuse_oversized(path, TOKENIZER_JSON, TOKENIZER_BYTES)
     specials = _special_tokens(root, present, side)
     summary = _inspect(path, sorted({token for token, _ in specials}))
     if vocab_size is not None and summary["max_id"] is not None and summary["max_id"] >= vocab_size:
@@ -172,20 +182,31 @@ def _summary(path: Path, specials: list[str]) -> dict[str, Any]:
         problem = regex_probes.check(pattern)
         if problem is not None:
             return {"problem": f"tokenizer.json's {where} regex {excerpt(pattern, 120)} {problem}"}
+    model_max = _largest_model_id(data["model"])
+    del data  # the parsed copy: the library keeps its own
     try:
         tokenizer = Tokenizer.from_str(text)
     except Exception as exc:  # noqa: BLE001  the library's own refusal, worded by it
         return {
             "problem": f"the tokenizers library cannot load tokenizer.json ({excerpt(exc, 200, quote=False)})"
         }
-    del data, text
+    del text
     for probe in regex_probes.PROBES:
         tokenizer.encode(probe)  # the whole pipeline on the same text: a panic here propagates
-    vocab = tokenizer.get_vocab(with_added_tokens=True)
-    max_token, max_id = max(vocab.items(), key=lambda item: item[1], default=(None, None))
+    # added tokens get their ids from the library (it renumbers some), the model's are as written
+    max_id = max([model_max, *tokenizer.get_added_tokens_decoder()], default=-1)
     return {
-        "size": len(vocab),
-        "max_id": max_id,
-        "max_token": max_token,
+        "size": tokenizer.get_vocab_size(with_added_tokens=True),
+        "max_id": max_id if max_id >= 0 else None,
+        "max_token": tokenizer.id_to_token(max_id) if max_id >= 0 else None,
         "ids": {token: tokenizer.token_to_id(token) for token in specials},
     }
+
+
+def _largest_model_id(model: dict[str, Any]) -> int:
+    """The largest id of the model's own vocabulary: a ``{token: id}`` object (BPE, WordPiece,
+    WordLevel) or a list of ``[token, score]`` pairs, numbered in order (Unigram); -1 when empty."""
+    vocab = model.get("vocab")
+    if isinstance(vocab, dict):
+        return max((v for v in vocab.values() if isinstance(v, int)), default=-1)
+    return len(vocab) - 1 if isinstance(vocab, list) else -1

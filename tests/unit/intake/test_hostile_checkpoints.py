@@ -466,6 +466,16 @@ CASES = [
         ("tokenizer.json", "token id 700 ('Ġthe')", "vocab_size is 512"),
     ),
     Case(
+        "tokenizer-unigram-vocab-larger-than-config",
+        edit_tokenizer(
+            lambda data: data.update(
+                model={"type": "Unigram", "unk_id": 0, "vocab": [[f"p{i}", -1.0] for i in range(600)]}
+            )
+        ),
+        CheckpointConfigError,
+        ("tokenizer.json", "token id 602 ('<|im_end|>')", "vocab_size is 512"),  # added tokens follow the 600
+    ),
+    Case(
         "tokenizer-eos-not-in-vocab",
         lambda c: edit_json(c / "tokenizer_config.json", eos_token="<|not-in-vocab|>"),
         CheckpointConfigError,

@@ -118,7 +118,10 @@ def _child(work: Callable[[], Any], limits: Limits, write_end: int) -> None:  # 
         cpu = int(used.ru_utime + used.ru_stime) + max(1, limits.cpu_seconds)
         resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu + 1))
         memory = _address_space() + limits.memory_bytes
-        resource.setrlimit(resource.RLIMIT_AS, (memory, memory))
+        hard = resource.getrlimit(resource.RLIMIT_AS)[1]  # a limit the whole process runs under stays
+        if hard != resource.RLIM_INFINITY:
+            memory = min(memory, hard)
+        resource.setrlimit(resource.RLIMIT_AS, (memory, hard if hard != resource.RLIM_INFINITY else memory))
         try:
             answer: tuple[str, Any] = ("ok", work())
         except MemoryError:

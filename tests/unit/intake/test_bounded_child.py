@@ -54,3 +54,23 @@ def test_a_child_without_cpu_is_killed_at_the_wall_clock_deadline():
 def test_a_child_that_dies_is_reported_by_its_signal():
     outcome = bounded_child.run(lambda: os.kill(os.getpid(), signal.SIGSEGV), LIMITS)
     assert (outcome.failure, outcome.detail) == ("signal", "SIGSEGV")
+
+
+def test_a_process_already_under_an_address_space_limit_still_runs_its_checks():
+    """Intake inside a process limited from outside (``prlimit --as``, a container's limit): the
+    child's budget is capped at that limit instead of failing to raise it (a valid tokenizer was once
+    refused that way, the child exiting before it ran anything)."""
+    import subprocess
+    import sys
+
+    code = (
+        "import resource; from quantgate.intake import bounded_child as b\n"
+        "used = int(open('/proc/self/statm').read().split()[0]) * 4096\n"
+        "resource.setrlimit(resource.RLIMIT_AS, (used + 64 * 1024**2, used + 64 * 1024**2))\n"
+        "limits = b.Limits(cpu_seconds=5, memory_bytes=3 * 1024**3, wall_seconds=20.0)\n"
+        "print(b.run(lambda: sum(range(1000)), limits))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=False, timeout=60
+    )
+    assert "value=499500" in done.stdout, (done.stdout, done.stderr)

@@ -74,9 +74,7 @@ def write_report(
         "approvals": approvals,
         "verdicts": verdicts,
         "exit_code": exit_code,
-        "metrics": {
-            a: {"wikitext": {"perplexity": 10.5, "kld_mean": 0.01, "note": None}} for a in approvals
-        },
+        "metrics": {a: {"wikitext": {"perplexity": 10.5, "kld_mean": 0.01, "note": None}} for a in approvals},
     }
     (directory / "report.json").write_text(json.dumps(report))
     (directory / "report.md").write_text("# report\n")

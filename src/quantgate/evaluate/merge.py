@@ -9,13 +9,20 @@ else pairing them would compare different things; that is checked, not assumed.
 
 from __future__ import annotations
 
-import json
 import shutil
 from pathlib import Path
 from typing import Any
 
 from quantgate.atomic import install_dir, staged_dir, write_json
 from quantgate.errors import InputError
+from quantgate.results import (
+    RUN_JSON,
+    SUMMARY_JSON,
+    ReferenceCache,
+    read_run_info,
+    read_summary,
+    write_run_info,
+)
 
 _SAME = ("model", "model_class", "profile", "source_hash", "suites", "environment")
 
@@ -30,19 +37,19 @@ def merge_evaluations(parts: list[Path], out: Path) -> Path:
         raise InputError(None, "no evaluation directories to merge", "evaluate at least the source first")
     runs = []
     for part in parts:
-        run_json = Path(part) / "run.json"
+        run_json = Path(part) / RUN_JSON
         if not run_json.exists():
             raise InputError(
                 run_json, "missing: not a finished evaluation", "re-run quantgate eval into this directory"
             )
-        runs.append(json.loads(run_json.read_text()))
+        runs.append(read_run_info(run_json))
     first = runs[0]
     for part, run in zip(parts[1:], runs[1:], strict=True):
         for key in _SAME:
-            if run.get(key) != first.get(key):
+            if getattr(run, key) != getattr(first, key):
                 raise InputError(
-                    Path(part) / "run.json",
-                    f"'{key}' differs from {parts[0]}'s ({run.get(key)!r} vs {first.get(key)!r})",
+                    Path(part) / RUN_JSON,
+                    f"'{key}' differs from {parts[0]}'s ({getattr(run, key)!r} vs {getattr(first, key)!r})",
                     "evaluate every artifact with the same source, profile, suites and numerics switches "
                     "(environment: QUANTGATE_COMPILE, threads, CPU kernels)",
                 )
@@ -50,27 +57,27 @@ def merge_evaluations(parts: list[Path], out: Path) -> Path:
     with staged_dir(out) as tmp:
         summary: dict[str, Any] = {}
         for part in parts:
-            part_summary = json.loads((Path(part) / "summary.json").read_text())
-            for model, metrics in part_summary.items():
+            for model, metrics in read_summary(Path(part)).items():
                 if model not in summary:  # the source appears in every part, with identical results
                     shutil.copytree(Path(part) / model, tmp / model)
                     summary[model] = metrics
-        write_json(tmp / "summary.json", summary)
-        merged = {key: first.get(key) for key in _SAME}
-        merged |= {
-            "bytes": _union(r.get("bytes") for r in runs),
-            "numerics": _union(r.get("numerics") for r in runs),
-            "reference_cache": {
-                "hits": [h for r in runs for h in r.get("reference_cache", {}).get("hits", [])],
-                "computed": [c for r in runs for c in r.get("reference_cache", {}).get("computed", [])],
-            },
-            "source_forward_passes": sum(r.get("source_forward_passes", 0) for r in runs),
-            "design": "sequential" if any(r.get("design") == "sequential" for r in runs) else "fixed",
-            "sequential": _union(r.get("sequential") for r in runs),
-            "skipped": _union(r.get("skipped") for r in runs),
-            "merged_from": [str(p) for p in parts],
-        }
-        write_json(tmp / "run.json", merged)
+        write_json(tmp / SUMMARY_JSON, summary)
+        merged = first.model_copy(
+            update={
+                "bytes": _union(r.bytes for r in runs),
+                "numerics": _union(r.numerics for r in runs),
+                "reference_cache": ReferenceCache(
+                    hits=[h for r in runs for h in r.reference_cache.hits],
+                    computed=[c for r in runs for c in r.reference_cache.computed],
+                ),
+                "source_forward_passes": sum(r.source_forward_passes for r in runs),
+                "design": "sequential" if any(r.design == "sequential" for r in runs) else "fixed",
+                "sequential": _union(r.sequential for r in runs),
+                "skipped": _union(r.skipped for r in runs),
+                "merged_from": [str(p) for p in parts],
+            }
+        )
+        write_run_info(tmp, merged)
         install_dir(tmp, out)
     return out
 

@@ -26,6 +26,7 @@ from quantgate.evaluate import environment, skip
 from quantgate.evaluate.sequential import BATCH_MIN, watched
 from quantgate.evaluate.sequential import run as sequential_run
 from quantgate.evaluate.suites import EvalContext, LoadedSuite, SuiteResult
+from quantgate.results import RunInfo, SuiteResultFile, write_run_info, write_suite_result
 
 # 2: references computed with tiled prefill attention and log-sum-exp scoring; a version-1
 # reference (sdpa) paired with a version-2 artifact pass would carry attention rounding as KLD.
@@ -99,15 +100,18 @@ def _reference(ctx: EvalContext, suite: LoadedSuite, source_hash: str, source: S
     return reference, result
 
 
-def _record(run: EvalRun, model_name: str, result: SuiteResult, numerics: dict, extra: dict) -> None:
-    write_json(
-        run.out / model_name / f"{result.suite}.json",
-        {"model": model_name, **asdict(result), "numerics": numerics, **extra},
-        default=str,
+def _record(
+    run: EvalRun, model_name: str, result: SuiteResult, numerics: dict, extra: dict
+) -> SuiteResultFile:
+    """Write one model's result on one suite (the results contract) and add it to the summary."""
+    recorded = SuiteResultFile.model_validate(
+        {"model": model_name, **asdict(result), "numerics": numerics, **extra}
     )
+    write_suite_result(run.out, recorded)
     run.summary.setdefault(model_name, {}).update(
         {f"{result.suite}.{k}": v for k, v in result.metrics.items()}
     )
+    return recorded
 
 
 def evaluate(
@@ -158,18 +162,18 @@ def evaluate(
     source = SourceRuns(source_checkpoint)
     extra = {"profile": ctx.profile, "source_hash": source_hash}
     references, source_results = {}, {}
+    source_files: dict[str, SuiteResultFile] = {}
     source_numerics = {"target": "source", "mode": "native", "weights": "bf16", "activations": "bf16"}
     for suite in suites:
         references[suite.spec.name], result = _reference(ctx, suite, source_hash, source, run)
         source_results[suite.spec.name] = result
-        _record(run, "source", result, source_numerics, extra)
+        source_files[suite.spec.name] = _record(run, "source", result, source_numerics, extra)
     run.numerics["source"] = source_numerics
     source._model = None  # free the source before loading artifacts
 
     from quantgate.numerics import load_for_eval
 
     by_name = {s.spec.name: s for s in suites}
-    source_json = {name: asdict(r) for name, r in source_results.items()}
     cheapest_first = sorted(suites, key=lambda s: (s.runner.cost(ctx.profile), s.spec.name))
     for d in dirs:
         manifest = manifests[d]
@@ -183,11 +187,11 @@ def evaluate(
         about = {**extra, "target": manifest.target, "build_key": manifest.build_key}
         watches = {s.spec.name: watched(gates, s.spec.name, d.name, tenants) if gates else [] for s in suites}
         gating = {w.tenant for ws in watches.values() for w in ws}
-        done: dict[str, dict[str, Any]] = {}
+        done: dict[str, SuiteResultFile] = {}
         for suite in cheapest_first:
             name = suite.spec.name
             why = skip.unneeded(watches[name], suite, source_results[name]) or (
-                skip.every_tenant_failed(watches, by_name, source_json, done, gating) if done else None
+                skip.every_tenant_failed(watches, by_name, source_files, done, gating) if done else None
             )
             if why is not None:
                 ctx.progress.log(f"{d.name}: {name} not run: {why}")
@@ -203,28 +207,31 @@ def evaluate(
                 run.sequential.setdefault(d.name, {})[name] = design
             else:
                 result = suite.runner.score(ctx, loaded, references[name])
-            _record(run, d.name, result, numerics, about | ({"sequential": design} if design else {}))
-            done[name] = {**asdict(result), **({"sequential": design} if design else {})}
+            done[name] = _record(
+                run, d.name, result, numerics, about | ({"sequential": design} if design else {})
+            )
         del loaded
     run.source_forward_passes = source.forward_passes
     write_json(out / "summary.json", run.summary, default=str)
-    write_json(
-        out / "run.json",
-        {
-            "model": model,
-            "model_class": model_class,
-            "profile": ctx.profile,
-            "source_hash": source_hash,
-            "bytes": sizes,
-            "suites": {s.spec.name: {"kind": s.spec.kind, "spec_sha256": s.spec_hash} for s in suites},
-            "numerics": run.numerics,
-            "reference_cache": {"hits": run.reference_hits, "computed": run.reference_misses},
-            "source_forward_passes": run.source_forward_passes,
-            "environment": environment.recorded(),
-            "design": "sequential" if sequential else "fixed",
-            "sequential": run.sequential,
-            "skipped": run.skipped,
-        },
+    write_run_info(
+        out,
+        RunInfo.model_validate(
+            {
+                "model": model,
+                "model_class": model_class,
+                "profile": ctx.profile,
+                "source_hash": source_hash,
+                "bytes": sizes,
+                "suites": {s.spec.name: {"kind": s.spec.kind, "spec_sha256": s.spec_hash} for s in suites},
+                "numerics": run.numerics,
+                "reference_cache": {"hits": run.reference_hits, "computed": run.reference_misses},
+                "source_forward_passes": run.source_forward_passes,
+                "environment": environment.recorded(),
+                "design": "sequential" if sequential else "fixed",
+                "sequential": run.sequential,
+                "skipped": run.skipped,
+            }
+        ),
     )
     return run
 

@@ -60,7 +60,9 @@ def order(suite: LoadedSuite, n: int) -> list[int]:
     return [int(i) for i in np.random.default_rng(int.from_bytes(digest[:8], "big")).permutation(n)]
 
 
-def undecided(watches: Sequence[Watch], suite: LoadedSuite, source: dict, samples: list[dict]) -> list[str]:
+def undecided(
+    watches: Sequence[Watch], suite: LoadedSuite, source: list[dict], samples: list[dict]
+) -> list[str]:
     """The floors that still need items after ``samples``, as "tenant: suite metric kind" (empty: stop).
 
     A floor decided by its confidence sequence needs no more. A floor with no sequential form (a
@@ -100,7 +102,7 @@ def run(
     Returns the records in evaluation order and the ``sequential`` block the gate reads: order,
     items used and in all, why it stopped, seconds taken and the estimate for every item.
     """
-    src = {"samples": source.samples}
+    src = source.samples
     positions = order(suite, n)
     samples: list[dict[str, Any]] = []
     started = time.perf_counter()

@@ -23,10 +23,10 @@ as decidable.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any
 
 from quantgate.evaluate.sequential import Watch
 from quantgate.evaluate.suites import LoadedSuite, SuiteResult
+from quantgate.results import SuiteResultFile
 
 
 def decidable(watch: Watch, suite: LoadedSuite, source: SuiteResult) -> bool:
@@ -62,8 +62,8 @@ def unneeded(watches: Sequence[Watch], suite: LoadedSuite, source: SuiteResult) 
 def every_tenant_failed(
     watches_by_suite: Mapping[str, Sequence[Watch]],
     suites: Mapping[str, LoadedSuite],
-    source: dict[str, dict[str, Any]],
-    done: dict[str, dict[str, Any]],
+    source: Mapping[str, SuiteResultFile],
+    done: Mapping[str, SuiteResultFile],
     tenants: set[str],
 ) -> str | None:
     """Why the rest of an artifact's suites cannot change its verdicts: every tenant in ``tenants``

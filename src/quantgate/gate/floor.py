@@ -26,7 +26,7 @@ without them is compared with its metric's value (never with a floor's delta), f
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any, Literal
 
@@ -54,7 +54,7 @@ class Before:
     label: str  # e.g. "version 3 of m.hopper-fp8 (approved-chat)"
     value: float | None
     problem: str | None = None
-    records: dict[str, Any] | None = None
+    records: Mapping[str, Any] | None = None  # a SuiteResultFile, or its JSON object
 
 
 @dataclass(frozen=True)

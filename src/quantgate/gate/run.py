@@ -14,7 +14,7 @@ from __future__ import annotations
 import hashlib
 import json
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from quantgate.artifact import Manifest, artifact_dirs, read_manifest
 from quantgate.atomic import staged_file, write_json
@@ -23,23 +23,10 @@ from quantgate.config.targets import Catalog
 from quantgate.errors import InputError, UsageError
 from quantgate.gate.baseline import Baselines, from_registry, from_report_dir
 from quantgate.gate.verdict import Results, gate, no_evidence
-from quantgate.report_schema import RECORDS_DIR, REPORT_JSON, Report
+from quantgate.report_schema import RECORDS_DIR, REPORT_JSON, EvaluatedNumerics, Report, SequentialDesign
+from quantgate.results import SOURCE, read_evaluation
 from quantgate.serving.table import ServingTable
 from quantgate.suggest import did_you_mean
-
-
-def read_results(eval_dir: Path) -> Results:
-    """``E/<model>/<suite>.json`` for every model directory of an evaluation output."""
-    eval_dir = Path(eval_dir)
-    if not (eval_dir / "source").is_dir():
-        raise InputError(
-            eval_dir, "no source/ results here", "point at the output directory of quantgate eval"
-        )
-    return {
-        d.name: {p.stem: json.loads(p.read_text()) for p in sorted(d.glob("*.json"))}
-        for d in sorted(eval_dir.iterdir())
-        if d.is_dir()
-    }
 
 
 def _manifests(artifacts_dir: Path | None) -> dict[str, Manifest]:
@@ -91,13 +78,12 @@ def gate_results(
     for name in tenants or []:
         if name not in gates.tenants:
             raise UsageError("--tenants", f"unknown tenant '{name}'", did_you_mean(name, gates.tenants))
-    results = read_results(Path(eval_dir))
-    run_json = Path(eval_dir) / "run.json"
-    run_info = json.loads(run_json.read_text()) if run_json.exists() else {}
+    evaluation = read_evaluation(Path(eval_dir))
+    results, run_info = evaluation.results, evaluation.run
     manifest_class, architecture = _manifest_facts(artifacts_dir)
-    model_class = model_class or manifest_class or run_info.get("model_class")
+    model_class = model_class or manifest_class or (run_info.model_class if run_info else None)
     notes: list[str] = []
-    evaluated = [m for m in results if m != "source"]
+    evaluated = evaluation.artifacts
     if model_class is not None:
         if model_class not in gates.model_classes:
             raise UsageError(
@@ -116,15 +102,17 @@ def gate_results(
     for t in required:
         if t not in evaluated:
             notes.append(f"required target {t} was not evaluated: it fails every tenant as missing")
-    source_hash = run_info.get("source_hash") or next(
-        (r.get("source_hash") for r in results.get("source", {}).values() if r.get("source_hash")), None
+    source_hash = (run_info.source_hash if run_info else None) or next(
+        (r.source_hash for r in results.get(SOURCE, {}).values() if r.source_hash), None
     )
+    profile = run_info.profile if run_info else None
     # the name publish registers under (<model>.<target>), so the lookup finds what it published
-    model = model or run_info.get("model") or architecture or f"source-{(source_hash or 'unknown')[:12]}"
+    named = run_info.model if run_info else None
+    model = model or named or architecture or f"source-{(source_hash or 'unknown')[:12]}"
     if previous is not None:
         baselines = from_report_dir(previous)
     elif baselines is None and registry is not None:
-        baselines = from_registry(registry, model, {a: build_key(results, a) for a in artifacts})
+        baselines = from_registry(registry, model, {a: evaluation.build_key(a) for a in artifacts})
     verdicts = gate(
         results,
         gates,
@@ -132,7 +120,7 @@ def gate_results(
         artifacts,
         set(required),
         tenants=tenants,
-        baselines=baselines.for_gate(run_info.get("profile")) if baselines is not None else None,
+        baselines=baselines.for_gate(profile) if baselines is not None else None,
     )
     approvals = {
         a: [v.tenant for v in verdicts if v.artifact == a and v.verdict == "pass"] for a in artifacts
@@ -140,28 +128,34 @@ def gate_results(
     failing = [a for a in required if not approvals.get(a)]
     if failing:
         notes.append(f"required artifacts passing no tenant: {', '.join(failing)}")
-    numerics = run_info.get("numerics") or {
-        m: next((r["numerics"] for r in res.values() if "numerics" in r), {}) for m, res in results.items()
+    numerics = (run_info.numerics if run_info else {}) or {
+        m: next((r.numerics for r in res.values() if r.numerics), {}) for m, res in results.items()
     }
     return Report(
         model=model,
         model_class=model_class,
         source_hash=source_hash,
-        profile=run_info.get("profile"),
-        sequential=run_info.get("sequential") or {},
+        profile=profile,
+        sequential=cast(
+            dict[str, dict[str, SequentialDesign]],
+            {
+                a: {suite: d.model_dump() for suite, d in designs.items()}
+                for a, designs in (run_info.sequential if run_info else {}).items()
+            },
+        ),
         required=required,
         optional=optional,
         verdicts=verdicts,
         approvals=approvals,
-        numerics={a: numerics.get(a, {"mode": "unknown"}) for a in artifacts},
+        numerics={a: cast(EvaluatedNumerics, numerics.get(a, {"mode": "unknown"})) for a in artifacts},
         exit_code=1 if failing else 0,
         notes=notes,
-        sizes=run_info.get("bytes") or {},
+        sizes=run_info.bytes if run_info else {},
         serving={a: table for a, table in _serving(artifacts_dir).items() if a in artifacts},
-        metrics={m: {suite: r.get("metrics", {}) for suite, r in res.items()} for m, res in results.items()},
-        suite_notes={suite: r.get("notes", []) for suite, r in results.get("source", {}).items()},
+        metrics={m: {suite: r.metrics for suite, r in res.items()} for m, res in results.items()},
+        suite_notes={suite: r.notes for suite, r in results.get(SOURCE, {}).items()},
         no_evidence=no_evidence(verdicts),
-        skipped=run_info.get("skipped") or {},
+        skipped=run_info.skipped if run_info else {},
         records={a: hashlib.sha256(records_payload(results, a)).hexdigest() for a in evaluated},
         baselines_from=baselines.origin if baselines is not None else None,
         baseline_notes=list(baselines.notes) if baselines is not None else [],
@@ -172,13 +166,12 @@ def records_payload(results: Results, artifact: str) -> bytes:
     """An artifact's per-item results on every suite, as the bytes written beside its report and
     published with its version: what a later release's regression floors are paired with. Canonical
     (sorted keys, no spaces), so their sha256 in report.json identifies them."""
-    body = {"artifact": artifact, "suites": results.get(artifact, {})}
-    return json.dumps(body, sort_keys=True, separators=(",", ":"), default=str).encode()
-
-
-def build_key(results: Results, artifact: str) -> str | None:
-    """The build key an artifact's evaluation recorded (None for one not evaluated)."""
-    return next((r["build_key"] for r in results.get(artifact, {}).values() if r.get("build_key")), None)
+    suites = {
+        name: r.model_dump(mode="json", exclude_none=True) for name, r in results.get(artifact, {}).items()
+    }
+    return json.dumps(
+        {"artifact": artifact, "suites": suites}, sort_keys=True, separators=(",", ":")
+    ).encode()
 
 
 def report_payload(report: Report) -> dict[str, Any]:
@@ -193,7 +186,7 @@ def write_report_json(report: Report, out_dir: Path, eval_dir: Path | None = Non
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     if eval_dir is not None and report.records:
-        results = read_results(Path(eval_dir))
+        results = read_evaluation(Path(eval_dir)).results
         for artifact, sha256 in report.records.items():
             payload = records_payload(results, artifact)
             if hashlib.sha256(payload).hexdigest() != sha256:

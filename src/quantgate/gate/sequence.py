@@ -277,14 +277,15 @@ def ordered_columns(suite, samples: list[dict]) -> dict[str, np.ndarray]:
     return out
 
 
-def check(floor, suite, source: dict, samples: list[dict], confidence: float) -> Sequential | str:
+def check(floor, suite, source: list[dict], samples: list[dict], confidence: float) -> Sequential | str:
     """One floor after the artifact's ``samples`` so far (in evaluation order), against the source's
-    records of the same items and, for y's range, of every item: the always-valid decision at
-    ``early_alpha(confidence)``. A string: why this floor has no sequential form."""
+    per-item records (``source``: of the same items and, for y's range, of every item): the
+    always-valid decision at ``early_alpha(confidence)``. A string: why this floor has no
+    sequential form."""
     measure = suite.metrics().get(floor.metric)
     if measure is None:
         return f"the suite has no metric {floor.metric}"
-    by_item = {str(r["item"]): r for r in source.get("samples") or []}
+    by_item = {str(r["item"]): r for r in source}
     try:
         paired = [by_item[str(r["item"])] for r in samples]
         a, s = ordered_columns(suite, samples), ordered_columns(suite, paired)

@@ -21,6 +21,7 @@ from quantgate.gate import floor as floor_step
 from quantgate.gate import sequence
 from quantgate.gate.floor import INTERVAL_NAME, Before
 from quantgate.report_schema import STATUS_TEXT, BaselineRef, FloorResult, Status, Verdict
+from quantgate.results import SuiteResultFile
 
 if TYPE_CHECKING:
     from quantgate.evaluate.suites import SuiteKind
@@ -52,16 +53,16 @@ def _as_column(values: list[Any]) -> np.ndarray:
     return np.asarray(values, dtype=float)
 
 
-def _rows(suite: SuiteKind, result: dict) -> dict[str, Mapping[str, Any]]:
-    return {str(r["item"]): suite.columns(r) for r in result.get("samples") or []}
+def _rows(suite: SuiteKind, result: SuiteResultFile) -> dict[str, Mapping[str, Any]]:
+    return {str(r["item"]): suite.columns(r) for r in result.samples}
 
 
 def _aligned(
-    suite: SuiteKind, source: dict, artifact: dict, old: dict | None
+    suite: SuiteKind, source: SuiteResultFile, artifact: SuiteResultFile, old: SuiteResultFile | None
 ) -> tuple[dict, dict, dict | None, int] | str:
     """Per-item columns of artifact, source and (a regression's) approved version, aligned by item;
     a string says what is missing or does not pair."""
-    src, art = source.get("samples") or [], artifact.get("samples") or []
+    src, art = source.samples, artifact.samples
     if not src or not art:
         return f"no per-item records ({'source' if not src else 'artifact'})"
     try:
@@ -88,22 +89,28 @@ def _aligned(
     return columns(a_rows), columns(s_rows), o, len(keys)
 
 
-def _errors(suite: SuiteKind, source: dict, artifact: dict) -> str | None:
+def _errors(suite: SuiteKind, source: SuiteResultFile, artifact: SuiteResultFile) -> str | None:
     """Why items of this suite could not be evaluated (no sandbox, harness error, missing data), as
     the kind reads its records (``SuiteKind.item_error``) and its result counts them (``errors``);
     None: every item was."""
     found = []
     for who, res in (("source", source), ("artifact", artifact)):
-        samples = res.get("samples") or []
+        samples = res.samples
         bad = [(r.get("item"), why) for r in samples if (why := suite.item_error(r)) is not None]
         if bad:
             found.append(
                 f"{len(bad)} of {len(samples)} {who} items could not be evaluated (item {bad[0][0]}: {bad[0][1]})"
             )
-        elif res.get("errors"):
-            counts = "; ".join(f"{n} × {why}" for why, n in res["errors"].items())
+        elif res.errors:
+            counts = "; ".join(f"{n} × {why}" for why, n in res.errors.items())
             found.append(f"{who} items could not be evaluated: {counts}")
     return "; ".join(found) or None
+
+
+def as_result(result: SuiteResultFile | Mapping[str, Any]) -> SuiteResultFile:
+    """A suite result as the contract types it (a dict, as tests and hand-made results give one,
+    validated here; ``read_evaluation`` gives the model already)."""
+    return result if isinstance(result, SuiteResultFile) else SuiteResultFile.model_validate(result)
 
 
 def _describe(
@@ -188,8 +195,8 @@ def _describe(
 def evaluate_floor(
     floor: Floor,
     suite: SuiteKind | None,
-    source: dict[str, Any] | None,
-    artifact: dict[str, Any] | None,
+    source: SuiteResultFile | Mapping[str, Any] | None,
+    artifact: SuiteResultFile | Mapping[str, Any] | None,
     *,
     confidence: float = 0.95,
     before: Before | None = None,
@@ -266,32 +273,31 @@ def evaluate_floor(
         return result("missing", "missing: suite not evaluated for the source")
     if artifact is None:
         return result("missing", "missing: suite not evaluated for the artifact")
-    if artifact.get("skipped"):
-        return _not_run(floor, measure, suite, source, str(artifact["skipped"]), confidence, result)
+    source, artifact = as_result(source), as_result(artifact)
+    if artifact.skipped:
+        return _not_run(floor, measure, suite, source, artifact.skipped, confidence, result)
     errors = _errors(suite, source, artifact)
     if errors:
         return result("error", f"error: {errors}; a floor on items that were not evaluated cannot pass")
     for who, res in (("source", source), ("artifact", artifact)):
-        reported = res.get("metrics") or {}
+        reported = res.metrics
         if floor.metric in reported and reported.get(floor.metric) is None:
             return result("missing", f"missing: the {who}'s reported {floor.metric} is None")
-    design = artifact.get("sequential") or {}
+    design = artifact.sequential
     used = ""
-    if design:  # evaluated sequentially (evaluate/sequential.py): its items, its confidence
-        total = design.get("items_total")
-        used = f"; sequential: {design.get('items_used')} of {total} items, stopped: {design.get('stopped')}"
+    if design is not None:  # evaluated sequentially (evaluate/sequential.py): its items, its confidence
+        used = f"; sequential: {design.items_used} of {design.items_total} items, stopped: {design.stopped}"
         early = None
-        if design.get("stopped") == "decided":
-            decided = sequence.check(floor, suite, source, artifact.get("samples") or [], confidence)
+        if design.stopped == "decided":
+            decided = sequence.check(floor, suite, source.samples, artifact.samples, confidence)
             if not isinstance(decided, str) and decided.decision != "undecided":
                 early = decided
             else:
                 used += f" (this floor on those items with the fixed design: {decided if isinstance(decided, str) else 'undecided'})"
-            items = {str(r.get("item")) for r in artifact.get("samples") or []}
-            source = {
-                **source,
-                "samples": [r for r in source.get("samples") or [] if str(r.get("item")) in items],
-            }
+            items = {str(r.get("item")) for r in artifact.samples}
+            source = source.model_copy(
+                update={"samples": [r for r in source.samples if str(r.get("item")) in items]}
+            )
         if early is not None:
             aligned = _aligned(suite, source, artifact, None)
             estimate = None
@@ -319,7 +325,11 @@ def evaluate_floor(
                 f"insufficient evidence: cannot compare with {before.label}: {before.problem}",
                 evidence=f"approved version not comparable: {before.problem}",
             )
-    old = before.records if before is not None and before.problem is None else None
+    old = (
+        as_result(before.records)
+        if before is not None and before.problem is None and before.records
+        else None
+    )
     aligned = _aligned(suite, source, artifact, old)
     if isinstance(aligned, str) and old is not None and aligned.startswith("the approved version"):
         if kind == "max_regression":
@@ -367,7 +377,9 @@ def evaluate_floor(
     )
 
 
-def _not_run(floor: Floor, measure, suite: SuiteKind, source: dict, why: str, confidence: float, result):
+def _not_run(
+    floor: Floor, measure, suite: SuiteKind, source: SuiteResultFile, why: str, confidence: float, result
+):
     """A floor on a suite evaluation skipped: what its plan says where its power was known from the
     source alone (it could not change the verdict), else ``not_run``, which fails as missing data would."""
     if floor.kind != "max_regression":
@@ -398,7 +410,7 @@ def _not_run(floor: Floor, measure, suite: SuiteKind, source: dict, why: str, co
     return result("not_run", f"not run: {why}")
 
 
-def _as_columns(suite: SuiteKind, result: dict) -> dict:
+def _as_columns(suite: SuiteKind, result: SuiteResultFile) -> dict:
     rows = _rows(suite, result)
     keys = sorted(rows)
     names = list(rows[keys[0]]) if keys else []
@@ -462,7 +474,7 @@ def _sequential_result(
     )
 
 
-Results = dict[str, dict[str, dict[str, Any]]]  # model ("source" or a target) -> suite -> result JSON
+Results = Mapping[str, Mapping[str, SuiteResultFile]]  # model ("source" or a target) -> suite -> result
 
 
 def judge(

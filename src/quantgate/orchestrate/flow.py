@@ -36,6 +36,7 @@ from quantgate.evaluate.sequential import DEFAULT as SEQUENTIAL_DEFAULT
 from quantgate.orchestrate import heavy_slots, out_lock
 from quantgate.orchestrate.plan import RUN_ID_ENV, RunPlan, digest, make_plan
 from quantgate.orchestrate.steps import LogProgress, run_step, stop_all
+from quantgate.results import read_summary
 
 OUTCOME = "outcome.json"
 _RETRIES = 2
@@ -151,7 +152,7 @@ def evaluate_reference(plan: RunPlan) -> dict[str, Any]:
     return {
         "name": "source",
         "dir": str(out),
-        "summary": json.loads((out / "summary.json").read_text()),
+        "summary": read_summary(out),
         "ran_in": _where(),
     }
 
@@ -183,7 +184,7 @@ def evaluate_artifact(plan: RunPlan, built: dict[str, Any]) -> dict[str, Any]:
     return {
         "name": target,
         "dir": str(out),
-        "summary": json.loads((out / "summary.json").read_text()),
+        "summary": read_summary(out),
         "ran_in": _where(),
     }
 

@@ -50,7 +50,7 @@ from quantgate.publish import aliases, approval, naming, signing, tracking
 from quantgate.publish.config import RegistryConfig
 from quantgate.publish.lineage import lineage_tags, run_metrics, run_params
 from quantgate.publish.store import ArtifactStore, Digest, join, open_store
-from quantgate.report_schema import Report, read_report
+from quantgate.report_schema import RECORDS_DIR, Report, read_report
 from quantgate.safe_path import safe_relpath
 
 REPORT_FILES = ("report.json", "report.md", "report.html")
@@ -126,6 +126,13 @@ def _checked_jobs(report_json: Path, report: Report, artifacts_dir: Path, record
         f"{naming.REPORTS_PATH}/{name}": report_json.parent / name
         for name in REPORT_FILES
         if (report_json.parent / name).is_file()
+    }
+    # each artifact's per-item records beside the report (the bytes report.json names by sha256):
+    # what a later release's regression floors are paired with (gate/baseline.py)
+    reports |= {
+        f"{naming.REPORTS_PATH}/{RECORDS_DIR}/{artifact}.json": path
+        for artifact in report.records
+        if (path := report_json.parent / RECORDS_DIR / f"{artifact}.json").is_file()
     }
     report_sha256 = sha256_file(report_json).sha256
     fix = "fix the report (quantgate gate writes artifact and tenant names the registry accepts)"

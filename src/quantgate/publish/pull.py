@@ -31,6 +31,7 @@ import contextlib
 import errno
 from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
 
 from pydantic import ValidationError
@@ -110,12 +111,15 @@ def pull(
         return materialize(path, dest, link=link) if dest is not None else path
 
 
+@dataclass(frozen=True)
 class _Asked:
     """What the caller asked for, which the signed approval must name."""
 
-    def __init__(self, name: str, model: str, target: str, tenant: str, allow_unapproved: bool) -> None:
-        self.name, self.model, self.target, self.tenant = name, model, target, tenant
-        self.allow_unapproved = allow_unapproved
+    name: str  # the registered model
+    model: str
+    target: str
+    tenant: str
+    allow_unapproved: bool
 
 
 def _check(signed: Approval, asked: _Asked, version: str, where: str) -> None:

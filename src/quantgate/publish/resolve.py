@@ -17,7 +17,7 @@ from quantgate.errors import UnapprovedVersionError, UnknownModelError
 from quantgate.publish import naming, tracking
 from quantgate.publish.config import RegistryConfig
 from quantgate.publish.store import open_store
-from quantgate.report_schema import MAX_REPORT_BYTES
+from quantgate.report_schema import MAX_REPORT_BYTES, RECORDS_DIR
 from quantgate.suggest import did_you_mean
 
 
@@ -129,12 +129,16 @@ class Approved:
     tenants: tuple[str, ...]  # every tenant whose alias points at this version
     build_key: str | None
     report: Path | None  # its gate report (reports/report.json), downloaded; None: the store has none
+    records: Path | None = None  # its per-item records (reports/records/<target>.json); None: none stored
 
 
-def approved_versions(mlflow_client, cfg: RegistryConfig, name: str, dest: Path) -> list[Approved]:
+def approved_versions(
+    mlflow_client, cfg: RegistryConfig, name: str, dest: Path, target: str | None = None
+) -> list[Approved]:
     """Every version of ``name`` an ``approved-<tenant>`` alias points at, each with the gate report
-    published with it downloaded under ``dest``; [] when ``name`` is not registered. Registry
-    failures are the caller's to type (``tracking.registry_errors``)."""
+    published with it downloaded under ``dest`` (and, given its ``target``, that artifact's per-item
+    records); [] when ``name`` is not registered. Registry failures are the caller's to type
+    (``tracking.registry_errors``)."""
     from mlflow.exceptions import MlflowException
 
     try:
@@ -168,5 +172,22 @@ def approved_versions(mlflow_client, cfg: RegistryConfig, name: str, dest: Path)
             except FileNotFoundError:
                 report = None
         tags = mv.tags or {}
-        found.append(Approved(name, version, tuple(tenants), tags.get(naming.BUILD_KEY), report))
+        records = _records(store, where, target)
+        found.append(Approved(name, version, tuple(tenants), tags.get(naming.BUILD_KEY), report, records))
     return found
+
+
+def _records(store, where: Path, target: str | None) -> Path | None:
+    """The version's per-item records, downloaded when the store holds them (within the report's
+    size bound: they are read whole); None for versions published before records were."""
+    if target is None or "/" in target:
+        return None
+    rel = f"{naming.REPORTS_PATH}/{RECORDS_DIR}/{target}.json"
+    size = store.size(rel)
+    if size is None or size > naming.MAX_RECORDS_BYTES:
+        return None
+    try:
+        store.download({rel: size}, where, lambda r, p: None, lambda n: None)
+    except FileNotFoundError:
+        return None
+    return where / rel

@@ -9,7 +9,6 @@ model) and the recipes, calibration set and suites are the project's current fil
 
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 from typing import Any
@@ -18,6 +17,7 @@ from quantgate.errors import UsageError
 from quantgate.progress import Progress
 from quantgate.repair.run import RepairInputs, RepairOutcome, repair
 from quantgate.report_schema import Report, read_report
+from quantgate.results import RUN_JSON, read_run_info
 
 
 def repair_command(
@@ -147,8 +147,8 @@ def _from_options(
     catalog = Catalog(project)
     policy = load_gates(gates_path, catalog)
     cache = (options["--cache-dir"] or cache_dir()).resolve()
-    run_json = results / "run.json"
-    run_info = json.loads(run_json.read_text()) if run_json.is_file() else {}
+    run_json = results / RUN_JSON
+    run_info = read_run_info(run_json) if run_json.is_file() else None
     source_dir = options["--checkpoint"] or default_checkpoint(cache, progress)
     record = intake(source_dir, policy, progress, cache=cache / "intake")
     names = [d.name for d in results.iterdir() if d.is_dir() and d.name in catalog.target_names()]
@@ -161,7 +161,7 @@ def _from_options(
             options["--calibration"] or project / "calibration_sets" / "default.yaml", cache / "calibration"
         )
     ctx = EvalContext(
-        run_info.get("profile") or "smoke",
+        run_info.profile if run_info else "smoke",
         DataDir.resolve(options["--data-dir"], project),
         project,
         cache,
@@ -175,8 +175,8 @@ def _from_options(
         ctx=ctx,
         gates_path=gates_path,
         project_root=project,
-        model=run_info.get("model") or model_name(record.path),
-        sequential=run_info.get("design") == "sequential",  # variants evaluated as the results were
+        model=(run_info.model if run_info else None) or model_name(record.path),
+        sequential=run_info is not None and run_info.design == "sequential",  # as the results were
     )
     return inputs, project, gates_path
 

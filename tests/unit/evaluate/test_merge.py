@@ -27,7 +27,7 @@ def _part(root, name, models, profile="smoke", passes=0, threads="2"):
                 "model_class": "draft",
                 "profile": profile,
                 "source_hash": "ab",
-                "suites": {"wikitext": {}},
+                "suites": {"wikitext": {"kind": "perplexity", "spec_sha256": "ab12"}},
                 "bytes": {m: 10 for m in models},
                 "numerics": {m: {"mode": "emulated"} for m in models},
                 "reference_cache": {

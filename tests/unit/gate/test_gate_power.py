@@ -15,7 +15,7 @@ from gate_builders import CHAIN, GSM8K, TEXT, chain_result, gsm8k_result, text_r
 
 from quantgate.config.gates import Floor
 from quantgate.gate import floor as step
-from quantgate.gate.verdict import _aligned, evaluate_floor
+from quantgate.gate.verdict import _aligned, as_result, evaluate_floor
 
 pytestmark = pytest.mark.unit
 
@@ -53,7 +53,7 @@ def test_power_comes_from_the_source_alone():
     floor = Floor(suite="gsm8k", metric="flip_loss_rate", max=0.25)
     plans = []
     for art in (sound, broken):
-        _, s, _, _ = _aligned(GSM8K, src, art, None)
+        _, s, _, _ = _aligned(GSM8K, as_result(src), as_result(art), None)
         plans.append(step.plan(floor, GSM8K.metrics()[floor.metric], s, confidence=0.95))
     assert plans[0].powered == plans[1].powered is True and plans[0].mde == plans[1].mde
     assert plans[0].evidence == "20 items the source solved"
@@ -110,7 +110,7 @@ def test_a_suite_that_cannot_change_a_verdict_is_known_from_the_source():
     """The 135 M default's smoke GSM8K: the source solves 1 of 4 items. No artifact can pass an
     advisory loss floor there, nor establish a violation: the suite need not run on any artifact."""
     src, _ = _answers(1, 0, items=4)
-    _, s, _, _ = _aligned(GSM8K, src, src, None)
+    _, s, _, _ = _aligned(GSM8K, as_result(src), as_result(src), None)
     for value in (0.25, 0.05, 0.5):
         floor = Floor(suite="gsm8k", metric="flip_loss_rate", max=value, advisory=True)
         p = step.plan(floor, GSM8K.metrics()["flip_loss_rate"], s, confidence=0.95)
@@ -119,7 +119,7 @@ def test_a_suite_that_cannot_change_a_verdict_is_known_from_the_source():
         assert not step.can_change_verdict(p, advisory=required.advisory)  # it blocks whatever happens
     # 3 solved items: losing all 3 would establish a loss above 25 %, so the suite must run
     src, _ = _answers(3, 0, items=4)
-    _, s, _, _ = _aligned(GSM8K, src, src, None)
+    _, s, _, _ = _aligned(GSM8K, as_result(src), as_result(src), None)
     p = step.plan(
         Floor(suite="gsm8k", metric="flip_loss_rate", max=0.25),
         GSM8K.metrics()["flip_loss_rate"],

@@ -55,9 +55,11 @@ class SandboxLimits(Frozen):
     """
 
     # bounded: a limit beyond what a kernel takes (1e12 s overflows a timer) is a typo, not a policy
-    timeout_s: PositiveFloat = Field(10.0, le=3600.0, description="per completion, at most an hour")
-    memory_mb: PositiveInt = Field(512, le=65_536, description="address space, at most 64 GB")
-    max_processes: PositiveInt = Field(16, le=4096, description="RLIMIT_NPROC (threads), at most 4096")
+    timeout_s: PositiveFloat = Field(default=10.0, le=3600.0, description="per completion, at most an hour")
+    memory_mb: PositiveInt = Field(default=512, le=65_536, description="address space, at most 64 GB")
+    max_processes: PositiveInt = Field(
+        default=16, le=4096, description="RLIMIT_NPROC (threads), at most 4096"
+    )
 
 
 class HumanEvalSpec(SuiteSpec):

@@ -1,12 +1,13 @@
 """The README's main job before and after a change, in one benchmark run (issue 24).
 
-Usage:  .venv/bin/python bench/main_job_before_after.py --before COMMIT [--out F]
+Usage:  .venv/bin/python bench/main_job_before_after.py --before COMMIT [--after COMMIT] [--out F]
 
 Runs the README's first command, ``quantgate run --targets <all four>``, twice, one after the other
 on this machine, each as a whole command in its own process from a cold start (``cold.cold_env``:
 an empty quantgate cache, Prefect home, output directory and local registry): first the tree at
 ``--before`` (a git worktree made for the run, its ``src`` first on PYTHONPATH, this checkout's
-virtual environment), then this checkout. Printed as JSON: each run's wall-clock, exit code and
+virtual environment), then this checkout (or the tree at ``--after``, so that edits made while it runs do not leak into
+the run). Printed as JSON: each run's wall-clock, exit code and
 evaluation seconds (the ``eval-*`` steps, from the flow's own task log lines), every verdict and
 floor status in both, the ones that differ, and the suites the after run did not evaluate.
 """
@@ -78,23 +79,37 @@ def _run(tree: Path, src_first: bool, tmp: Path) -> dict:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--before", required=True, help="the commit before the change")
+    parser.add_argument("--after", default=None, help="the commit after it (default: this checkout)")
     parser.add_argument("--out", type=Path, help="Also write the JSON here.")
     options = parser.parse_args()
     runs = {}
     with tempfile.TemporaryDirectory(prefix="quantgate-before-after-") as tmp:
-        worktree = Path(tmp) / "before"
-        subprocess.run(
-            ["git", "worktree", "add", "--detach", str(worktree), options.before], cwd=ROOT, check=True
-        )
+        trees = {"before": Path(tmp) / "before", "after": Path(tmp) / "after"}
+        commits = {"before": options.before, "after": options.after}
+        made = []
         try:
-            runs["before"] = _run(worktree, True, Path(tmp) / "b")
-            runs["after"] = _run(ROOT, False, Path(tmp) / "a")
+            for name, commit in commits.items():
+                if commit is None:
+                    trees[name] = ROOT
+                    continue
+                subprocess.run(
+                    ["git", "worktree", "add", "--detach", str(trees[name]), commit], cwd=ROOT, check=True
+                )
+                made.append(trees[name])
+            runs["before"] = _run(trees["before"], True, Path(tmp) / "b")
+            runs["after"] = _run(trees["after"], options.after is not None, Path(tmp) / "a")
         finally:
-            subprocess.run(["git", "worktree", "remove", "--force", str(worktree)], cwd=ROOT, check=False)
+            for tree in made:
+                subprocess.run(["git", "worktree", "remove", "--force", str(tree)], cwd=ROOT, check=False)
     result = {
-        "command": f"quantgate run --targets {TARGETS}, cold cache each, --before {options.before} then HEAD",
+        "command": f"quantgate run --targets {TARGETS}, cold cache each, --before {options.before} "
+        f"then {options.after or 'this checkout'}",
         "head": subprocess.run(
-            ["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True, check=True
+            ["git", "rev-parse", options.after or "HEAD"],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            check=True,
         ).stdout.strip(),
         "machine": machine() | {"load_average_1m": os.getloadavg()[0]},
         "runs": {k: {key: v for key, v in r.items() if key != "floors"} for k, r in runs.items()},

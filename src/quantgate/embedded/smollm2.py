@@ -29,8 +29,25 @@ from quantgate.progress import SILENT, Progress
 
 GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
 MODEL_NAME = "smollm2-135m-instruct"
-# bump when the conversion changes, so caches are rebuilt (2: EOS/pad from the GGUF, rope_theta)
-_CONVERSION_VERSION = 2
+# bump when the conversion changes, so caches are rebuilt (2: EOS/pad from the GGUF, rope_theta;
+# 3: tokenizer_config.json without the loader's settings, so the bytes do not follow HF_HUB_OFFLINE)
+_CONVERSION_VERSION = 3
+# How transformers was asked to load the tokenizer, which it keeps in ``init_kwargs`` and writes
+# into tokenizer_config.json: ``local_files_only`` is True under HF_HUB_OFFLINE=1 (issue 27 item 4:
+# the source's content hash, and every build and reference key, followed the variable). None of
+# them describes the tokenizer; a loader of the saved directory sets its own.
+_LOADER_KWARGS = (
+    "local_files_only",
+    "is_local",
+    "cache_dir",
+    "force_download",
+    "proxies",
+    "token",
+    "revision",
+    "subfolder",
+    "_commit_hash",
+    "trust_remote_code",
+)
 
 
 def gguf_path() -> Path:
@@ -90,8 +107,16 @@ def convert_gguf(gguf_file: Path, out_dir: Path) -> None:
     # BPE tokenizers must not strip spaces before punctuation on decode (transformers warns)
     tokenizer.clean_up_tokenization_spaces = False
     model.save_pretrained(out_dir)
-    tokenizer.save_pretrained(out_dir)
+    save_tokenizer(tokenizer, out_dir)
     _add_legacy_rope(out_dir / "config.json")
+
+
+def save_tokenizer(tokenizer: Any, out_dir: Path) -> None:
+    """``tokenizer.save_pretrained`` without the settings it was loaded with (``_LOADER_KWARGS``),
+    so the files are the same bytes whatever the environment (HF_HUB_OFFLINE) said at load time."""
+    for key in _LOADER_KWARGS:
+        tokenizer.init_kwargs.pop(key, None)
+    tokenizer.save_pretrained(out_dir)
 
 
 def _special_tokens(tokenizer: Any, generation: Any, config: Any) -> None:
@@ -120,6 +145,6 @@ def _add_legacy_rope(path: Path) -> None:
 
 def model_name(checkpoint: str | Path) -> str:
     """The registered model's name for a checkpoint: its directory's name, without the cache
-    tag of the embedded default (``smollm2-135m-instruct-<hash>-v2`` -> ``smollm2-135m-instruct``)."""
+    tag of the embedded default (``smollm2-135m-instruct-<hash>-v3`` -> ``smollm2-135m-instruct``)."""
     name = Path(checkpoint).name
     return MODEL_NAME if name.startswith(MODEL_NAME) else name

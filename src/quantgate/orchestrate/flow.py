@@ -325,6 +325,10 @@ def build_and_gate(
     step_timeout_s: float = 6 * 3600,
     sequential: bool = SEQUENTIAL_DEFAULT,
     repair: bool = False,
+    calibration: str | None = None,
+    data_dir: str | None = None,
+    cache_dir: str | None = None,
+    root: str | None = None,
 ) -> State[Any]:
     """Build, evaluate, gate and publish every target of one source checkpoint.
 
@@ -336,10 +340,14 @@ def build_and_gate(
     (``evaluate/sequential.py``); False: the fixed design.
     ``repair``: each failed (target, tenant) marked ``repair`` in gates.yaml searches for the
     smallest variant that passes (``quantgate.repair``); chosen variants are published with the run.
+    ``calibration``, ``data_dir``, ``cache_dir``, ``root``: as ``quantgate build`` and ``eval`` take
+    them (default: the calibration set in the project, ``$QUANTGATE_DATA``, ``$QUANTGATE_CACHE``,
+    ``$QUANTGATE_ROOT`` or the checkout).
     """
-    from quantgate.paths import cache_dir, project_root
+    from quantgate import paths
 
-    root, cache = project_root(), cache_dir()
+    project = Path(root).resolve() if root else paths.project_root()
+    cache = Path(cache_dir).resolve() if cache_dir else paths.cache_dir()
     run_id = str(flow_run.id)
     options = {
         "checkpoint": checkpoint,
@@ -347,11 +355,11 @@ def build_and_gate(
         "tenants": tenants,
         "suites": suites,
         "profile": profile,
-        "root": root,
+        "root": project,
         "gates": Path(gates) if gates else None,
         "cache": cache,
-        "data_dir": _data_dir(),
-        "calibration": None,
+        "data_dir": Path(data_dir) if data_dir else _data_dir(),
+        "calibration": Path(calibration) if calibration else None,
         "out": Path(out),
         "step_timeout_s": step_timeout_s,
         "max_heavy": max_heavy,

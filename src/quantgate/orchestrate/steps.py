@@ -22,13 +22,12 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from quantgate.errors import StepFailed, StepTimeout, TransientError
+from quantgate.step_parent import PARENT_ENV
 
 _TAIL_LINES = 25
 _STOP_GRACE_S = 10.0  # a stopped step's group gets SIGTERM, then SIGKILL after this long
 _RUNNING: set[subprocess.Popen] = set()  # every step process of this process, to stop them all
 _RUNNING_LOCK = threading.Lock()
-PARENT_ENV = "QUANTGATE_STEP_PARENT"  # the pid of the run a step belongs to
-_PARENT_POLL_S = 2.0
 
 
 def run_step(
@@ -177,25 +176,6 @@ def stop_all(grace_s: float = _STOP_GRACE_S) -> int:
         except subprocess.TimeoutExpired:
             _kill_group(proc)
     return len(running)
-
-
-def end_with_parent() -> None:
-    """In a step: end this step's process group when the run that started it is gone.
-
-    A step runs in its own session, so ``kill -9`` of ``quantgate run`` (which no handler sees)
-    would leave it building or evaluating for hours, holding memory and writing into a run
-    nobody reads. A daemon thread polls for the parent and kills the group once it changes.
-    """
-    parent = os.environ.get(PARENT_ENV)
-    if not parent or not parent.isdigit():
-        return
-
-    def watch() -> None:
-        while os.getppid() == int(parent):
-            time.sleep(_PARENT_POLL_S)
-        os.killpg(os.getpgrp(), signal.SIGKILL)
-
-    threading.Thread(target=watch, name="end-with-parent", daemon=True).start()
 
 
 def _kill_group(proc: subprocess.Popen) -> None:

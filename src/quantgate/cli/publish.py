@@ -1,0 +1,53 @@
+"""``quantgate publish``: a gate's report into the registry, aliased for the tenants each passed."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from quantgate.cli.options import ReportDirOpt, RootOpt
+from quantgate.paths import project_root
+
+
+def publish(
+    report_dir: ReportDirOpt,
+    artifacts: Annotated[
+        Path,
+        typer.Option(
+            "--artifacts", help="Directory of the built artifacts that report gated (quantgate build --out)."
+        ),
+    ],
+    as_json: Annotated[
+        bool, typer.Option("--json", help="Print the outcome as JSON instead of a table.")
+    ] = False,
+    root: RootOpt = None,
+) -> None:
+    """Publish every gated artifact to the registry; alias each for the tenants it passed.
+
+    Registry: MLFLOW_TRACKING_URI, else the embedded one under artifacts_registry/ (see its README).
+    """
+    from quantgate.progress import RichProgress
+    from quantgate.publish import RegistryConfig, publish_report
+    from quantgate.report.console import print_table, text_table
+
+    cfg = RegistryConfig.from_env((root or project_root()).resolve())
+    with RichProgress() as progress:
+        outcome = publish_report(report_dir / "report.json", artifacts, cfg, progress)
+    if as_json:
+        print(json.dumps(outcome.to_dict(), indent=1))
+        return
+    rows = [
+        [
+            a.registered_model,
+            a.version,
+            "yes" if a.created else "no (same content)",
+            ", ".join(a.aliases) or "- (failed gate: recorded for audit)",
+            a.source,
+        ]
+        for a in outcome.artifacts
+    ]
+    columns = ("registered model", "version", "new", "aliases", "source")
+    print_table(text_table(f"quantgate publish: {outcome.model} -> {outcome.tracking_uri}", columns, rows))

@@ -1,0 +1,90 @@
+"""``quantgate pull``: an approved artifact onto a serving node, verified (the fleet's command).
+
+Imports the registry client and nothing of the build side: a node that only pulls needs neither
+the orchestrator nor the quantizers.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from quantgate.cli.options import CacheOpt, RootOpt
+from quantgate.errors import UsageError
+from quantgate.paths import cache_dir, project_root
+
+
+def pull(
+    model: Annotated[str, typer.Argument(help="Model name as published (the report's 'model').")],
+    target: Annotated[str, typer.Option("--target", help="Hardware target, e.g. hopper-fp8.")],
+    tenant: Annotated[
+        str, typer.Option("--tenant", help="Tenant whose approval (alias approved-<tenant>) to pull.")
+    ],
+    dest: Annotated[
+        Path | None,
+        typer.Option("--dest", help="Also place the artifact here: a copy sharing no inode with the cache."),
+    ] = None,
+    link: Annotated[
+        bool,
+        typer.Option(
+            "--link",
+            help="--dest gets hard links into the cache (no second copy); an edit there is then an edit "
+            "of the cache entry, refused by the next pull's verification.",
+        ),
+    ] = False,
+    verify: Annotated[
+        str | None,
+        typer.Option(
+            "--verify",
+            help="Re-hash a cached copy on every pull ('always', the default) or on --offline pulls only "
+            "('offline'). Default: QUANTGATE_PULL_VERIFY, else pull_verify in artifacts_registry/registry.yaml.",
+        ),
+    ] = None,
+    version: Annotated[
+        str | None,
+        typer.Option("--version", help="A specific version (refused unless approved for the tenant)."),
+    ] = None,
+    allow_unapproved: Annotated[
+        bool,
+        typer.Option(
+            "--allow-unapproved", help="Accept a version the gate did not approve (never for serving)."
+        ),
+    ] = False,
+    offline: Annotated[
+        bool,
+        typer.Option(
+            "--offline", help="No registry call: the version this node last resolved, from its cache."
+        ),
+    ] = False,
+    cache: CacheOpt = None,
+    root: RootOpt = None,
+) -> None:
+    """Download the approved artifact, verify every sha256, and print the local path to load."""
+    from quantgate.progress import RichProgress
+    from quantgate.publish import RegistryConfig
+    from quantgate.publish import pull as pull_artifact
+
+    cfg = RegistryConfig.from_env((root or project_root()).resolve())
+    if verify is not None:
+        if verify not in ("always", "offline"):
+            raise UsageError(
+                "--verify", f"'{verify}' is not a schedule", "pass --verify always or --verify offline"
+            )
+        cfg = cfg.model_copy(update={"pull_verify": verify})
+    with RichProgress() as progress:
+        path = pull_artifact(
+            model,
+            target,
+            tenant,
+            cfg,
+            cache_dir=(cache or cache_dir()).resolve(),
+            dest=dest,
+            allow_unapproved=allow_unapproved,
+            progress=progress,
+            version=version,
+            offline=offline,
+            link=link,
+        )
+    print(path)

@@ -1,0 +1,156 @@
+"""``quantgate run``: build, evaluate, gate and publish in one Prefect flow run.
+
+Takes what its steps take (``--root``, ``--cache-dir``, ``--data-dir``, ``--calibration``, ...),
+each meaning what it means for ``build`` and ``eval``; the flow passes them to its plan.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from quantgate.cli.options import (
+    CacheOpt,
+    CalibrationOpt,
+    DataDirOpt,
+    GatesOpt,
+    ProfileOpt,
+    RootOpt,
+    SequentialOpt,
+    SuitesOpt,
+    TargetsOpt,
+    TenantsOpt,
+    design,
+    out_dir,
+    split,
+)
+from quantgate.errors import UsageError
+from quantgate.escape import visible
+
+
+def run(
+    checkpoint: Annotated[
+        str | None,
+        typer.Option(
+            "--checkpoint",
+            help="Source checkpoint: a directory or s3://bucket/prefix. "
+            "Default: the embedded SmolLM2-135M-Instruct.",
+        ),
+    ] = None,
+    out: Annotated[
+        Path, typer.Option("--out", help="Run directory: artifacts/, eval/, report/, logs/, outcome.json.")
+    ] = Path("runs"),
+    targets: TargetsOpt = None,
+    tenants: TenantsOpt = None,
+    profile: ProfileOpt = "smoke",
+    suites: SuitesOpt = None,
+    gates: GatesOpt = None,
+    calibration: CalibrationOpt = None,
+    data_dir: DataDirOpt = None,
+    cache: CacheOpt = None,
+    root: RootOpt = None,
+    publish: Annotated[
+        bool,
+        typer.Option(
+            "--publish/--no-publish",
+            help="Publish to the registry (MLFLOW_TRACKING_URI, else the local one).",
+        ),
+    ] = True,
+    max_heavy: Annotated[
+        int, typer.Option("--max-heavy", help="Heavy steps (builds, evaluations) at once; 0: no limit.")
+    ] = 1,
+    dask_workers: Annotated[
+        int,
+        typer.Option("--dask-workers", help="Fan tasks out over a local Dask cluster of N worker processes."),
+    ] = 0,
+    dask_address: Annotated[
+        str | None,
+        typer.Option("--dask-address", help="Fan tasks out over a running Dask scheduler (tcp://host:8786)."),
+    ] = None,
+    step_timeout: Annotated[
+        float, typer.Option("--step-timeout", help="Seconds before a build or evaluation step is killed.")
+    ] = 6 * 3600,
+    sequential: SequentialOpt = None,
+    repair: Annotated[
+        bool,
+        typer.Option(
+            "--repair/--no-repair",
+            help="After the gate, search each failed (target, tenant) marked repair: true in gates.yaml for "
+            "the smallest mixed-precision variant that passes it; chosen variants are published too.",
+        ),
+    ] = False,
+) -> None:
+    """Build, evaluate, gate and publish in one Prefect flow run (ephemeral, or PREFECT_API_URL's server)."""
+    from quantgate.orchestrate.run import run_flow
+
+    if not math.isfinite(step_timeout) or step_timeout <= 0:  # click reads "inf" and "nan" as floats
+        raise UsageError(
+            "--step-timeout", f"{step_timeout} is not a time limit", "pass a finite number of seconds above 0"
+        )
+    out_dir(out, "--out")
+    outcome, state = run_flow(
+        checkpoint=checkpoint,
+        targets=split(targets),
+        tenants=split(tenants),
+        profile=profile,
+        publish=publish,
+        out=str(out),
+        suites=split(suites),
+        gates=str(gates) if gates else None,
+        calibration=str(calibration) if calibration else None,
+        data_dir=str(data_dir) if data_dir else None,
+        cache_dir=str(cache) if cache else None,
+        root=str(root) if root else None,
+        max_heavy=max_heavy,
+        step_timeout_s=step_timeout,
+        dask_workers=dask_workers,
+        dask_address=dask_address,
+        sequential=design(sequential),
+        repair=repair,
+    )
+    if outcome is None:
+        typer.secho(
+            f"error: the flow run ended {visible(state.name)}: {visible(state.message)}",
+            fg=typer.colors.RED,
+            err=True,
+        )
+        raise typer.Exit(1)
+    _print_outcome(outcome, state.name)
+    raise typer.Exit(outcome["exit_code"])
+
+
+def _print_outcome(outcome: dict[str, Any], flow_run: str) -> None:
+    """The verdict table, what repair found and published, failed builds, and the report files."""
+    from quantgate.report.console import print_table, verdict_table
+
+    report = json.loads(Path(outcome["reports"]["json"]).read_text())
+    aliases = None
+    if outcome.get("published") is not None:
+        aliases = {a["artifact"]: a.get("aliases", []) for a in outcome["published"].get("artifacts", [])}
+    title = f"quantgate run: {outcome['model']} ({outcome['model_class']}), flow run {flow_run}"
+    print_table(verdict_table(report, title, aliases))
+    for target in (outcome.get("repair") or {}).get("targets", []):
+        for t in target["tenants"]:
+            found = (
+                f"k={t['k']} of {target['units']} groups kept at {target['upgrade']}"
+                if t["k"] is not None
+                else "none"
+            )
+            print(visible(f"repair {target['target']} x {t['tenant']}: {found} ({t['stopped']})"))
+    for published in (outcome.get("published") or {}).get("repaired", []):
+        for a in published["artifacts"]:
+            print(
+                visible(
+                    f"repaired: {a['registered_model']} version {a['version']}, "
+                    f"aliases {', '.join(a['aliases']) or 'none'}"
+                )
+            )
+    for target, message in outcome["build_failures"].items():
+        typer.secho(visible(f"build failed: {target}: {message}"), fg=typer.colors.RED, err=True)
+    for kind in ("md", "html", "json"):
+        if kind in outcome["reports"]:
+            print(f"report: {visible(outcome['reports'][kind])}")

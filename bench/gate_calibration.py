@@ -200,7 +200,7 @@ def text_population(kind: str, shape: str, departure: float, rng, real: Real | N
             per_window = [
                 np.sort(_shape(shape, rng, TOKENS) * scales[i])[::-1][:KEEP] for i in range(n_items)
             ]
-        from quantgate.evaluate.suites.metrics import pooled_quantile
+        from quantgate.metrics import pooled_quantile
 
         column = np.empty(n_items, dtype=object)
         column[:] = [np.asarray(w, dtype=float) for w in per_window]
@@ -335,7 +335,7 @@ class Columns:
 
     @classmethod
     def of(cls, suite, pop: Population) -> Columns:
-        from quantgate.gate.sequence import ordered_columns
+        from quantgate.stats.sequence import ordered_columns
 
         return cls(
             ordered_columns(suite, pop.source),
@@ -354,8 +354,8 @@ def run_new(suite, floor, cols: Columns, idx: np.ndarray, design: str) -> str:
     ``floor.plan`` -> ``floor.measure`` -> ``floor.decide`` (as ``evaluate_floor`` composes them,
     without the reported ends a decision does not need)."""
     from quantgate.gate import floor as step
-    from quantgate.gate import sequence
     from quantgate.gate.verdict import Before
+    from quantgate.stats import sequence
 
     measure = suite.metrics()[floor.metric]
     a, s = Columns.take(cols.artifact, idx), Columns.take(cols.source, idx)
@@ -409,7 +409,7 @@ def _columns(suite, result: dict, source: dict):
 def run_before(suite, floor, pop: Population, idx: np.ndarray, design: str) -> str:
     """An older tree's gate on one draw, from the records: its ``sequence.check`` after every batch,
     then its ``evaluate_floor``."""
-    from quantgate.gate import sequence
+    from quantgate.stats import sequence
 
     n = len(idx)
 

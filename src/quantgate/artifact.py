@@ -21,11 +21,11 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, NonNegativeInt, ValidationError, field_validator
 
-from quantgate.config.targets import KVCache, Numerics
+from quantgate.config import KVCache, Numerics
 from quantgate.errors import InputError
 from quantgate.hashing import FileEntry, file_problem, sha256_files
 from quantgate.safe_path import path_problem
-from quantgate.serving.table import ServingTable
+from quantgate.serving_table import ServingTable
 
 MANIFEST = "manifest.json"
 SCHEMA_VERSION = 1

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from quantgate.config.environment import path_setting
+from quantgate.config import path_setting, project_of
 
 PACKAGE_ROOT = Path(__file__).resolve().parents[2]
 
@@ -23,14 +23,6 @@ def project_root() -> Path:
     if env:
         return env.resolve()
     return project_of(Path.cwd()) or PACKAGE_ROOT
-
-
-def project_of(start: Path) -> Path | None:
-    """The nearest directory from ``start`` up that is a project (gates.yaml and targets/), or None."""
-    for candidate in (start, *start.parents):
-        if (candidate / "gates.yaml").exists() and (candidate / "targets").is_dir():
-            return candidate
-    return None
 
 
 def cache_dir() -> Path:

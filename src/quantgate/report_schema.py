@@ -18,7 +18,7 @@ from typing_extensions import TypedDict
 
 from quantgate import bounded_json
 from quantgate.errors import ReportError
-from quantgate.serving.table import ServingTable
+from quantgate.serving_table import ServingTable
 
 SCHEMA_VERSION = 3
 REPORT_JSON = "report.json"
@@ -111,7 +111,7 @@ class FloorResult(_Frozen):
     status: Status
     # exact (Clopper-Pearson), bootstrap-t (calibrated), exceedance-inversion (a pooled quantile):
     # quantgate.stats.bounds; confidence-sequence: decided early by sequential evaluation
-    # (gate/sequence.py); paired-bootstrap (percentile): schema 2; point: schema 1
+    # (stats/sequence.py); paired-bootstrap (percentile): schema 2; point: schema 1
     interval: (
         Literal[
             "exact", "bootstrap-t", "exceedance-inversion", "confidence-sequence", "paired-bootstrap", "point"

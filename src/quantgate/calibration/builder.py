@@ -20,7 +20,7 @@ from pydantic import ConfigDict, Field, model_validator
 
 from quantgate.atomic import write_bytes, write_json
 from quantgate.calibration.spec import CalibrationSpec, load_spec
-from quantgate.config.targets import Frozen
+from quantgate.config import Frozen
 from quantgate.errors import CalibrationError
 from quantgate.suggest import did_you_mean
 

@@ -15,8 +15,7 @@ from typing import Literal
 
 from pydantic import Field, NonNegativeFloat, PositiveInt, ValidationInfo, field_validator
 
-from quantgate.config.loader import load_model
-from quantgate.config.targets import Frozen
+from quantgate.config import Frozen, load_model
 
 SHARE_TOLERANCE = 1e-9
 

@@ -25,7 +25,7 @@ if TYPE_CHECKING:
     from quantgate.calibration import CalibrationSet
     from quantgate.intake import SourceRecord
     from quantgate.progress import Progress
-    from quantgate.quantize.pipeline import PlannedBuild
+    from quantgate.quantize import PlannedBuild
 
 
 def build(
@@ -41,8 +41,8 @@ def build(
     """Validate the source checkpoint, then build one artifact per target."""
     from quantgate.orchestrate.plan import read_plan
     from quantgate.progress import RichProgress
-    from quantgate.quantize.pipeline import build_planned
-    from quantgate.report.console import print_table, text_table
+    from quantgate.quantize import build_planned
+    from quantgate.report import print_table, text_table
     from quantgate.units import format_bytes
 
     out = out_dir(out, "--out")
@@ -98,12 +98,10 @@ def _plan_build(
 ) -> tuple[SourceRecord, list[PlannedBuild], CalibrationSet | None]:
     """Intake, the model class's targets (or ``--targets``) and their recipes, the calibration set."""
     from quantgate.calibration import load_or_build
-    from quantgate.config.gates import check_target_names, load_gates, resolve_targets
-    from quantgate.config.targets import Catalog
-    from quantgate.embedded.smollm2 import default_checkpoint
+    from quantgate.config import Catalog, check_target_names, load_gates, resolve_targets
+    from quantgate.embedded import default_checkpoint
     from quantgate.intake import intake
-    from quantgate.quantize.kv_calibration import kv_decisions
-    from quantgate.quantize.pipeline import plan
+    from quantgate.quantize import kv_decisions, plan
 
     project = (root or project_root()).resolve()
     catalog = Catalog(project)

@@ -62,9 +62,9 @@ def eval_(
     from quantgate.evaluate.runner import evaluate
     from quantgate.evaluate.suites import PROFILES, EvalContext, load_suites
     from quantgate.intake import intake
-    from quantgate.orchestrate.plan import read_plan
+    from quantgate.orchestrate import read_plan
     from quantgate.progress import RichProgress
-    from quantgate.report.console import print_table, text_table
+    from quantgate.report import print_table, text_table
 
     if plan_file is not None:
         refuse_beside_plan(

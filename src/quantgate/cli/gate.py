@@ -41,9 +41,9 @@ def gate(
     Each (artifact, tenant) is compared with the version the registry approves for that tenant
     today (before/after deltas, max_regression floors); a registry that cannot answer is exit 75.
     """
-    from quantgate.gate.run import gate_results, write_report_json
-    from quantgate.publish.config import RegistryConfig
-    from quantgate.report.console import print_table, verdict_table
+    from quantgate.gate import gate_results, write_report_json
+    from quantgate.publish import RegistryConfig
+    from quantgate.report import print_table, verdict_table
 
     project = (root or project_root()).resolve()
     if not (results / "summary.json").exists():

@@ -144,6 +144,6 @@ def refuse_beside_plan(given: dict[str, object]) -> None:
 
 def design(sequential: bool | None) -> bool:
     """--sequential/--fixed as given, else the default design (``evaluate.sequential.DEFAULT``)."""
-    from quantgate.evaluate.sequential import DEFAULT
+    from quantgate.evaluate import DEFAULT
 
     return DEFAULT if sequential is None else sequential

@@ -31,7 +31,7 @@ def publish(
     """
     from quantgate.progress import RichProgress
     from quantgate.publish import RegistryConfig, publish_report
-    from quantgate.report.console import print_table, text_table
+    from quantgate.report import print_table, text_table
 
     cfg = RegistryConfig.from_env((root or project_root()).resolve())
     with RichProgress() as progress:

@@ -63,8 +63,7 @@ def pull(
 ) -> None:
     """Download the approved artifact, verify every sha256, and print the local path to load."""
     from quantgate.progress import RichProgress
-    from quantgate.publish import RegistryConfig
-    from quantgate.publish import pull as pull_artifact
+    from quantgate.publish import RegistryConfig, pull_artifact
 
     cfg = RegistryConfig.from_env((root or project_root()).resolve())
     if verify is not None:

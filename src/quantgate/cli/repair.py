@@ -54,7 +54,10 @@ def repair(
     root: RootOpt = None,
     plan_file: Annotated[
         Path | None,
-        typer.Option("--plan", help="The run's plan.json (default: plan.json beside --results when there)."),
+        typer.Option(
+            "--plan",
+            help="The run's plan.json (default: plan.json beside --results when there; 'none': plan anew).",
+        ),
     ] = None,
 ) -> None:
     """Search, for each failed (target, tenant), the smallest mixed-precision variant that passes.
@@ -63,7 +66,7 @@ def repair(
     section); bisection on k, every variant built, evaluated in its target's numerics and gated.
     Exit 0 when every searched tenant found a variant, 1 when some found none within the budget.
     """
-    from quantgate.repair.command import repair_command
+    from quantgate.orchestrate import repair_command
 
     code = repair_command(
         results=results,

@@ -85,7 +85,7 @@ def run(
     ] = False,
 ) -> None:
     """Build, evaluate, gate and publish in one Prefect flow run (ephemeral, or PREFECT_API_URL's server)."""
-    from quantgate.orchestrate.run import run_flow
+    from quantgate.orchestrate import run_flow
 
     if not math.isfinite(step_timeout) or step_timeout <= 0:  # click reads "inf" and "nan" as floats
         raise UsageError(
@@ -125,7 +125,7 @@ def run(
 
 def _print_outcome(outcome: dict[str, Any], flow_run: str) -> None:
     """The verdict table, what repair found and published, failed builds, and the report files."""
-    from quantgate.report.console import print_table, verdict_table
+    from quantgate.report import print_table, verdict_table
 
     report = json.loads(Path(outcome["reports"]["json"]).read_text())
     aliases = None

@@ -3,3 +3,96 @@ YAML loader whose errors name ``file:line`` and the nearest valid key (``loader`
 
 Config is immutable data checked once at the boundary, so a typo fails before any build.
 """
+
+from typing import TYPE_CHECKING
+
+from quantgate.exports import lazy_exports
+
+if TYPE_CHECKING:
+    from quantgate.config.environment import expanded, overridden, path_setting, setting
+    from quantgate.config.gates import (
+        Floor,
+        Gates,
+        Tenant,
+        check_target_names,
+        load_gates,
+        project_suites,
+        resolve_targets,
+    )
+    from quantgate.config.loader import load_model, project_of
+    from quantgate.config.suites import PROFILES, LoadedSuite, SuiteSpec, load_suite, load_suites, suite_names
+    from quantgate.config.targets import (
+        ActivationNumerics,
+        Catalog,
+        Frozen,
+        KVCache,
+        Numerics,
+        Recipe,
+        RepairUpgrade,
+        Target,
+        WeightNumerics,
+    )
+
+__all__ = [
+    "PROFILES",
+    "ActivationNumerics",
+    "Catalog",
+    "Floor",
+    "Frozen",
+    "Gates",
+    "KVCache",
+    "LoadedSuite",
+    "Numerics",
+    "Recipe",
+    "RepairUpgrade",
+    "SuiteSpec",
+    "Target",
+    "Tenant",
+    "WeightNumerics",
+    "check_target_names",
+    "expanded",
+    "load_gates",
+    "load_model",
+    "load_suite",
+    "load_suites",
+    "overridden",
+    "path_setting",
+    "project_of",
+    "project_suites",
+    "resolve_targets",
+    "setting",
+    "suite_names",
+]
+__getattr__ = lazy_exports(
+    __name__,
+    {
+        "ActivationNumerics": "targets",
+        "Catalog": "targets",
+        "Floor": "gates",
+        "Frozen": "targets",
+        "Gates": "gates",
+        "KVCache": "targets",
+        "LoadedSuite": "suites",
+        "Numerics": "targets",
+        "PROFILES": "suites",
+        "Recipe": "targets",
+        "RepairUpgrade": "targets",
+        "SuiteSpec": "suites",
+        "Target": "targets",
+        "Tenant": "gates",
+        "WeightNumerics": "targets",
+        "check_target_names": "gates",
+        "expanded": "environment",
+        "load_gates": "gates",
+        "load_model": "loader",
+        "load_suite": "suites",
+        "load_suites": "suites",
+        "overridden": "environment",
+        "path_setting": "environment",
+        "project_of": "loader",
+        "project_suites": "gates",
+        "resolve_targets": "gates",
+        "setting": "environment",
+        "suite_names": "suites",
+    },
+)

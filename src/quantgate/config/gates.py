@@ -32,7 +32,7 @@ from quantgate.errors import ConfigFileError, UsageError
 from quantgate.suggest import did_you_mean, nearest
 
 if TYPE_CHECKING:
-    from quantgate.evaluate.suites import SuiteKind
+    from quantgate.evaluate import SuiteKind
 
 FloorKind = Literal["max", "min", "max_delta_pct", "min_recovery", "max_regression"]
 FLOOR_KINDS: tuple[str, ...] = ("max", "min", "max_delta_pct", "min_recovery", "max_regression")
@@ -282,7 +282,7 @@ class Gates(BaseModel):
 
 def project_suites(catalog: Catalog) -> dict[str, SuiteKind]:
     """The project's suites (``eval_suites/``), each validated by its kind from the registry."""
-    from quantgate.evaluate.suites import load_suites
+    from quantgate.config.suites import load_suites
 
     directory = catalog.root / "eval_suites"
     return {s.spec.name: s.runner for s in load_suites(directory)} if directory.is_dir() else {}

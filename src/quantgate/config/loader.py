@@ -19,7 +19,6 @@ from pydantic import BaseModel, ValidationError
 
 from quantgate.config import bounded_yaml
 from quantgate.errors import ConfigFileError
-from quantgate.paths import project_of
 from quantgate.suggest import nearest
 
 M = TypeVar("M", bound=BaseModel)
@@ -211,3 +210,11 @@ def _explain(
         f" (and {len(problems) - 1} more: " + "; ".join(problems[1:]) + ")" if len(problems) > 1 else ""
     )
     return ConfigFileError(first_where, problem, "correct the value in that file")
+
+
+def project_of(start: Path) -> Path | None:
+    """The nearest directory from ``start`` up that is a project (gates.yaml and targets/), or None."""
+    for candidate in (start, *start.parents):
+        if (candidate / "gates.yaml").exists() and (candidate / "targets").is_dir():
+            return candidate
+    return None

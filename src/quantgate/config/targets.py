@@ -81,7 +81,7 @@ class Serving(Frozen):
     @classmethod
     def _read_release(cls, version: str) -> str:
         """Only releases whose load rules were read from their source can be checked."""
-        from quantgate.serving.releases import RELEASES_READ
+        from quantgate.serving_releases import RELEASES_READ
 
         if version not in RELEASES_READ:
             raise ValueError(
@@ -173,7 +173,7 @@ class Recipe(Frozen):
     @classmethod
     def _registered(cls, name: str) -> str:
         """The registry is the one list of engines: a new engine needs no edit here."""
-        from quantgate.quantize.engines import ENGINES  # names only: no engine module is imported
+        from quantgate.extensions import ENGINES  # names only: no engine module is imported
 
         if name not in ENGINES.names():
             raise ValueError(

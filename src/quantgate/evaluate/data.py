@@ -17,8 +17,7 @@ from pathlib import Path
 from pydantic import BaseModel, Field
 
 from quantgate.atomic import write_text
-from quantgate.config.environment import expanded, path_setting
-from quantgate.config.targets import Frozen
+from quantgate.config import Frozen, expanded, path_setting
 from quantgate.errors import InputError
 from quantgate.hashing import sha256_file
 

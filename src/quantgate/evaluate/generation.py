@@ -8,9 +8,9 @@ Greedy whatever the checkpoint says: transformers' ``generate`` (ours, and lm-ev
 the model's generation config, read from the checkpoint's generation_config.json, so a file
 saying ``num_beams: 48`` turned every evaluation into beam search (4.7x slower, and the source's
 traces changed); sampling, repetition penalties, forced or suppressed tokens and ``max_time``
-change what is generated as well. ``pin_greedy`` replaces it, when a model is loaded for
-evaluation, by plain greedy decoding that keeps only the model's token ids (where it stops, what
-it pads with), and says what it overrode, a note recorded with every result.
+change what is generated as well. ``quantgate.greedy.pin_greedy`` replaces it, when a model is
+loaded for evaluation, by plain greedy decoding that keeps only the model's token ids (where it
+stops, what it pads with), and says what it overrode, a note recorded with every result.
 """
 
 from __future__ import annotations
@@ -19,57 +19,10 @@ from typing import TYPE_CHECKING
 
 import torch
 
+from quantgate.greedy import greedy_config
+
 if TYPE_CHECKING:
-    from transformers import GenerationConfig
-
     from quantgate.progress import Progress
-
-# what generation keeps from the model's own generation config: where it stops, what it pads with
-TOKEN_IDS = ("bos_token_id", "eos_token_id", "pad_token_id", "decoder_start_token_id")
-# settings replaced too, but not named in the note: they change what generate returns or how it
-# caches (save_pretrained writes some of them), never which tokens it picks
-_UNNAMED = frozenset(
-    {
-        "use_cache",
-        "output_attentions",
-        "output_hidden_states",
-        "output_scores",
-        "output_logits",
-        "transformers_version",
-    }
-)
-
-
-def greedy_config(model) -> GenerationConfig:
-    """Plain greedy decoding (one beam, no sampling, no logits processors) with ``model``'s token ids."""
-    from transformers import GenerationConfig
-
-    found = getattr(model, "generation_config", None)
-    return GenerationConfig(
-        do_sample=False, num_beams=1, **{key: getattr(found, key, None) for key in TOKEN_IDS}
-    )
-
-
-def pin_greedy(model) -> str:
-    """Make ``model.generation_config`` plain greedy decoding; the note recorded with its results
-    names every setting of the checkpoint's that this overrode."""
-    found = getattr(model, "generation_config", None)
-    pinned = greedy_config(model)
-    said = found.to_diff_dict() if found is not None else {}
-    overridden = {
-        key: value
-        for key, value in sorted(said.items())
-        if key not in TOKEN_IDS
-        and key not in _UNNAMED
-        and not key.startswith("_")
-        and getattr(pinned, key, None) != value
-    }
-    model.generation_config = pinned
-    shown = ", ".join(f"{key}={value!r}" for key, value in overridden.items())
-    greedy = "generation: greedy (num_beams=1, do_sample=False, no logits processors)"
-    if shown:
-        return f"{greedy}, overriding the checkpoint's generation config: {shown}"
-    return f"{greedy}; the checkpoint's generation config asked for nothing else"
 
 
 @torch.inference_mode()

@@ -20,7 +20,7 @@ import torch
 
 from quantgate.artifact import Manifest, artifact_dirs, require_manifest, verify_files
 from quantgate.atomic import staged_file, write_json
-from quantgate.config.gates import Gates
+from quantgate.config import Gates
 from quantgate.errors import InputError
 from quantgate.evaluate import environment, skip
 from quantgate.evaluate.sequential import BATCH_MIN, watched
@@ -238,7 +238,7 @@ def evaluate(
 
 def _sequential(ctx: EvalContext, suite: LoadedSuite, loaded, reference, source: SuiteResult, watches):
     """One suite of one artifact, sequentially: its result over the items used, and the design block."""
-    from quantgate.gate.sequence import ordered_columns
+    from quantgate.stats.sequence import ordered_columns
 
     runner = suite.runner
     sizes = suite.spec.sizes(ctx.profile)

@@ -3,7 +3,7 @@ as soon as every floor reading the suite is decided for every tenant that uses i
 
 Why: most floors are decided long before the last item (a broken artifact's KL bound clears its
 floor after a few windows), and a fixed-size design pays for every item anyway. The decisions
-are the gate's always-valid ones (``quantgate.gate.sequence``): checked after every batch, they
+are the gate's always-valid ones (``quantgate.stats.sequence``): checked after every batch, they
 keep the tenant's error rate. A suite stops with ``stopped: decided`` when every such floor is
 decided, else runs out of items (``exhausted``: the fixed design's rules then decide, at the
 confidence the early looks left). Floors with no sequential form (``max_regression``: the
@@ -24,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from quantgate.config.gates import Floor, Gates
+from quantgate.config import Floor, Gates
 from quantgate.evaluate.suites import LoadedSuite, SuiteResult
 
 BATCH_MIN = 4  # items per batch at least (the suite's own batch size when larger)
@@ -71,7 +71,7 @@ def undecided(
     when the others were decided: unless its tenant has already failed on a floor decided here,
     when nothing it shows can change that tenant's verdict.
     """
-    from quantgate.gate import sequence
+    from quantgate.stats import sequence
 
     open_floors, failed = [], set()
     for w in watches:

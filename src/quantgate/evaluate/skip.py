@@ -31,8 +31,8 @@ from quantgate.results import SuiteResultFile
 
 def decidable(watch: Watch, suite: LoadedSuite, source: SuiteResult) -> bool:
     """Whether scoring an artifact on ``suite`` could change ``watch``'s effect on its verdict."""
-    from quantgate.gate.floor import can_change_verdict, plan
-    from quantgate.gate.sequence import ordered_columns
+    from quantgate.gate import can_change_verdict, plan
+    from quantgate.stats.sequence import ordered_columns
 
     floor = watch.floor
     measure = suite.runner.metrics().get(floor.metric)
@@ -68,7 +68,7 @@ def every_tenant_failed(
 ) -> str | None:
     """Why the rest of an artifact's suites cannot change its verdicts: every tenant in ``tenants``
     has a floor on a suite already scored (``done``) that fails it. None: some tenant has not."""
-    from quantgate.gate.verdict import BLOCKING, evaluate_floor
+    from quantgate.gate import BLOCKING, evaluate_floor
 
     if not tenants:
         return None

@@ -11,3 +11,39 @@ direction, statistic and per-item columns from the suite kind that owns it
 (``quantgate.evaluate.suites``); the shape of ``report.json`` from ``quantgate.report_schema``.
 No code here knows one suite kind from another.
 """
+
+from typing import TYPE_CHECKING
+
+from quantgate.exports import lazy_exports
+
+if TYPE_CHECKING:
+    from quantgate.gate.baseline import Baselines, from_registry
+    from quantgate.gate.floor import can_change_verdict, plan
+    from quantgate.gate.run import gate_results, report_payload, write_report_json
+    from quantgate.gate.verdict import BLOCKING, evaluate_floor
+
+__all__ = [
+    "BLOCKING",
+    "Baselines",
+    "can_change_verdict",
+    "evaluate_floor",
+    "from_registry",
+    "gate_results",
+    "plan",
+    "report_payload",
+    "write_report_json",
+]
+__getattr__ = lazy_exports(
+    __name__,
+    {
+        "BLOCKING": "verdict",
+        "Baselines": "baseline",
+        "can_change_verdict": "floor",
+        "evaluate_floor": "verdict",
+        "from_registry": "baseline",
+        "gate_results": "run",
+        "plan": "floor",
+        "report_payload": "run",
+        "write_report_json": "run",
+    },
+)

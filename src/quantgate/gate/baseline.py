@@ -26,7 +26,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
-from quantgate.config.gates import Floor
+from quantgate.config import Floor
 from quantgate.errors import ReportError, UsageError
 from quantgate.gate.verdict import Before
 from quantgate.report_schema import RECORDS_DIR, REPORT_JSON, BaselineRef, Report, read_report
@@ -132,20 +132,20 @@ def from_registry(cfg, model: str, artifacts: Mapping[str, str | None]) -> Basel
 
     ``RegistryUnavailableError`` (exit 75) when the registry cannot answer.
     """
-    from quantgate.publish import naming, tracking
+    from quantgate.publish import registered_model_name, registry_client, registry_errors
 
     origin = f"registry {cfg.model_registry_uri}"
     uri = cfg.model_registry_uri
     exists = not uri.startswith("sqlite:///") or Path(uri.removeprefix("sqlite:///")).exists()
     found: list[Baseline] = []
     notes: list[str] = []
-    with tempfile.TemporaryDirectory(prefix="quantgate-baselines-") as tmp, tracking.registry_errors(cfg):
-        client = tracking.client(cfg) if exists else None
+    with tempfile.TemporaryDirectory(prefix="quantgate-baselines-") as tmp, registry_errors(cfg):
+        client = registry_client(cfg) if exists else None
         # in name order: the gate's cache key hashes this answer, and the flow learns its artifacts
         # in the order their builds finish
         for artifact, build_key in sorted(artifacts.items()):
             try:
-                name = naming.registered_model_name(model, artifact)
+                name = registered_model_name(model, artifact)
             except UsageError as exc:
                 notes.append(f"{artifact}: no registry name for model '{model}' ({exc.problem})")
                 continue
@@ -161,7 +161,7 @@ def _approved(
     client, cfg, name: str, artifact: str, build_key: str | None, origin: str, tmp: Path
 ) -> list[Baseline]:
     """The baselines of one registered model: each tenant's approved version that is not this artifact."""
-    from quantgate.publish.resolve import approved_versions
+    from quantgate.publish import approved_versions
 
     found = []
     for version in approved_versions(client, cfg, name, tmp, target=artifact):

@@ -32,8 +32,8 @@ from typing import Any, Literal
 
 import numpy as np
 
-from quantgate.config.gates import Floor
-from quantgate.evaluate.suites.metrics import Events, Metric
+from quantgate.config import Floor
+from quantgate.metrics import Events, Metric
 from quantgate.stats import bounds
 from quantgate.stats.bounds import Interval
 

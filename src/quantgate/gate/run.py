@@ -18,14 +18,13 @@ from typing import Any, cast
 
 from quantgate.artifact import Manifest, artifact_dirs, read_manifest
 from quantgate.atomic import staged_file, write_json
-from quantgate.config.gates import load_gates, project_suites
-from quantgate.config.targets import Catalog
+from quantgate.config import Catalog, load_gates, project_suites
 from quantgate.errors import InputError, UsageError
 from quantgate.gate.baseline import Baselines, from_registry, from_report_dir
 from quantgate.gate.verdict import Results, gate, no_evidence
 from quantgate.report_schema import RECORDS_DIR, REPORT_JSON, EvaluatedNumerics, Report, SequentialDesign
 from quantgate.results import SOURCE, read_evaluation
-from quantgate.serving.table import ServingTable
+from quantgate.serving_table import ServingTable
 from quantgate.suggest import did_you_mean
 
 

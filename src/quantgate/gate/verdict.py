@@ -16,15 +16,15 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from quantgate.config.gates import Floor, Gates, Tenant
+from quantgate.config import Floor, Gates, Tenant
 from quantgate.gate import floor as floor_step
-from quantgate.gate import sequence
 from quantgate.gate.floor import INTERVAL_NAME, Before
 from quantgate.report_schema import STATUS_TEXT, BaselineRef, FloorResult, Status, Verdict
 from quantgate.results import SuiteResultFile
+from quantgate.stats import sequence
 
 if TYPE_CHECKING:
-    from quantgate.evaluate.suites import SuiteKind
+    from quantgate.evaluate import SuiteKind
 
 __all__ = ["Before", "evaluate_floor", "gate", "judge", "no_evidence"]
 

@@ -15,9 +15,30 @@ regexes probed by ``regex_probes``, every token id a row of the embedding), ``co
 (every declared tensor present, nothing extra), ``stat_cache``, ``record``.
 """
 
+from typing import TYPE_CHECKING
+
+from quantgate.exports import lazy_exports
 from quantgate.hashing import FileEntry
 from quantgate.intake.checkpoint import confirm, intake
 from quantgate.intake.record import SourceRecord
 from quantgate.intake.safetensors_header import SafetensorsHeader, TensorInfo, read_header
 
-__all__ = ["FileEntry", "SafetensorsHeader", "SourceRecord", "TensorInfo", "confirm", "intake", "read_header"]
+if TYPE_CHECKING:
+    from quantgate.intake.weights import model_files
+
+__all__ = [
+    "FileEntry",
+    "SafetensorsHeader",
+    "SourceRecord",
+    "TensorInfo",
+    "confirm",
+    "intake",
+    "model_files",
+    "read_header",
+]
+__getattr__ = lazy_exports(
+    __name__,
+    {
+        "model_files": "weights",
+    },
+)

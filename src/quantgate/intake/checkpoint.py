@@ -21,7 +21,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from quantgate.config.gates import Gates
+from quantgate.config import Gates
 from quantgate.errors import (
     CheckpointConfigError,
     CheckpointError,

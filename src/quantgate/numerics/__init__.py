@@ -14,6 +14,9 @@ measures W8A16 where the hardware runs W8A8, and reports which numerics it used.
 - ``load``: ``load_for_eval`` / ``load_source_for_eval`` and the ``NumericsReport``.
 """
 
+from typing import TYPE_CHECKING
+
+from quantgate.exports import lazy_exports
 from quantgate.numerics.emulated import EmulatedLinear
 from quantgate.numerics.formats import (
     activation_format,
@@ -27,21 +30,48 @@ from quantgate.numerics.load import EvalModel, NumericsReport, load_for_eval, lo
 from quantgate.numerics.moe import EmulatedExperts
 from quantgate.numerics.weights import DecodedWeight, register_weights, weight_format, weight_formats
 
+if TYPE_CHECKING:
+    from quantgate.numerics.artifact import disk_to_memory, emulated_modules
+    from quantgate.numerics.attention import register as register_tiled_attention
+    from quantgate.numerics.kvcache import ObserveKV, attention_modules, install_kv_hooks, is_latent
+    from quantgate.numerics.moe import expert_key
+
 __all__ = [
     "DecodedWeight",
     "EmulatedExperts",
     "EmulatedLinear",
     "EvalModel",
     "NumericsReport",
+    "ObserveKV",
     "activation_format",
     "activation_formats",
+    "attention_modules",
+    "disk_to_memory",
+    "emulated_modules",
+    "expert_key",
+    "install_kv_hooks",
+    "is_latent",
     "kv_cache_format",
     "kv_cache_formats",
     "load_for_eval",
     "load_source_for_eval",
     "register_activation",
     "register_kv_cache",
+    "register_tiled_attention",
     "register_weights",
     "weight_format",
     "weight_formats",
 ]
+__getattr__ = lazy_exports(
+    __name__,
+    {
+        "register_tiled_attention": "attention:register",
+        "expert_key": "moe",
+        "ObserveKV": "kvcache",
+        "attention_modules": "kvcache",
+        "disk_to_memory": "artifact",
+        "emulated_modules": "artifact",
+        "install_kv_hooks": "kvcache",
+        "is_latent": "kvcache",
+    },
+)

@@ -45,9 +45,9 @@ from pydantic import BaseModel, ConfigDict
 from torch import nn
 
 from quantgate.artifact import read_manifest
-from quantgate.config.targets import ActivationNumerics, KVCache, Target, WeightNumerics
+from quantgate.config import ActivationNumerics, KVCache, Target, WeightNumerics
 from quantgate.errors import InputError
-from quantgate.evaluate.generation import pin_greedy
+from quantgate.greedy import pin_greedy
 from quantgate.numerics import attention as tiled_attention
 from quantgate.numerics.artifact import (
     check_config,

@@ -4,3 +4,26 @@
 (ephemeral Prefect, or the server named by ``PREFECT_API_URL``); ``flows/`` at the project root
 holds the entrypoints that ``prefect.yaml`` deploys.
 """
+
+from typing import TYPE_CHECKING
+
+from quantgate.exports import lazy_exports
+
+if TYPE_CHECKING:
+    from quantgate.orchestrate.plan import read_plan
+    from quantgate.orchestrate.repair_inputs import repair_command
+    from quantgate.orchestrate.run import run_flow
+
+__all__ = [
+    "read_plan",
+    "repair_command",
+    "run_flow",
+]
+__getattr__ = lazy_exports(
+    __name__,
+    {
+        "read_plan": "plan",
+        "repair_command": "repair_inputs",
+        "run_flow": "run",
+    },
+)

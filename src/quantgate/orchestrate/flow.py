@@ -32,7 +32,7 @@ from prefect.states import Completed, Failed, State
 
 from quantgate.atomic import write_json
 from quantgate.errors import TransientError
-from quantgate.evaluate.sequential import DEFAULT as SEQUENTIAL_DEFAULT
+from quantgate.evaluate import DEFAULT as SEQUENTIAL_DEFAULT
 from quantgate.orchestrate import heavy_slots, out_lock
 from quantgate.orchestrate.plan import RUN_ID_ENV, RunPlan, digest, make_plan
 from quantgate.orchestrate.steps import LogProgress, run_step, stop_all
@@ -195,7 +195,7 @@ def find_baselines(root: str, model: str, build_keys: dict[str, str | None]) -> 
     on every run (never cached) and handed to the gate, whose cache key includes it. A version
     with the build key of this run's artifact is this artifact and no baseline, so a repeated run
     finds what the first found and its gate is served from the cache."""
-    from quantgate.gate.baseline import from_registry
+    from quantgate.gate import from_registry
     from quantgate.publish import RegistryConfig
 
     return from_registry(RegistryConfig.from_env(Path(root)), model, build_keys).model_dump(mode="json")
@@ -218,8 +218,8 @@ def find_baselines(root: str, model: str, build_keys: dict[str, str | None]) -> 
 def gate_run(plan: RunPlan, evaluations: list[dict[str, Any]], baselines: dict[str, Any]) -> dict[str, Any]:
     """Merge the evaluations, judge every (artifact, tenant) (against ``baselines``, the approved
     versions), write report.json/md/html."""
-    from quantgate.evaluate.merge import merge_evaluations
-    from quantgate.gate.baseline import Baselines
+    from quantgate.evaluate import merge_evaluations
+    from quantgate.gate import Baselines
 
     plan.confirm_own()
     merged = merge_evaluations([Path(e["dir"]) for e in evaluations], plan.eval_dir)
@@ -238,7 +238,7 @@ def gate_run(plan: RunPlan, evaluations: list[dict[str, Any]], baselines: dict[s
 
 def _gate_and_report(eval_dir: Path, gates: Path, root: Path, report_dir: Path, **options) -> dict[str, Any]:
     """Gate ``eval_dir`` and write report.json/md/html; the report payload and the paths."""
-    from quantgate.gate.run import gate_results, report_payload, write_report_json
+    from quantgate.gate import gate_results, report_payload, write_report_json
     from quantgate.report import write_reports
 
     decision = gate_results(eval_dir, gates, root, **options)

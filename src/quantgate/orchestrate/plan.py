@@ -28,18 +28,18 @@ from pydantic import Field, ValidationError
 
 from quantgate.artifact import tool_versions
 from quantgate.atomic import write_text
-from quantgate.config.targets import Catalog, Frozen
+from quantgate.config import Catalog, Frozen
 from quantgate.errors import InputError, UsageError
-from quantgate.evaluate import environment
-from quantgate.evaluate.sequential import DEFAULT as SEQUENTIAL_DEFAULT
-from quantgate.intake.record import SourceRecord
+from quantgate.evaluate import DEFAULT as SEQUENTIAL_DEFAULT
+from quantgate.evaluate import numerics_switches
+from quantgate.intake import SourceRecord
 from quantgate.progress import SILENT, Progress
-from quantgate.quantize.pipeline import PlannedBuild
+from quantgate.quantize import PlannedBuild
 from quantgate.suggest import did_you_mean
 
 if TYPE_CHECKING:
     from quantgate.calibration import CalibrationSet
-    from quantgate.evaluate.suites import LoadedSuite
+    from quantgate.evaluate import LoadedSuite
 
 STAMP = ".quantgate-run"
 PLAN_FILE = "plan.json"
@@ -56,7 +56,7 @@ class PlannedSuite(Frozen):
 
     def load(self) -> LoadedSuite:
         """The suite ready to run, from the planned spec (the YAML is not read again)."""
-        from quantgate.evaluate.suites import KINDS, LoadedSuite
+        from quantgate.evaluate import KINDS, LoadedSuite
 
         cls = KINDS.get(self.kind, self.path)
         spec = cls.spec_model.model_validate(self.spec)
@@ -288,13 +288,12 @@ def make_plan(
     Raises ``InputError`` early, before anything is written in ``out``.
     """
     from quantgate.calibration import load_or_build
-    from quantgate.config.gates import check_target_names, load_gates, resolve_targets
-    from quantgate.embedded.smollm2 import default_checkpoint, model_name
-    from quantgate.evaluate.data import DataDir, require_available, sources
-    from quantgate.evaluate.suites import PROFILES, load_suites
+    from quantgate.config import check_target_names, load_gates, resolve_targets
+    from quantgate.embedded import default_checkpoint, model_name
+    from quantgate.evaluate import PROFILES, DataDir, load_suites, require_available, sources
     from quantgate.intake import intake
-    from quantgate.quantize.kv_calibration import kv_decisions
-    from quantgate.quantize.pipeline import plan as plan_builds
+    from quantgate.quantize import kv_decisions
+    from quantgate.quantize import plan as plan_builds
 
     if profile not in PROFILES:
         raise UsageError("--profile", f"unknown profile '{profile}'", f"use one of {', '.join(PROFILES)}")
@@ -354,7 +353,7 @@ def make_plan(
         suites_hash=digest({s.spec.name: s.spec_hash for s in loaded}),
         gates_hash=hashlib.sha256(gates.read_bytes()).hexdigest(),
         tools_hash=digest(tool_versions()),
-        eval_env=environment.switches(),
+        eval_env=numerics_switches(),
         stamp=output_stamp(out),
         run_id=run_id,
     )

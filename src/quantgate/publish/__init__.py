@@ -9,15 +9,56 @@ local content-addressed cache.
 Named ``publish`` because ``quantgate.registry`` is the plugin registry of extension points.
 """
 
+from typing import TYPE_CHECKING
+
+from quantgate.exports import lazy_exports
 from quantgate.publish.config import RegistryConfig
 from quantgate.publish.publish import PublishedArtifact, PublishOutcome, publish_report, withdraw_failed
 from quantgate.publish.pull import pull
 
+if TYPE_CHECKING:
+    from quantgate.publish.cache import ENTRY, PullCache
+    from quantgate.publish.local_store import LocalStore
+    from quantgate.publish.naming import registered_model_name
+    from quantgate.publish.pull import pull as pull_artifact
+    from quantgate.publish.resolve import approved_versions
+    from quantgate.publish.s3_store import S3Store, s3_errors
+    from quantgate.publish.store import ArtifactStore
+    from quantgate.publish.tracking import client as registry_client
+    from quantgate.publish.tracking import registry_errors
+
 __all__ = [
+    "ENTRY",
+    "ArtifactStore",
+    "LocalStore",
     "PublishOutcome",
     "PublishedArtifact",
+    "PullCache",
     "RegistryConfig",
+    "S3Store",
+    "approved_versions",
     "publish_report",
     "pull",
+    "pull_artifact",
+    "registered_model_name",
+    "registry_client",
+    "registry_errors",
+    "s3_errors",
     "withdraw_failed",
 ]
+__getattr__ = lazy_exports(
+    __name__,
+    {
+        "pull_artifact": "pull:pull",
+        "registered_model_name": "naming",
+        "registry_client": "tracking:client",
+        "registry_errors": "tracking",
+        "ArtifactStore": "store",
+        "ENTRY": "cache",
+        "LocalStore": "local_store",
+        "PullCache": "cache",
+        "S3Store": "s3_store",
+        "approved_versions": "resolve",
+        "s3_errors": "s3_store",
+    },
+)

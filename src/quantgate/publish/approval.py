@@ -35,7 +35,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from quantgate.artifact import Manifest
 from quantgate.errors import SignatureError, TamperedArtifactError, UnapprovedVersionError
@@ -68,6 +68,9 @@ class Approval(BaseModel):
     manifest_sha256: str
     report_sha256: str  # the report that last changed a verdict
     signed_at: str
+    # the v2 info-hash of the version's torrent (fleet.torrent): the swarm a node may fetch it from.
+    # Absent from the text when None, so a statement without one is signed as before.
+    torrent: str | None = Field(default=None, pattern=r"^[0-9a-f]{64}$")
 
     def approves(self, tenant: str) -> bool:
         """Whether the gate passed ``tenant`` on this version."""
@@ -80,7 +83,7 @@ class Approval(BaseModel):
 
     def text(self) -> str:
         """The exact text that is signed and stored (canonical JSON)."""
-        return self.model_dump_json()
+        return self.model_dump_json(exclude={"torrent"} if self.torrent is None else None)
 
 
 def statement(
@@ -93,6 +96,7 @@ def statement(
     manifest_sha256: str,
     report_sha256: str,
     verdicts: dict[str, Verdict],
+    torrent: str | None = None,
 ) -> Approval:
     """A statement about ``version`` with these verdicts, stamped now."""
     return Approval(
@@ -107,6 +111,7 @@ def statement(
         manifest_sha256=manifest_sha256,
         report_sha256=report_sha256,
         signed_at=statement_time(),
+        torrent=torrent,
     )
 
 

@@ -37,7 +37,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from quantgate.artifact import MANIFEST, Manifest
-from quantgate.atomic import install_dir, remove_dir, write_json
+from quantgate.atomic import install_dir, remove_dir, write_bytes, write_json
 from quantgate.hashing import file_problem, per_file, sha256_file
 from quantgate.safe_path import path_problem
 
@@ -178,6 +178,20 @@ class PullCache:
         """Drop an entry: gone from the cache at once, its bytes deleted next, its record too."""
         remove_dir(self.entry(entry_id))
         self.record_path(entry_id).unlink(missing_ok=True)
+        self.torrent_path(entry_id).unlink(missing_ok=True)
+        self.signature_path(entry_id).unlink(missing_ok=True)
+
+    def torrent_path(self, entry_id: str) -> Path:
+        """The entry's torrent (``quantgate.fleet``), beside its record: what ``quantgate seed`` serves."""
+        return self.root / RECORDS / f"{self.entry(entry_id).name}.torrent"
+
+    def signature_path(self, entry_id: str) -> Path:
+        """Where a seeder puts the entry's manifest signature (from its record) for its peers."""
+        return self.root / RECORDS / f"{self.entry(entry_id).name}.sig"
+
+    def keep_torrent(self, entry_id: str, data: bytes) -> None:
+        """Keep the torrent of an installed entry (its info-hash was checked against the signed one)."""
+        write_bytes(self.torrent_path(entry_id), data)
 
     def entries(self) -> list[tuple[float, int, str]]:
         """(last use, bytes, content hash) of every installed entry, least recent first."""

@@ -23,8 +23,8 @@ from typing import Literal, TypedDict, Unpack
 
 from pydantic import BaseModel, ConfigDict, Field, PositiveFloat, PositiveInt
 
-from quantgate.config.environment import expanded, overridden, path_setting, setting
-from quantgate.config.loader import load_model
+from quantgate.config import expanded, load_model, overridden, path_setting, setting
+from quantgate.fleet.settings import FleetSettings
 from quantgate.units import GB
 
 SETTINGS_FILE = Path("artifacts_registry") / "registry.yaml"
@@ -76,6 +76,7 @@ class RegistrySettings(_Frozen):
     # relative paths are from the project root; null: a SQLite registry's own key pair
     signing_key: Path | None = None
     trusted_keys: list[Path] | None = None
+    fleet: FleetSettings = FleetSettings()  # peers to pull from and seed to (quantgate.fleet)
 
 
 # environment variable -> the field of registry.yaml it overrides (validated as the file's value is)
@@ -84,6 +85,9 @@ ENV_SETTINGS = {
     "QUANTGATE_PULL_VERIFY": ("pull_verify",),
     "QUANTGATE_TRANSFER_CONCURRENCY": ("transfer", "concurrency"),
     "QUANTGATE_S3_MAX_ATTEMPTS": ("transfer", "max_attempts"),
+    "QUANTGATE_FLEET_PEERS": ("fleet", "peers"),
+    "QUANTGATE_FLEET_LISTEN": ("fleet", "listen"),
+    "QUANTGATE_FLEET_UPLOAD_MB_S": ("fleet", "upload_mb_s"),
 }
 
 
@@ -95,6 +99,7 @@ class _Overrides(TypedDict, total=False):
     transfer: TransferSettings
     cache_max_bytes: int
     pull_verify: PullVerify
+    fleet: FleetSettings
 
 
 class RegistryConfig(_Frozen):
@@ -114,6 +119,7 @@ class RegistryConfig(_Frozen):
     signing_key: Path | None = None  # PEM EC private key (P-256/384/521) publish signs manifests with
     trusted_keys: tuple[Path, ...] = ()  # PEM public keys whose signatures pull accepts
     generate_signing_key: bool = False  # make signing_key (and its .pub) on first publish if absent
+    fleet: FleetSettings = FleetSettings()  # empty peers: every byte from the origin
 
     @property
     def model_registry_uri(self) -> str:
@@ -138,7 +144,8 @@ class RegistryConfig(_Frozen):
         Environment: ``MLFLOW_TRACKING_URI``, ``MLFLOW_REGISTRY_URI``, ``QUANTGATE_ARTIFACT_URI``
         (e.g. ``s3://bucket/prefix``), ``MLFLOW_S3_ENDPOINT_URL`` (any S3-compatible endpoint;
         boto3 itself also honours ``AWS_ENDPOINT_URL_S3``), ``QUANTGATE_PULL_CACHE_MAX_GB``,
-        ``QUANTGATE_TRANSFER_CONCURRENCY``, ``QUANTGATE_S3_MAX_ATTEMPTS``, ``QUANTGATE_PULL_VERIFY``
+        ``QUANTGATE_TRANSFER_CONCURRENCY``, ``QUANTGATE_S3_MAX_ATTEMPTS``, ``QUANTGATE_PULL_VERIFY``,
+        ``QUANTGATE_FLEET_PEERS``, ``QUANTGATE_FLEET_LISTEN``, ``QUANTGATE_FLEET_UPLOAD_MB_S``
         (``ENV_SETTINGS``: each validated as its registry.yaml field is, a bad value is one line
         naming the variable, exit 2), ``QUANTGATE_SIGNING_KEY``, ``QUANTGATE_TRUSTED_KEYS``.
         Credentials are boto3's usual chain and are never read or stored here. The MLflow client's retries are MLflow's own
@@ -158,6 +165,7 @@ class RegistryConfig(_Frozen):
             "transfer": settings.transfer,
             "cache_max_bytes": max(1, round(settings.pull_cache_max_gb * GB)),
             "pull_verify": settings.pull_verify,
+            "fleet": settings.fleet,
         }
         keys = _configured_keys(root, settings, env)
         if tracking is None:  # the embedded registry; an explicit artifact URI still wins

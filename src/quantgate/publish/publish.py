@@ -44,6 +44,7 @@ from quantgate.errors import (
     UnsafePathError,
     UploadIncompleteError,
 )
+from quantgate.fleet import torrent as torrents
 from quantgate.hashing import content_hash, sha256_file
 from quantgate.progress import SILENT, Progress
 from quantgate.publish import aliases, approval, naming, signing, tracking
@@ -196,7 +197,7 @@ def _check_names(directory: Path, manifest: Manifest) -> None:
     root = directory.resolve()
     for rel in manifest.files:
         safe_relpath(rel, str(where))
-        if rel in (MANIFEST, signing.SIGNATURE):
+        if rel in (MANIFEST, signing.SIGNATURE, torrents.TORRENT):
             raise UnsafePathError(
                 where, f"file name {rel!r} is reserved for quantgate's own files", "rebuild the artifact"
             )
@@ -286,6 +287,7 @@ def _approve(job: _Job, version, created: bool, mlflow_client, cfg: RegistryConf
         manifest_sha256=manifest_sha256,
         report_sha256=job.report_sha256,
         verdicts=approval.merged(approval.previous(tags, cfg), judged),
+        torrent=tags.get(naming.TORRENT),
     )
     for key, value in approval.sign(signed, cfg).items():  # before any alias points here
         mlflow_client.set_model_version_tag(job.name, version.version, key, value)
@@ -412,6 +414,16 @@ def _signed_manifest(job: _Job, cfg: RegistryConfig, tmp: Path) -> tuple[Path, P
     return manifest, signature, signing.key_id(signing.signing_key(cfg))
 
 
+def _torrent(job: _Job, manifest: Path, signature: Path, tmp: Path) -> Path:
+    """The version's BitTorrent v2 torrent (``fleet.torrent``): its files, the manifest and its
+    signature, under the manifest's sha256 (the fleet's cache entry), written beside them."""
+    files = {rel: job.directory / rel for rel in job.manifest.files}
+    files |= {MANIFEST: manifest, signing.SIGNATURE: signature}
+    path = tmp / torrents.TORRENT
+    path.write_bytes(torrents.make(job.manifest_sha256, files))
+    return path
+
+
 def _sign_existing(job: _Job, mlflow_client, cfg: RegistryConfig, version) -> None:
     """Sign a version registered before manifests were signed: its signature goes beside its
     manifest in the store (verified there), then the tag that says who signed."""
@@ -433,8 +445,10 @@ def _upload_and_register(job: _Job, mlflow_client, cfg: RegistryConfig, progress
     files = _local_digests(job, store)
     with tempfile.TemporaryDirectory(prefix="quantgate-sign-") as tmp:
         manifest, signature, key = _signed_manifest(job, cfg, Path(tmp))
-        for path in (manifest, signature):
+        swarm = _torrent(job, manifest, signature, Path(tmp))
+        for path in (manifest, signature, swarm):
             files[f"{naming.ARTIFACT_PATH}/{path.name}"] = (path, store.digest(path))
+        info_hash = torrents.info_hash(swarm.read_bytes())
         total = sum(d.bytes for _, d in files.values())
         progress.log(
             f"{job.name}: {'resuming' if resumed else 'uploading'} {len(files)} files to {store.uri}"
@@ -458,7 +472,12 @@ def _upload_and_register(job: _Job, mlflow_client, cfg: RegistryConfig, progress
         job.name,
         source=join(run.info.artifact_uri, naming.ARTIFACT_PATH),
         run_id=run_id,
-        tags={**job.tags, naming.UPLOAD: naming.UPLOAD_COMPLETE, naming.SIGNED_BY: key},
+        tags={
+            **job.tags,
+            naming.UPLOAD: naming.UPLOAD_COMPLETE,
+            naming.SIGNED_BY: key,
+            naming.TORRENT: info_hash,
+        },
         description=f"{job.artifact} of {job.report.model}, content {job.content_hash[:12]}",
     )
     progress.log(f"{job.name}: registered version {version.version}")

@@ -39,13 +39,19 @@ from pydantic import ValidationError
 from quantgate.artifact import MANIFEST, MAX_MANIFEST_BYTES, Manifest
 from quantgate.errors import (
     DiskFullError,
+    RegistryUnavailableError,
     SignatureError,
     TamperedArtifactError,
     UnapprovedVersionError,
     UnsafePathError,
     UsageError,
 )
-from quantgate.hashing import FileEntry, content_hash, file_problem, sha256_file
+from quantgate.fleet import torrent as torrents
+from quantgate.fleet.fetch import TorrentRefused
+from quantgate.fleet.fetch import fetch as fleet_fetch
+from quantgate.fleet.node import node as fleet_node
+from quantgate.fleet.origin import RangeReader, range_reader
+from quantgate.hashing import FileEntry, content_hash, file_problem, per_file, sha256_file
 from quantgate.paths import cache_dir as default_cache_dir
 from quantgate.progress import SILENT, Progress
 from quantgate.publish import approval, naming, signing, tracking
@@ -146,6 +152,18 @@ def _approved(resolved: Resolved, asked: _Asked, cfg: RegistryConfig) -> Approva
         )
     if not ENTRY.match(signed.manifest_sha256):
         raise _tampered(MANIFEST, resolved, "has a manifest sha256 in its approval that is not a sha256")
+    tagged = resolved.tags.get(naming.TORRENT)
+    if tagged is not None and tagged != signed.torrent:
+        raise _tampered(
+            torrents.TORRENT,
+            resolved,
+            f"is named by a torrent info-hash ({tagged[:16]}...) that the signed approval "
+            + (
+                "does not name"
+                if signed.torrent is None
+                else f"does not name (it names {signed.torrent[:16]}...)"
+            ),
+        )
     return signed
 
 
@@ -302,6 +320,16 @@ def _manifest(
             signature = (staging / signing.SIGNATURE).read_bytes()
     finally:
         (staging / signing.SIGNATURE).unlink(missing_ok=True)  # kept in the install record only
+    return _checked_manifest(staging, signature, resolved, signed, cfg), signature or b""
+
+
+def _checked_manifest(
+    staging: Path, signature: bytes | None, resolved: Resolved, signed: Approval, cfg: RegistryConfig
+) -> Manifest:
+    """``staging/manifest.json`` (from the store or the swarm) once it is the approved one, signed
+    by a trusted key, valid, and about the approved artifact (see ``_manifest``)."""
+    if sha256_file(staging / MANIFEST).sha256 != signed.manifest_sha256:
+        raise _tampered(MANIFEST, resolved, "differs from the manifest registered at publish")
     signing.verify(staging / MANIFEST, signature, cfg, f"{resolved.source}/{MANIFEST}")
     assert signature is not None  # verify refuses an unsigned manifest
     try:
@@ -313,7 +341,7 @@ def _manifest(
             safe_relpath(rel, f"{resolved.source}/{MANIFEST}")
         except UnsafePathError as exc:
             raise _tampered(MANIFEST, resolved, exc.problem) from None
-        if rel in (MANIFEST, signing.SIGNATURE):
+        if rel in (MANIFEST, signing.SIGNATURE, torrents.TORRENT):
             raise _tampered(MANIFEST, resolved, f"file name {rel!r} is reserved")
     if content_hash(manifest.files) != signed.content_hash:
         raise _tampered(MANIFEST, resolved, "does not match the version's content hash")
@@ -328,7 +356,7 @@ def _manifest(
             raise _tampered(
                 rel, resolved, f"is not the source's ({found}, the source's is sha256 {source_sha})"
             )
-    return manifest, signature
+    return manifest
 
 
 def _problem(path: Path, entry: FileEntry) -> str | None:
@@ -345,6 +373,9 @@ def _fetch(
             return hit
         staging = cache.staging(entry)
         store = open_store(resolved.source, cfg)
+        reader = range_reader(store) if signed.torrent and cfg.fleet.peers else None
+        if reader is not None and signed.torrent is not None:  # peers first, the origin last
+            return _fetch_from_fleet(resolved, signed, signed.torrent, cache, cfg, store, reader, progress)
         manifest, signature = _manifest(store, staging, resolved, signed, cfg)
         for stray in [p for p in staging.rglob("*") if p.is_file() or p.is_symlink()]:
             if stray.is_symlink() or stray.relative_to(staging).as_posix() not in {*manifest.files, MANIFEST}:
@@ -375,3 +406,87 @@ def _fetch(
             more = f"; {len(bad) - 1} more file(s) too" if len(bad) > 1 else ""
             raise _tampered(rel, resolved, problem + more)
         return cache.install(entry, staging, {"signature": signature.decode()})
+
+
+def _store_torrent(store: ArtifactStore, staging: Path, resolved: Resolved, info_hash: str) -> bytes | None:
+    """The version's torrent from the store, checked against the signed info-hash (exit 2
+    otherwise); None when the store cannot be reached or lost it (the peers have it then)."""
+    try:
+        found = _bounded_download(store, torrents.TORRENT, staging, torrents.MAX_TORRENT_BYTES, resolved)
+    except RegistryUnavailableError:
+        return None
+    if not found:
+        return None
+    data = (staging / torrents.TORRENT).read_bytes()
+    (staging / torrents.TORRENT).unlink()
+    try:
+        torrents.load(data, info_hash, staging.name)
+    except ValueError as exc:
+        raise _tampered(torrents.TORRENT, resolved, f"is not the signed torrent: it {exc}") from None
+    return data
+
+
+def _fetch_from_fleet(
+    resolved: Resolved,
+    signed: Approval,
+    info_hash: str,
+    cache: PullCache,
+    cfg: RegistryConfig,
+    store: ArtifactStore,
+    reader: RangeReader,
+    progress: Progress,
+) -> Path:
+    """``_fetch`` through the fleet (``quantgate.fleet.fetch``): the same checks of the manifest
+    and of every file before the same install; the bytes from peers first, the origin last."""
+    entry = signed.manifest_sha256
+    staging = cache.staging(entry)
+    signing.trusted_keys(cfg)  # refused before a byte is fetched when none are configured
+    torrent_data = _store_torrent(store, staging, resolved, info_hash)
+
+    def verify(path: Path, signature: bytes) -> Manifest:
+        manifest = _checked_manifest(path.parent, signature or None, resolved, signed, cfg)
+        cache.evict(keep=entry, incoming=manifest.total_bytes)  # room first
+        return manifest
+
+    try:
+        with fleet_node(cfg.fleet) as node:
+            manifest, signature, torrent_data, transfer = fleet_fetch(
+                node,
+                info_hash=info_hash,
+                name=entry,
+                save_path=staging.parent,
+                torrent_data=torrent_data,
+                reader=reader,
+                verify_manifest=verify,
+                concurrency=cfg.transfer.concurrency,
+                where=resolved.source,
+                progress=progress,
+            )
+    except TorrentRefused as exc:
+        raise _tampered(torrents.TORRENT, resolved, f"swarm refused: it {exc}") from None
+    (staging / signing.SIGNATURE).unlink(missing_ok=True)  # kept in the install record only
+    for stray in [p for p in staging.rglob("*") if p.is_file() or p.is_symlink()]:
+        if stray.is_symlink() or stray.relative_to(staging).as_posix() not in {*manifest.files, MANIFEST}:
+            stray.unlink()
+    rels = sorted(manifest.files)
+    found = per_file(lambda rel: _problem(staging / rel, manifest.files[rel]), rels, "verify")
+    bad = {rel: problem for rel, problem in zip(rels, found, strict=True) if problem}
+    if bad:  # the merkle tree and the manifest disagree: the publish made them from other bytes
+        for rel in bad:
+            (staging / rel).unlink(missing_ok=True)
+        rel, problem = next(iter(sorted(bad.items())))
+        raise _tampered(
+            rel, resolved, problem + (f"; {len(bad) - 1} more file(s) too" if len(bad) > 1 else "")
+        )
+    progress.log(f"{resolved.registered_model} version {resolved.version}: {transfer.describe()}")
+    path = cache.install(
+        entry,
+        staging,
+        {
+            "signature": signature.decode(),
+            "peer_bytes": str(transfer.peer_bytes),
+            "origin_bytes": str(transfer.origin_bytes),
+        },
+    )
+    cache.keep_torrent(entry, torrent_data)
+    return path

@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from quantgate.errors import BuildError
-from quantgate.intake.safetensors_header import SafetensorsHeader, read_header
+from quantgate.intake import SafetensorsHeader, read_header
 
 # a per-expert module: "<...>.experts.<index>.<projection>"
 _EXPERT = re.compile(r"^(?P<experts>.+\.experts)\.(?P<index>\d+)\.(?P<proj>[A-Za-z0-9_]+)$")

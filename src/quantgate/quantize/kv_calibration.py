@@ -37,14 +37,14 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from quantgate.config.targets import ActivationNumerics, KVCache, Target, WeightNumerics
+from quantgate.config import ActivationNumerics, KVCache, Target, WeightNumerics
 from quantgate.errors import BuildError, CalibrationError
 
 if TYPE_CHECKING:
     import torch
 
     from quantgate.calibration import CalibrationSet
-    from quantgate.config.gates import Gates
+    from quantgate.config import Gates
     from quantgate.progress import Progress
 
 # what the recipe passes to llm-compressor and what config.json declares
@@ -130,7 +130,7 @@ def calibrate(
 
     import torch
 
-    from quantgate.numerics.kvcache import ObserveKV, attention_modules, install_kv_hooks, is_latent
+    from quantgate.numerics import ObserveKV, attention_modules, install_kv_hooks, is_latent
 
     texts = calibration.texts()[:num_samples]
     if not texts:
@@ -193,8 +193,7 @@ def calibrate(
 
 
 def _ocp_numerics(target: Target):
-    from quantgate.numerics.formats import activation_format
-    from quantgate.numerics.weights import weight_format
+    from quantgate.numerics import activation_format, weight_format
 
     weights = _OCP.get(target.numerics.weights, target.numerics.weights)
     acts = _OCP.get(target.numerics.activations, target.numerics.activations)
@@ -210,8 +209,7 @@ def _skeleton(artifact_dir: Path):
     from safetensors import safe_open
     from transformers import AutoConfig, AutoModelForCausalLM
 
-    from quantgate.numerics import attention as tiled_attention
-    from quantgate.numerics.artifact import disk_to_memory
+    from quantgate.numerics import disk_to_memory, register_tiled_attention
 
     config = AutoConfig.from_pretrained(artifact_dir)
     quantization = getattr(config, "quantization_config", None)
@@ -220,7 +218,7 @@ def _skeleton(artifact_dir: Path):
     # the attention evaluation runs (load_for_eval): the pass sees the keys and values it will
     with torch.device("meta"):
         model = AutoModelForCausalLM.from_config(
-            config, dtype=torch.bfloat16, attn_implementation=tiled_attention.register()
+            config, dtype=torch.bfloat16, attn_implementation=register_tiled_attention()
         )
     model.eval()
     layers = getattr(model.get_decoder(), "layers", None)
@@ -376,7 +374,7 @@ def _by_layer(
 def _materialize(artifact_dir, model, layers, layers_name: str, i: int, tensors, wfmt, act, rename):
     """Decoder layer ``i`` on the CPU: quantized modules emulated from the artifact's bytes, the rest
     loaded. ``tensors``: the layer's own (``_by_layer``); ``rename``: ``disk_to_memory(model)``."""
-    from quantgate.numerics.artifact import emulated_modules
+    from quantgate.numerics import emulated_modules
 
     prefix = f"{layers_name}.{i}."
     quantized = {}

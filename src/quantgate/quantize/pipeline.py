@@ -43,14 +43,14 @@ from quantgate.artifact import (
     write_manifest,
 )
 from quantgate.atomic import install_dir, remove_stale, staged_dir
-from quantgate.config.targets import Catalog, Frozen, KVCache, Recipe, Target
+from quantgate.config import Catalog, Frozen, KVCache, Recipe, Target
 from quantgate.errors import BuildError, CalibrationError, InputError, QuantgateError
 from quantgate.intake import SourceRecord
 from quantgate.memory import peak_rss_bytes
 from quantgate.progress import SILENT, Progress
 from quantgate.quantize import expert_names, finalize, kv_calibration
 from quantgate.quantize.engines import BuildJob, Engine, engine_class
-from quantgate.serving.check import require_loadable
+from quantgate.serving import require_loadable
 
 if TYPE_CHECKING:
     from quantgate.calibration import CalibrationSet

@@ -11,10 +11,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from quantgate.config.targets import Recipe
+from quantgate.config import Recipe
 from quantgate.errors import ConfigFileError, RecipeIncompatibleError
-from quantgate.intake import SourceRecord
-from quantgate.intake.safetensors_header import read_header
+from quantgate.intake import SourceRecord, read_header
 from quantgate.suggest import did_you_mean
 
 

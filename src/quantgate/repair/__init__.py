@@ -8,3 +8,24 @@ writes the recipe that keeps the k most sensitive groups at the target's next pr
 compressed-tensors checkpoint; ``search`` bisects on k against the gate within a budget; ``run``
 ties them to builds, evaluations and the gate and writes ``repair.json``.
 """
+
+from typing import TYPE_CHECKING
+
+from quantgate.exports import lazy_exports
+
+if TYPE_CHECKING:
+    from quantgate.repair.run import RepairInputs, RepairOutcome, repair
+
+__all__ = [
+    "RepairInputs",
+    "RepairOutcome",
+    "repair",
+]
+__getattr__ = lazy_exports(
+    __name__,
+    {
+        "RepairInputs": "run",
+        "RepairOutcome": "run",
+        "repair": "run",
+    },
+)

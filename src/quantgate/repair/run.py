@@ -21,14 +21,13 @@ from pydantic import BaseModel, ConfigDict
 from quantgate.artifact import require_manifest
 from quantgate.atomic import write_json
 from quantgate.calibration import CalibrationSet
-from quantgate.config.gates import Gates, load_gates
-from quantgate.config.targets import Catalog
+from quantgate.config import Catalog, Gates, load_gates
 from quantgate.errors import UsageError
-from quantgate.evaluate.suites import EvalContext, LoadedSuite
-from quantgate.gate.run import gate_results, write_report_json
+from quantgate.evaluate import EvalContext, LoadedSuite
+from quantgate.gate import gate_results, write_report_json
 from quantgate.intake import SourceRecord
 from quantgate.progress import SILENT, Progress
-from quantgate.quantize.pipeline import PlannedBuild, build_planned
+from quantgate.quantize import PlannedBuild, build_planned
 from quantgate.repair import sensitivity
 from quantgate.repair.search import Probe, bisect
 from quantgate.repair.units import Unit, quantized_units
@@ -249,7 +248,7 @@ def _probe(
     progress: Progress,
 ) -> ProbeRecord:
     """Build, evaluate and gate the variant keeping the ``k`` most sensitive groups."""
-    from quantgate.evaluate.runner import evaluate
+    from quantgate.evaluate import evaluate
 
     started = time.perf_counter()
     where = variant_dir(out, target, k)

@@ -37,9 +37,13 @@ from torch import nn
 
 from quantgate.artifact import require_manifest
 from quantgate.atomic import write_json
-from quantgate.numerics import moe
-from quantgate.numerics.artifact import disk_to_memory
-from quantgate.numerics.load import load_for_eval, load_source_for_eval
+from quantgate.numerics import (
+    EmulatedExperts,
+    disk_to_memory,
+    expert_key,
+    load_for_eval,
+    load_source_for_eval,
+)
 from quantgate.progress import SILENT, Progress
 from quantgate.repair.units import Unit
 
@@ -220,8 +224,8 @@ def _memory_names(model: nn.Module, unit: Unit) -> set[str]:
     names = set()
     for module in unit.modules:
         memory = rename(module)
-        key = moe.expert_key(memory)
-        if key is not None and isinstance(_get(model, key[0]), moe.EmulatedExperts):
+        key = expert_key(memory)
+        if key is not None and isinstance(_get(model, key[0]), EmulatedExperts):
             names.add(key[0])
         else:
             names.add(memory)

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from quantgate.errors import InputError
-from quantgate.serving.layout import read_layout
+from quantgate.serving import read_layout
 
 _QUANTIZED = ("weight_scale", "weight_packed")
 

@@ -21,9 +21,9 @@ import json
 from typing import Any
 
 from quantgate.artifact import RepairRef
-from quantgate.config.targets import Recipe, RepairUpgrade
+from quantgate.config import Recipe, RepairUpgrade
 from quantgate.errors import ConfigFileError
-from quantgate.quantize.pipeline import PlannedBuild
+from quantgate.quantize import PlannedBuild
 from quantgate.repair.units import Unit
 
 _MODIFIERS = ("QuantizationModifier", "GPTQModifier", "AWQModifier")

@@ -13,8 +13,29 @@ shown when present: ``sizes``, ``serving``, ``previous`` and ``metrics`` (the lo
 per-position bins, recovery per suite).
 """
 
+from typing import TYPE_CHECKING
+
+from quantgate.exports import lazy_exports
 from quantgate.report.html import render_html
 from quantgate.report.markdown import render_markdown
 from quantgate.report.write import write_reports
 
-__all__ = ["render_html", "render_markdown", "write_reports"]
+if TYPE_CHECKING:
+    from quantgate.report.console import print_table, text_table, verdict_table
+
+__all__ = [
+    "print_table",
+    "render_html",
+    "render_markdown",
+    "text_table",
+    "verdict_table",
+    "write_reports",
+]
+__getattr__ = lazy_exports(
+    __name__,
+    {
+        "print_table": "console",
+        "text_table": "console",
+        "verdict_table": "console",
+    },
+)

@@ -6,9 +6,31 @@ release the fleet runs and the tensor-parallel sizes it deploys. After each buil
 the artifact, from ``config.json`` and the safetensors headers alone (``rules``: one function
 per rule, each citing the vLLM source it reproduces), and returns a ``ServingTable``;
 ``check.require_loadable`` refuses an artifact that no declared configuration can load.
-Importing the package imports only ``table`` (plain pydantic data); the check loads on use.
+The table itself is a contract (``quantgate.serving_table``: the manifest and report.json carry it) and
+the releases read are ``quantgate.serving_releases`` (config validates a contract against them);
+importing the package imports only the table; the check loads on use.
 """
 
-from quantgate.serving.table import Refusal, RefusedDeployment, ServingTable
+from typing import TYPE_CHECKING
 
-__all__ = ["Refusal", "RefusedDeployment", "ServingTable"]
+from quantgate.exports import lazy_exports
+from quantgate.serving_table import Refusal, RefusedDeployment, ServingTable
+
+if TYPE_CHECKING:
+    from quantgate.serving.check import require_loadable
+    from quantgate.serving.layout import read_layout
+
+__all__ = [
+    "Refusal",
+    "RefusedDeployment",
+    "ServingTable",
+    "read_layout",
+    "require_loadable",
+]
+__getattr__ = lazy_exports(
+    __name__,
+    {
+        "read_layout": "layout",
+        "require_loadable": "check",
+    },
+)

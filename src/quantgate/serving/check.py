@@ -11,13 +11,13 @@ from __future__ import annotations
 from collections.abc import Iterable
 from pathlib import Path
 
-from quantgate.config.targets import Target
+from quantgate.config import Target
 from quantgate.errors import ConfigFileError, ServingError
 from quantgate.serving.kernels import PLATFORMS
 from quantgate.serving.layout import Layout, read_layout
-from quantgate.serving.releases import releases_from
 from quantgate.serving.rules import RULES, Artifact, Deployment, Finding, Rule, platforms_for
-from quantgate.serving.table import Refusal, RefusedDeployment, ServingTable
+from quantgate.serving_releases import releases_from
+from quantgate.serving_table import Refusal, RefusedDeployment, ServingTable
 
 
 def _refusal(rule: Rule, findings: Iterable[Finding]) -> Refusal | None:

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from quantgate.errors import InputError
-from quantgate.intake.safetensors_header import read_header
+from quantgate.intake import read_header
 
 Parallel = Literal["column", "row", "replicated", "vocab", "experts", "unknown"]
 

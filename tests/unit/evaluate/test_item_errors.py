@@ -19,7 +19,7 @@ from quantgate.evaluate.data import DataDir
 from quantgate.evaluate.runner import evaluate, reference_path
 from quantgate.evaluate.suites import EvalContext, SuiteResult, load_suite
 from quantgate.evaluate.suites.gsm8k import item_records
-from quantgate.evaluate.suites.metrics import ERROR, ItemError, item_error, item_errors
+from quantgate.metrics import ERROR, ItemError, item_error, item_errors
 
 pytestmark = pytest.mark.unit
 

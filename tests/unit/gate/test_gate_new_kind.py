@@ -35,7 +35,7 @@ from pydantic import PositiveInt
 
 from quantgate.config.targets import Frozen
 from quantgate.evaluate.suites import SuiteKind, SuiteSpec
-from quantgate.evaluate.suites.metrics import Metric, Sums, mean, mean_sums, ones
+from quantgate.metrics import Metric, Sums, mean, mean_sums, ones
 
 
 class RubricSizes(Frozen):

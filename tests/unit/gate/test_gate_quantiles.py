@@ -9,8 +9,8 @@ import torch
 from gate_builders import TEXT
 
 from quantgate.evaluate.scoring import Scores
-from quantgate.evaluate.suites.metrics import pooled_quantile
 from quantgate.evaluate.suites.text import KLD_Q, summarize
+from quantgate.metrics import pooled_quantile
 
 pytestmark = pytest.mark.unit
 

@@ -15,7 +15,7 @@ from quantgate.config.gates import Floor, load_gates
 from quantgate.config.targets import Catalog
 from quantgate.evaluate.sequential import order, run, watched
 from quantgate.evaluate.suites import SuiteResult, load_suite
-from quantgate.gate import sequence
+from quantgate.stats import sequence
 
 pytestmark = pytest.mark.unit
 from quantgate.gate.verdict import evaluate_floor

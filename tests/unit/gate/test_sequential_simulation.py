@@ -10,8 +10,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from quantgate.evaluate.suites.metrics import Metric, Sums, weighted_sums
-from quantgate.gate import sequence
+from quantgate.metrics import Metric, Sums, weighted_sums
+from quantgate.stats import sequence
 
 pytestmark = pytest.mark.unit
 

@@ -13,7 +13,7 @@ import pytest
 
 from quantgate.errors import CheckpointConfigError
 from quantgate.intake import intake
-from quantgate.model_size import size_from_config
+from support.model_size import size_from_config
 
 pytestmark = pytest.mark.unit
 

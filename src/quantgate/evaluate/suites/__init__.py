@@ -1,59 +1,35 @@
 """Evaluation suites: one YAML each under ``eval_suites/``, one module per suite kind.
 
 A suite YAML names its ``kind``; the kind (a ``SuiteKind``) validates the YAML strictly, runs
-the source once and scores models against it, and declares what the gate may measure on it, so
-that neither the evaluation runner nor the gate has code per kind. A new kind is one file with
-``@register("kind")``, or, from outside this package, a ``quantgate.suite_kinds`` entry point
-(``name = module:Class``) of an installed distribution; a new suite of an existing kind (a
-tenant's domain suite) is a YAML and its data, no code.
+the source once and scores models against it, and declares what the gate may measure on it
+(``quantgate.metrics``), so that neither the evaluation runner nor the gate has code per kind. A
+new kind is one file with ``@register("kind")``, or, from outside this package, a
+``quantgate.suite_kinds`` entry point (``name = module:Class``) of an installed distribution; a
+new suite of an existing kind (a tenant's domain suite) is a YAML and its data, no code.
+
+Reading suite YAMLs (``SuiteSpec``, ``load_suites``) is configuration (``quantgate.config.suites``)
+and the kinds' registry sits below it (``quantgate.extensions.SUITE_KINDS``), so that gates.yaml is
+validated against the suites without configuration importing evaluation; both are re-exported
+here for the kinds.
 """
 
 from __future__ import annotations
 
-import hashlib
 from abc import ABC, abstractmethod
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from importlib.metadata import EntryPoint, entry_points
 from pathlib import Path
 from typing import Any, ClassVar
 
-import yaml
-from pydantic import Field
-
-from quantgate.config.loader import load_model, read_yaml
-from quantgate.config.targets import Frozen
-from quantgate.errors import ConfigFileError, UsageError
+from quantgate.config import PROFILES, LoadedSuite, SuiteSpec, load_suite, load_suites, suite_names
 from quantgate.evaluate.data import DataDir
-from quantgate.evaluate.suites.metrics import Metric, item_error, item_errors
+from quantgate.extensions import SUITE_KIND_ENTRY_POINTS, SUITE_KINDS
+from quantgate.metrics import Metric, item_error, item_errors
 from quantgate.progress import SILENT, Progress
-from quantgate.registry import Registry
-from quantgate.suggest import did_you_mean
 
-PROFILES = ("smoke", "full")
 # a token generated one at a time costs about this many tokens prefilled in one pass (greedy decoding
 # of the default model on 2 CPU cores: 26-195 tokens/s generated against ~1,500 scored; DESIGN.md)
 DECODE = 16.0
-
-
-class SuiteSpec(Frozen):
-    """Fields every suite has; each kind adds its own, and its own per-profile sizes."""
-
-    version: int = 1
-    name: str
-    kind: str
-    description: str
-    seed: int = 0
-    metrics: list[str] = Field(description="the metric names this suite reports")
-
-    def sizes(self, profile: str) -> Any:
-        """This suite's sizes for ``profile``; an unknown profile is a UsageError."""
-        profiles = getattr(self, "profiles")  # noqa: B009 (each kind declares its own sizes model)
-        if profile not in profiles:
-            raise UsageError(
-                "--profile", f"suite '{self.name}' has no profile '{profile}'", f"use one of {list(profiles)}"
-            )
-        return profiles[profile]
 
 
 @dataclass
@@ -163,80 +139,22 @@ class SuiteKind(ABC):
         that could not be evaluated."""
 
 
-ENTRY_POINTS = "quantgate.suite_kinds"
-
-
-class KindRegistry(Registry[type[SuiteKind]]):
-    """The suite kinds: this package's own (lazy modules), then installed ``quantgate.suite_kinds``
-    entry points, looked up when a name is not found (so a plugin installed, or put on sys.path,
-    after quantgate was imported is still found). A built-in name always wins."""
-
-    @staticmethod
-    def _plugins() -> dict[str, EntryPoint]:
-        return {ep.name: ep for ep in entry_points(group=ENTRY_POINTS)}
-
-    def names(self) -> list[str]:
-        """Built-in kinds and installed entry points, sorted."""
-        return sorted({*super().names(), *self._plugins()})
-
-    def get(self, name: str, where: object = None) -> type[SuiteKind]:
-        """The kind ``name``: built in, else loaded from its entry point; else a ConfigFileError."""
-        if name not in super().names():
-            plugin = self._plugins().get(name)
-            if plugin is not None:
-                self.add(name, plugin.load())
-        return super().get(name, where)
-
-
-KINDS = KindRegistry(
-    "suite kind",
-    lazy={
-        "text": "quantgate.evaluate.suites.text",
-        "long_chain": "quantgate.evaluate.suites.long_chain",
-        "gsm8k": "quantgate.evaluate.suites.gsm8k",
-        "humaneval": "quantgate.evaluate.suites.humaneval",
-        "domain": "quantgate.evaluate.suites.domain",
-    },
-    how_to_add=f"@register in a module under quantgate/evaluate/suites, or a '{ENTRY_POINTS}' entry point",
-)
+KINDS = SUITE_KINDS
+ENTRY_POINTS = SUITE_KIND_ENTRY_POINTS
 register = KINDS.register
 
-
-@dataclass(frozen=True)
-class LoadedSuite:
-    """One suite YAML, validated by its kind's spec model, with the kind's runner for it."""
-
-    spec: SuiteSpec
-    path: Path
-    runner: SuiteKind
-    spec_hash: str  # sha256 of the validated spec: the reference cache key's suite part
-
-
-def load_suite(path: Path) -> LoadedSuite:
-    """Read one suite YAML, find its kind in the registry and validate it strictly."""
-    data, _ = read_yaml(path)
-    kind = data.get("kind")
-    if not isinstance(kind, str):
-        raise ConfigFileError(path, "no 'kind' given", f"add kind: one of {KINDS.names()}")
-    cls = KINDS.get(kind, path)
-    spec = load_model(path, cls.spec_model)
-    if spec.name != path.stem:
-        raise ConfigFileError(
-            path, f"name '{spec.name}' differs from the file name", f"set name: {path.stem}"
-        )
-    canonical = yaml.safe_dump(spec.model_dump(mode="json"), sort_keys=True)
-    return LoadedSuite(spec, path, cls(spec, path), hashlib.sha256(canonical.encode()).hexdigest())
-
-
-def suite_names(directory: Path) -> list[str]:
-    """The suites of a project: the YAML files of its ``eval_suites/``, by name."""
-    return sorted(p.stem for p in directory.glob("*.yaml"))
-
-
-def load_suites(directory: Path, names: list[str] | None = None) -> list[LoadedSuite]:
-    """The named suites (every suite when ``names`` is None), each validated; a typo suggests the nearest."""
-    known = suite_names(directory)
-    for name in names or []:
-        if name not in known:
-            raise UsageError("--suites", f"unknown suite '{name}'", did_you_mean(name, known))
-    return [load_suite(directory / f"{name}.yaml") for name in (names or known)]
+__all__ = [
+    "DECODE",
+    "ENTRY_POINTS",
+    "KINDS",
+    "PROFILES",
+    "EvalContext",
+    "LoadedSuite",
+    "SuiteKind",
+    "SuiteResult",
+    "SuiteSpec",
+    "load_suite",
+    "load_suites",
+    "register",
+    "suite_names",
+]

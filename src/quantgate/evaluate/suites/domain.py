@@ -16,11 +16,11 @@ from typing import Any, Literal
 
 from pydantic import Field, PositiveInt
 
-from quantgate.config.targets import Frozen
+from quantgate.config import Frozen
 from quantgate.errors import ConfigFileError
 from quantgate.evaluate.paired import flip_metrics
 from quantgate.evaluate.suites import DECODE, EvalContext, SuiteKind, SuiteResult, SuiteSpec, register
-from quantgate.evaluate.suites.metrics import Metric, Sums, correctness, perplexity, require_evaluated
+from quantgate.metrics import Metric, Sums, correctness, perplexity, require_evaluated
 
 PERPLEXITY = Metric(
     False,

@@ -17,10 +17,10 @@ from typing import Any, Literal
 
 from pydantic import Field, NonNegativeInt, PositiveInt
 
-from quantgate.config.targets import Frozen
+from quantgate.config import Frozen
 from quantgate.evaluate.data import DataSource, load_jsonl_records
 from quantgate.evaluate.suites import DECODE, EvalContext, SuiteKind, SuiteResult, SuiteSpec, register
-from quantgate.evaluate.suites.metrics import (
+from quantgate.metrics import (
     Metric,
     mean,
     mean_sums,

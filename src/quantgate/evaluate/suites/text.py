@@ -20,11 +20,11 @@ from typing import Any, Literal
 
 from pydantic import Field, PositiveInt
 
-from quantgate.config.targets import Frozen
+from quantgate.config import Frozen
 from quantgate.errors import ConfigFileError
 from quantgate.evaluate.data import DataSource, load_text
 from quantgate.evaluate.suites import EvalContext, SuiteKind, SuiteResult, SuiteSpec, register
-from quantgate.evaluate.suites.metrics import (
+from quantgate.metrics import (
     Exceeds,
     Metric,
     Sums,
@@ -37,7 +37,7 @@ from quantgate.evaluate.suites.metrics import (
 )
 
 KLD_Q = 0.99  # the quantile kld_p99 reports
-# Declared per-window ranges for sequential evaluation (gate/sequence.py), assumptions stated: a
+# Declared per-window ranges for sequential evaluation (stats/sequence.py), assumptions stated: a
 # window's mean KL divergence is at most 1 nat, and its mean per-token NLL moves by at most 1 nat
 # against the source (perplexity x2.7), for any artifact that could pass a floor; a window beyond
 # them disables early passes for its floor (the fixed design then decides on every window)

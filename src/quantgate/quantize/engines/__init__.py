@@ -1,9 +1,10 @@
 """Build engines, one module each, found by the ``engine:`` name a recipe declares.
 
 A new engine is one module in this package with a class decorated by ``@register("name")``;
-nothing central is edited. The registry learns the names by reading the modules' decorators
-(``ast``, nothing imported), so a recipe's engine is validated without importing any engine's
-heavy library, and an engine's module is imported only when a build uses it.
+nothing central is edited. The registry (``quantgate.extensions.ENGINES``, kept below config,
+which validates a recipe's engine name against it) learns the names by reading the modules'
+decorators (``ast``, nothing imported), so a recipe's engine is validated without importing any
+engine's heavy library, and an engine's module is imported only when a build uses it.
 
 An engine instance lives for one build call, so a calibrated engine can load the source model
 and tokenize the calibration set once and reuse both for every target it builds in that call.
@@ -16,12 +17,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
-from quantgate.config.targets import KVCache
-from quantgate.registry import Registry
+from quantgate.config import KVCache
+from quantgate.extensions import ENGINES, declared
 
 if TYPE_CHECKING:
     from quantgate.calibration import CalibrationSet
-    from quantgate.config.targets import Recipe
+    from quantgate.config import Recipe
     from quantgate.intake import SourceRecord
     from quantgate.progress import Progress
 
@@ -55,37 +56,9 @@ class Engine(Protocol):
 
 def declared_engines(directory: Path, package: str) -> dict[str, str]:
     """``name -> module`` for every ``@register("name")`` in ``directory``'s modules, read without importing."""
-    found: dict[str, str] = {}
-    for path in sorted(directory.glob("*.py")):
-        text = path.read_text(encoding="utf-8")
-        if "register(" not in text:
-            continue
-        for node in ast.walk(ast.parse(text, str(path))):
-            if not isinstance(node, ast.ClassDef | ast.FunctionDef):
-                continue
-            for decorator in node.decorator_list:
-                name = _registered_name(decorator)
-                if name is None:
-                    continue
-                module = f"{package}.{path.stem}"
-                if found.get(name, module) != module:
-                    raise ValueError(f"engine {name!r} is registered in both {found[name]} and {module}")
-                found[name] = module
-    return found
+    return declared(directory, package)
 
 
-def _registered_name(decorator: ast.expr) -> str | None:
-    """The name in ``@register("x")`` or ``@ENGINES.register("x")``; None for any other decorator."""
-    if not (isinstance(decorator, ast.Call) and len(decorator.args) == 1):
-        return None
-    func, arg = decorator.func, decorator.args[0]
-    called = func.id if isinstance(func, ast.Name) else func.attr if isinstance(func, ast.Attribute) else None
-    if called != "register" or not (isinstance(arg, ast.Constant) and isinstance(arg.value, str)):
-        return None
-    return arg.value
-
-
-ENGINES: Registry[type] = Registry("engine", lazy=declared_engines(Path(__file__).parent, __name__))
 register = ENGINES.register
 
 

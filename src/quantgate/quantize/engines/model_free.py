@@ -19,7 +19,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from quantgate.config.targets import Recipe
+from quantgate.config import Recipe
 from quantgate.errors import ConfigFileError
 from quantgate.intake import SourceRecord
 from quantgate.quantize.engines import BuildJob, register

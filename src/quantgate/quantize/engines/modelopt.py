@@ -24,7 +24,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from quantgate.config.targets import KVCache, Recipe
+from quantgate.config import KVCache, Recipe
 from quantgate.errors import BuildError, MissingDependencyError
 from quantgate.intake import SourceRecord
 from quantgate.quantize.engines import BuildJob, register

@@ -14,7 +14,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from quantgate.config.targets import KVCache, Recipe
+from quantgate.config import KVCache, Recipe
 from quantgate.errors import BuildError, CalibrationError
 from quantgate.intake import SourceRecord
 from quantgate.quantize.engines import BuildJob, register

@@ -22,11 +22,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from quantgate.config.targets import Recipe
+from quantgate.config import Recipe
 from quantgate.errors import ConfigFileError, RecipeIncompatibleError
-from quantgate.intake import SourceRecord
-from quantgate.intake.safetensors_header import SafetensorsHeader, TensorInfo, read_header
-from quantgate.intake.weights import model_files
+from quantgate.intake import SafetensorsHeader, SourceRecord, TensorInfo, model_files, read_header
 from quantgate.quantize.engines import BuildJob, register
 from quantgate.quantize.engines._shard_io import DTYPES, OutTensor, ShardWriter, read_into
 from quantgate.quantize.engines.fp8_config import SCHEME, quantization_config

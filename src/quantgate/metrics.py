@@ -81,7 +81,7 @@ def nonzero(base: np.ndarray) -> np.ndarray:
 @dataclass(frozen=True)
 class Sums:
     """The metric as a ratio of per-item sums, sum(num) / sum(den) (``log``: exp of it, as
-    perplexity), so that a confidence sequence can bound it while items arrive (gate/sequence.py).
+    perplexity), so that a confidence sequence can bound it while items arrive (stats/sequence.py).
 
     ``num``, ``den``: per item, from (artifact columns, source columns); ``den`` is a weight both
     models share (the tokens of the same window, 1 per item, the items the source solved).

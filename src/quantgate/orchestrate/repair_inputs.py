@@ -1,5 +1,6 @@
 """``quantgate repair``: the inputs a repair needs, from a run's plan or from the options, and the
-table a release engineer reads.
+table a release engineer reads. Here, beside the plan they may come from: repair itself is a stage
+the flow calls, and reads no plan.
 
 With a plan (``quantgate run`` writes ``plan.json`` beside ``eval/``) everything comes from it:
 the confirmed source, the uniform builds' recipes and KV decisions, the calibration set, the suites
@@ -15,7 +16,7 @@ from typing import Any
 
 from quantgate.errors import UsageError
 from quantgate.progress import Progress
-from quantgate.repair.run import RepairInputs, RepairOutcome, repair
+from quantgate.repair import RepairInputs, RepairOutcome, repair
 from quantgate.report_schema import Report, read_report
 from quantgate.results import RUN_JSON, read_run_info
 
@@ -41,7 +42,9 @@ def repair_command(
             raise UsageError(
                 path, f"{option} is not a directory", f"pass the directory quantgate wrote for {option}"
             )
-    if plan_file is None and (results.parent / "plan.json").is_file():
+    if plan_file is not None and str(plan_file) == "none":  # plan anew even beside a run's plan.json
+        plan_file = None
+    elif plan_file is None and (results.parent / "plan.json").is_file():
         plan_file = results.parent / "plan.json"
     out = Path(out).resolve() if out is not None else results.parent / "repair"
     with RichProgress() as progress:
@@ -69,7 +72,7 @@ def repair_command(
 
 def attach(report_json: Path, report: Report, outcome: RepairOutcome) -> list[Path]:
     """Add the repairs to ``report_json`` and render its Markdown and HTML again."""
-    from quantgate.gate.run import write_report_json
+    from quantgate.gate import write_report_json
     from quantgate.report import write_reports
 
     updated = report.model_copy(update={"repairs": outcome.targets})
@@ -81,7 +84,7 @@ def _report(
     results: Path, artifacts: Path, given: Path | None, project: Path, gates_path: Path, out: Path
 ) -> tuple[Report, Path]:
     """The report to repair: given, beside the results, or the results gated now (offline)."""
-    from quantgate.gate.run import gate_results, write_report_json
+    from quantgate.gate import gate_results, write_report_json
 
     found = given if given is not None else results.parent / "report" / "report.json"
     if found.is_file():
@@ -95,8 +98,7 @@ def _report(
 def _from_plan(
     plan_file: Path, options: dict[str, Any], progress: Progress
 ) -> tuple[RepairInputs, Path, Path]:
-    from quantgate.evaluate.data import DataDir
-    from quantgate.evaluate.suites import EvalContext
+    from quantgate.evaluate import DataDir, EvalContext
     from quantgate.orchestrate.plan import read_plan
 
     for option, value in options.items():
@@ -132,15 +134,12 @@ def _from_options(
     results: Path, options: dict[str, Any], progress: Progress
 ) -> tuple[RepairInputs, Path, Path]:
     from quantgate.calibration import load_or_build
-    from quantgate.config.gates import load_gates
-    from quantgate.config.targets import Catalog
-    from quantgate.embedded.smollm2 import default_checkpoint, model_name
-    from quantgate.evaluate.data import DataDir
-    from quantgate.evaluate.suites import EvalContext, load_suites
+    from quantgate.config import Catalog, load_gates
+    from quantgate.embedded import default_checkpoint, model_name
+    from quantgate.evaluate import DataDir, EvalContext, load_suites
     from quantgate.intake import intake
     from quantgate.paths import cache_dir, project_root
-    from quantgate.quantize.kv_calibration import kv_decisions
-    from quantgate.quantize.pipeline import plan
+    from quantgate.quantize import kv_decisions, plan
 
     project = (options["--root"] or project_root()).resolve()
     gates_path = options["--gates"] or project / "gates.yaml"

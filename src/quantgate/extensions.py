@@ -1,0 +1,96 @@
+"""The registries of the extension points whose names configuration validates: build engines and
+suite kinds.
+
+A recipe names an engine and a suite YAML a kind; ``quantgate.config`` must refuse a name that
+does not exist before any build, yet sits below the stages that implement them. So the registries
+live here, below config, and hold names: each entry is the module that registers it, found by
+reading the decorators in the stage's package (``declared``: ``ast``, nothing imported) and
+imported on first use. A new engine or suite kind is still one module with ``@register("name")``
+in its package (or, for a suite kind, a ``quantgate.suite_kinds`` entry point); nothing here is
+edited. Numerics formats register eagerly in ``quantgate.numerics`` (no configuration names them
+before numerics is imported).
+"""
+
+from __future__ import annotations
+
+import ast
+from importlib.metadata import EntryPoint, entry_points
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from quantgate.registry import Registry
+
+if TYPE_CHECKING:
+    from quantgate.evaluate import SuiteKind
+
+_PACKAGE_DIR = Path(__file__).resolve().parent
+
+
+def declared(directory: Path, package: str, what: str = "engine") -> dict[str, str]:
+    """``name -> module`` for every ``@register("name")`` in ``directory``'s modules, read without importing."""
+    found: dict[str, str] = {}
+    for path in sorted(directory.glob("*.py")):
+        text = path.read_text(encoding="utf-8")
+        if "register(" not in text:
+            continue
+        for node in ast.walk(ast.parse(text, str(path))):
+            if not isinstance(node, ast.ClassDef | ast.FunctionDef):
+                continue
+            for decorator in node.decorator_list:
+                name = _registered_name(decorator)
+                if name is None:
+                    continue
+                module = f"{package}.{path.stem}"
+                if found.get(name, module) != module:
+                    raise ValueError(f"{what} {name!r} is registered in both {found[name]} and {module}")
+                found[name] = module
+    return found
+
+
+def _registered_name(decorator: ast.expr) -> str | None:
+    """The name in ``@register("x")`` or ``@ENGINES.register("x")``; None for any other decorator."""
+    if not (isinstance(decorator, ast.Call) and len(decorator.args) == 1):
+        return None
+    func, arg = decorator.func, decorator.args[0]
+    called = func.id if isinstance(func, ast.Name) else func.attr if isinstance(func, ast.Attribute) else None
+    if called != "register" or not (isinstance(arg, ast.Constant) and isinstance(arg.value, str)):
+        return None
+    return arg.value
+
+
+ENGINES: Registry[type] = Registry(
+    "engine", lazy=declared(_PACKAGE_DIR / "quantize" / "engines", "quantgate.quantize.engines")
+)
+
+SUITE_KIND_ENTRY_POINTS = "quantgate.suite_kinds"
+
+
+class KindRegistry(Registry["type[SuiteKind]"]):
+    """The suite kinds: quantgate's own (lazy modules), then installed ``quantgate.suite_kinds``
+    entry points, looked up when a name is not found (so a plugin installed, or put on sys.path,
+    after quantgate was imported is still found). A built-in name always wins."""
+
+    @staticmethod
+    def _plugins() -> dict[str, EntryPoint]:
+        return {ep.name: ep for ep in entry_points(group=SUITE_KIND_ENTRY_POINTS)}
+
+    def names(self) -> list[str]:
+        """Built-in kinds and installed entry points, sorted."""
+        return sorted({*super().names(), *self._plugins()})
+
+    def get(self, name: str, where: object = None) -> type[SuiteKind]:
+        """The kind ``name``: built in, else loaded from its entry point; else a ConfigFileError."""
+        if name not in super().names():
+            plugin = self._plugins().get(name)
+            if plugin is not None:
+                self.add(name, plugin.load())
+        return super().get(name, where)
+
+
+SUITE_KINDS = KindRegistry(
+    "suite kind",
+    lazy=declared(_PACKAGE_DIR / "evaluate" / "suites", "quantgate.evaluate.suites", what="suite kind"),
+    how_to_add=(
+        f"@register in a module under quantgate/evaluate/suites, or a '{SUITE_KIND_ENTRY_POINTS}' entry point"
+    ),
+)

@@ -1,0 +1,319 @@
+"""A version's files from the fleet's peers first and its origin last, into a pull's staging.
+
+``fetch`` runs one torrent in the node's engine, in three steps: the torrent (given, from the
+store, or by its signed info-hash from the peers when the store is down), then ``manifest.json``
+and ``manifest.sig`` alone, which the caller verifies (signature, approval) before anything else
+is fetched, then every file, in the serving engine's load order. Peers are untrusted: libtorrent
+checks every block against the file's merkle tree (whose root the signed info-hash covers) and
+drops a peer that sends bad blocks, and the caller then re-hashes every file against the signed
+manifest before it installs anything. A piece no connected peer has is read from the origin
+(``origin``) and checked the same way; a peer that vanishes leaves its pieces to the others or
+the origin. No byte from anywhere for ``stall_s``: exit 75, and the verified pieces stay in
+staging for the next pull (libtorrent re-checks them when it starts).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import random
+import time
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+
+from quantgate.artifact import MANIFEST, Manifest
+from quantgate.errors import QuantgateError, RegistryUnavailableError
+from quantgate.fleet import torrent as torrents
+from quantgate.fleet.node import Node
+from quantgate.fleet.order import load_order
+from quantgate.fleet.origin import RangeReader
+from quantgate.progress import SILENT, Progress
+
+SIGNATURE = "manifest.sig"
+TICK_S = 0.05
+ORIGIN_AFTER_S = 1.0  # peers first: the listed peers get this long to connect and say what they have
+ORIGIN_WITH_PEERS = 2  # origin reads in flight while peers are connected (they share the rest)
+ORIGIN_WINDOW = 64  # origin reads pick at random among this many missing pieces, in load order
+ORIGIN_BACKOFF_S = (0.5, 8.0)  # after a failed origin read, wait (doubling) before the next
+ORIGIN_BAD_PIECES = 2  # the origin's bytes failed a piece's hash this often: the store is damaged
+
+
+class TorrentRefused(ValueError):
+    """The swarm's torrent or the origin's bytes are not what the signed info-hash says."""
+
+
+@dataclass
+class Transfer:
+    """Where a pull's bytes came from."""
+
+    peer_bytes: int = 0  # payload received from peers (including any they sent twice or bad)
+    origin_bytes: int = 0  # read from the store as pieces
+    bad_pieces: int = 0  # pieces that failed their hash check (a bad peer's, or the origin's)
+    peers: int = 0  # peers connected at some point
+
+    def describe(self) -> str:
+        """One line for the pull's report."""
+        return (
+            f"{self.peer_bytes:,} bytes from {self.peers} peer(s), {self.origin_bytes:,} from the origin"
+            + (f", {self.bad_pieces} bad piece(s) caught and fetched again" if self.bad_pieces else "")
+        )
+
+
+class _Swarm:
+    """One torrent in a node's engine, driven to completion of the files it is asked for."""
+
+    def __init__(
+        self,
+        node: Node,
+        handle,
+        reader: RangeReader | None,
+        concurrency: int,
+        stall_s: float,
+        where: str,
+    ) -> None:
+        self.node, self.handle, self.reader, self.where = node, handle, reader, where
+        self.concurrency, self.stall_s = concurrency, stall_s
+        self.transfer = Transfer()
+        self.inflight: dict[int, Future] = {}
+        self.from_origin: dict[int, int] = {}  # piece added from the origin -> times it failed
+        self.backoff_until, self.backoff = 0.0, ORIGIN_BACKOFF_S[0]
+        self.origin_error: str | None = None
+        self.seen: set[tuple[str, int]] = set()
+        self.pool = ThreadPoolExecutor(max(1, concurrency), thread_name_prefix="origin")
+        self.last_done, self.last_change = -1, time.monotonic()
+        self.layout: dict[int, list[tuple[str, int, int]]] = {}
+        self.started = time.monotonic()
+
+    # -- the loop ------------------------------------------------------------------------------
+    def until(self, done: Callable[[], bool], wanted: list[int], on_bytes: Callable[[int], None]) -> None:
+        """Run until ``done()``: peers connected, alerts read, origin reads for ``wanted`` pieces
+        (in order) that no peer has; RegistryUnavailableError after ``stall_s`` without a byte."""
+        while not done():
+            self.node.connect_peers(self.handle)
+            self._alerts()
+            self._origin(wanted)
+            status = self.handle.status()
+            if status.total_wanted_done != self.last_done:
+                if self.last_done >= 0:
+                    on_bytes(max(0, status.total_wanted_done - self.last_done))
+                self.last_done, self.last_change = status.total_wanted_done, time.monotonic()
+            elif time.monotonic() - self.last_change > self.stall_s:
+                why = f"; the origin: {self.origin_error}" if self.origin_error else ""
+                raise RegistryUnavailableError(
+                    self.where,
+                    f"no byte from {len(self.seen)} peer(s) or the origin for {self.stall_s:.0f} s{why}",
+                    "retry when a peer or the store is reachable; pieces already verified are kept",
+                )
+            self.node.session.wait_for_alert(int(TICK_S * 1000))
+        self._alerts()
+
+    def _alerts(self) -> None:
+        import libtorrent as lt
+
+        for alert in self.node.session.pop_alerts():
+            if isinstance(alert, lt.torrent_alert) and alert.handle != self.handle:
+                continue  # another torrent of this engine (a version it seeds)
+            if isinstance(alert, lt.hash_failed_alert):
+                self.transfer.bad_pieces += 1
+                if alert.piece_index in self.from_origin:
+                    self.from_origin[alert.piece_index] += 1
+                    if self.from_origin[alert.piece_index] >= ORIGIN_BAD_PIECES:
+                        raise TorrentRefused(
+                            f"the origin's bytes of piece {alert.piece_index} fail its hash "
+                            f"{ORIGIN_BAD_PIECES} times (the store's copy is damaged)"
+                        )
+            elif isinstance(alert, lt.piece_finished_alert):
+                self.from_origin.pop(alert.piece_index, None)
+            elif isinstance(alert, lt.torrent_error_alert):
+                raise OSError(f"{self.where}: {alert.message()}")
+
+    # -- the origin ----------------------------------------------------------------------------
+    def _origin(self, wanted: list[int]) -> None:
+        import libtorrent as lt
+
+        for piece, future in list(self.inflight.items()):
+            if not future.done():
+                continue
+            del self.inflight[piece]
+            try:
+                data = future.result()
+            except (OSError, QuantgateError) as exc:  # the store is down or failing: peers may still
+                self.origin_error = str(exc).splitlines()[0][:200]
+                self.backoff_until = time.monotonic() + self.backoff
+                self.backoff = min(self.backoff * 2, ORIGIN_BACKOFF_S[1])
+                continue
+            self.backoff = ORIGIN_BACKOFF_S[0]
+            self.transfer.origin_bytes += len(data)
+            if not self.handle.have_piece(piece):
+                self.from_origin.setdefault(piece, 0)
+                self.handle.add_piece(piece, data, 0)
+        now = time.monotonic()
+        if self.reader is None or now < self.backoff_until or now - self.started < ORIGIN_AFTER_S:
+            return
+        peers = self.handle.get_peer_info()
+        self.seen |= {(str(p.ip[0]), int(p.ip[1])) for p in peers if p.total_download}
+        seeds = sum(1 for p in peers if p.flags & lt.peer_info.seed)
+        limit = self.concurrency if not peers else ORIGIN_WITH_PEERS
+        if seeds or len(self.inflight) >= limit:
+            return
+        availability = self.handle.piece_availability()
+        busy = {q["piece_index"] for q in self.handle.get_download_queue()} | set(self.inflight)
+        busy |= set(self.from_origin)  # added, being checked
+        missing = [
+            p for p in wanted if p not in busy and not self.handle.have_piece(p) and not availability[p]
+        ]
+        window = missing[:ORIGIN_WINDOW]
+        random.shuffle(window)
+        for piece in window[: limit - len(self.inflight)]:
+            self.inflight[piece] = self.pool.submit(self._read_piece, piece)
+
+    def plan(self, found: torrents.Torrent, pieces: list[int]) -> None:
+        """Where each of ``pieces`` lies in the files (read here, in the engine's thread: the
+        origin's reader threads make no libtorrent call)."""
+        info = found.info
+        names = {index: rel for rel, (index, _) in found.files.items()}
+        for piece in pieces:
+            if piece not in self.layout:
+                self.layout[piece] = [  # v2: a piece is one file's bytes (its padding is not sent)
+                    (names[part.file_index], part.offset, part.size)
+                    for part in info.map_block(piece, 0, info.piece_size(piece))
+                    if part.file_index in names
+                ]
+
+    def _read_piece(self, piece: int) -> bytes:
+        assert self.reader is not None
+        data = bytearray()
+        for rel, offset, size in self.layout[piece]:
+            data += self.reader(rel, offset, size)
+        return bytes(data)
+
+    def close(self) -> None:
+        """Stop origin reads (those in flight finish in their threads and are dropped)."""
+        for future in self.inflight.values():
+            future.cancel()
+        self.pool.shutdown(wait=False, cancel_futures=True)
+
+
+def _pieces(info, index: int, size: int) -> list[int]:
+    if size == 0:
+        return []
+    first = info.map_file(index, 0, 0).piece
+    last = info.map_file(index, size - 1, 0).piece
+    return list(range(first, last + 1))
+
+
+def _complete(handle, indices: list[int], sizes: list[int]) -> Callable[[], bool]:
+    def done() -> bool:
+        progress = handle.file_progress(1)  # piece granularity: complete files are exact
+        return all(progress[i] >= s for i, s in zip(indices, sizes, strict=True))
+
+    return done
+
+
+def fetch(
+    node: Node,
+    *,
+    info_hash: str,
+    name: str,
+    save_path: Path,
+    torrent_data: bytes | None,
+    reader: RangeReader | None,
+    verify_manifest: Callable[[Path, bytes], Manifest],
+    concurrency: int,
+    where: str,
+    progress: Progress = SILENT,
+) -> tuple[Manifest, bytes, bytes, Transfer]:
+    """The version's files into ``save_path/name`` (its staging directory).
+
+    Returns the manifest ``verify_manifest(manifest path, signature)`` accepted, the signature,
+    the torrent's bytes (the node keeps them to seed the entry) and the ``Transfer``.
+    ``TorrentRefused`` when the swarm's torrent does not describe the signed manifest.
+    """
+    import libtorrent as lt
+
+    params = lt.add_torrent_params()
+    if torrent_data is not None:
+        params.ti = lt.torrent_info(torrent_data)
+    else:
+        params.info_hashes = lt.info_hash_t(lt.sha256_hash(bytes.fromhex(info_hash)))
+    params.save_path = str(save_path)
+    params.flags |= lt.torrent_flags.default_dont_download
+    params.flags &= ~(lt.torrent_flags.auto_managed | lt.torrent_flags.paused)
+    handle = node.session.add_torrent(params)
+    swarm = _Swarm(node, handle, reader, concurrency, node.fleet.stall_s, where)
+    try:
+        swarm.until(lambda: handle.status().has_metadata, [], lambda n: None)
+        try:
+            found = torrents.parsed(handle.torrent_file(), info_hash, name)
+        except ValueError as exc:
+            raise TorrentRefused(str(exc)) from None
+        first = [r for r in (MANIFEST, SIGNATURE) if r in found.files]
+        _want(handle, found, first)
+        pieces = _wanted_pieces(found, first)
+        swarm.plan(found, pieces)
+        swarm.until(
+            _complete(handle, [found.files[r][0] for r in first], [found.files[r][1] for r in first]),
+            pieces,
+            lambda n: None,
+        )
+        staging = save_path / name
+        signature = (staging / SIGNATURE).read_bytes() if SIGNATURE in found.files else b""
+        manifest = verify_manifest(staging / MANIFEST, signature)
+        expected = {rel: e.bytes for rel, e in manifest.files.items()} | {MANIFEST: found.files[MANIFEST][1]}
+        held = {rel: size for rel, (_, size) in found.files.items() if rel != SIGNATURE}
+        if held != expected:
+            extra = sorted(set(held) ^ set(expected)) or sorted(r for r in held if held[r] != expected[r])
+            raise TorrentRefused(f"does not hold the signed manifest's files ({extra[0]!r} differs)")
+        order = load_order(list(manifest.files), staging)
+        _want(handle, found, first + order)
+        handle.set_flags(lt.torrent_flags.sequential_download)  # from peers too: load order
+        rest = [found.files[r] for r in order]
+        pieces = _wanted_pieces(found, order)
+        swarm.plan(found, pieces)
+        with progress.task(f"pull {name[:12]} from peers", sum(s for _, s in rest)) as bar:
+            swarm.until(_complete(handle, [i for i, _ in rest], [s for _, s in rest]), pieces, bar.advance)
+        torrent_bytes = torrent_data if torrent_data is not None else _bencoded(handle)
+        status = handle.status()
+        swarm.transfer.peer_bytes = int(status.total_payload_download)
+        swarm.transfer.peers = len(swarm.seen)
+        return manifest, signature, torrent_bytes, swarm.transfer
+    finally:
+        swarm.close()
+        _remove(node, handle)
+        with contextlib.suppress(OSError):
+            (save_path / f".{info_hash[:40]}.parts").unlink()
+
+
+def _want(handle, found: torrents.Torrent, rels: list[str]) -> None:
+    priorities = [0] * found.info.num_files()
+    for rank, rel in enumerate(rels):
+        priorities[found.files[rel][0]] = 7 if rank < 2 else 4
+    handle.prioritize_files(priorities)
+
+
+def _wanted_pieces(found: torrents.Torrent, rels: list[str]) -> list[int]:
+    ordered: list[int] = []
+    for rel in rels:
+        index, size = found.files[rel]
+        ordered += _pieces(found.info, index, size)
+    return list(dict.fromkeys(ordered))
+
+
+def _bencoded(handle) -> bytes:
+    import libtorrent as lt
+
+    creator = lt.create_torrent(handle.torrent_file())
+    return lt.bencode(creator.generate())
+
+
+def _remove(node: Node, handle) -> None:
+    """Take the torrent out of the engine and wait until its files are closed (bounded)."""
+    import libtorrent as lt
+
+    node.session.remove_torrent(handle)
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        node.session.wait_for_alert(100)
+        if any(isinstance(a, lt.torrent_removed_alert) for a in node.session.pop_alerts()):
+            return

@@ -1,0 +1,86 @@
+"""``quantgate seed``: serve this node's cached versions to its peers, at a bounded upload rate.
+
+Every ``RESCAN_S`` the seeder compares its torrents with the cache: an entry installed since (a
+pull put it there, with the torrent whose info-hash the signed approval named) is added, an
+entry evicted or removed is dropped, so an evicted version stops being served within one
+rescan. Entries are added in libtorrent's seed mode, which trusts nothing it has not checked:
+each piece is hashed against its merkle tree the first time a peer asks for it, so a cached
+file altered on disk is never served as the version (peers check every block anyway). The
+signature the manifest was installed with is served from the install record.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+from pathlib import Path
+
+from quantgate.artifact import MANIFEST
+from quantgate.atomic import write_bytes
+from quantgate.fleet import torrent as torrents
+from quantgate.fleet.node import Node
+from quantgate.publish import ENTRY, PullCache
+
+RESCAN_S = 2.0
+SIGNATURE = "manifest.sig"
+
+
+class Seeder:
+    """The torrents of one cache's entries in one node's engine."""
+
+    def __init__(self, node: Node, cache: PullCache) -> None:
+        self.node, self.cache = node, cache
+        self.handles: dict[str, object] = {}  # entry -> torrent handle
+
+    def sync(self) -> set[str]:
+        """Add the entries installed since the last call and drop those gone; the entries seeded."""
+        installed = {name for _, _, name in self.cache.entries()}
+        for entry in sorted(set(self.handles) - installed):
+            self.node.session.remove_torrent(self.handles.pop(entry))
+        for entry in sorted(installed - set(self.handles)):
+            params = self._params(entry)
+            if params is None:
+                continue
+            self.handles[entry] = self.node.session.add_torrent(params)
+        for handle in self.handles.values():
+            self.node.connect_peers(handle)
+        self.node.session.pop_alerts()
+        return set(self.handles)
+
+    def _params(self, entry: str):
+        """The add_torrent_params that seed ``entry`` from the cache, or None when it has no
+        torrent (pulled from the origin alone, or by an older quantgate) or no valid record."""
+        import libtorrent as lt
+
+        if not ENTRY.match(entry):
+            return None
+        record = self.cache.record(entry) or {}
+        signature = record.get("signature")
+        try:
+            data = self.cache.torrent_path(entry).read_bytes()
+            found = torrents.load(data, torrents.info_hash(data), entry)
+        except (OSError, ValueError):
+            return None
+        if not isinstance(signature, str) or MANIFEST not in found.files:
+            return None
+        params = lt.add_torrent_params()
+        params.ti = found.info
+        params.save_path = str(self.cache.root)
+        params.flags |= lt.torrent_flags.seed_mode | lt.torrent_flags.upload_mode
+        params.flags &= ~(lt.torrent_flags.auto_managed | lt.torrent_flags.paused)
+        if SIGNATURE in found.files:  # the signature lives in the install record, not the entry
+            sig = self.cache.signature_path(entry)
+            write_bytes(sig, signature.encode())
+            params.renamed_files = {found.files[SIGNATURE][0]: str(sig)}
+        return params
+
+
+def seed(
+    node: Node, cache_root: Path, max_bytes: int, stop: threading.Event, rescan_s: float = RESCAN_S
+) -> None:
+    """Seed the cache under ``cache_root`` until ``stop`` is set (a signal, or the caller)."""
+    seeder = Seeder(node, PullCache(Path(cache_root) / "pull", max_bytes))
+    while not stop.is_set():
+        with contextlib.suppress(OSError):
+            seeder.sync()
+        stop.wait(rescan_s)

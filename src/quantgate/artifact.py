@@ -77,6 +77,16 @@ class SourceRef(_Part):
     bytes: NonNegativeInt
 
 
+class KVCalibrationInfo(_Part):
+    """Who computed an artifact's FP8 KV scales and whether the same inputs give the same bytes on
+    any machine: ``by`` "quantgate" (the data-free pass, ``quantize/canonical.py``: float64, canonical
+    unless ``notes`` say why not) or the engine that calibrated them (its own arithmetic: not)."""
+
+    by: str
+    canonical: bool
+    notes: tuple[str, ...] = ()
+
+
 class BuildInfo(_Part):
     """How the build went: cost, and whether the bytes were linked from a twin target.
 
@@ -88,6 +98,10 @@ class BuildInfo(_Part):
     peak_rss_scope: str = "process high-water mark at the end of this build"
     finished_at: str
     linked_from: str | None = None
+    # where calibration ran: "cpu" or "cuda" (None: built before builds recorded it)
+    device: str | None = None
+    # how the FP8 KV scales were computed (None: no FP8 KV cache, linked from a twin, or older)
+    kv_calibration: KVCalibrationInfo | None = None
 
 
 class RepairRef(_Part):

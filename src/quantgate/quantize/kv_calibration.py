@@ -26,6 +26,11 @@ in memory at a time, the artifact's own bytes decoded by ``quantgate.numerics``)
 llm-compressor would load the whole bf16 source. hopper-fp8 and rocm-cdna3-fp8 share bytes, so
 the pass runs in the numerics the bytes declare (OCP e4m3fn weights and per-token activations),
 whichever of the two is built first.
+
+The pass computes in float64 (``canonical.py``), on the CPU or the build's GPU: its scales are the
+same bytes on any machine, thread count or device, so equal build keys mean equal bytes. Where a
+layer holds something it cannot put in float64 (fused MoE experts), the manifest's
+``build.kv_calibration`` says so (``canonical: false`` and why).
 """
 
 from __future__ import annotations
@@ -34,11 +39,13 @@ import json
 import os
 import shutil
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from quantgate.config import ActivationNumerics, KVCache, Target, WeightNumerics
 from quantgate.errors import BuildError, CalibrationError
+from quantgate.quantize.canonical import Arithmetic
 
 if TYPE_CHECKING:
     import torch
@@ -110,8 +117,13 @@ def calibrate(
     num_samples: int,
     max_seq_length: int,
     progress: Progress | None = None,
-) -> dict[str, tuple[float, float]]:
-    """``{attention module: (k absmax, v absmax)}`` of the built artifact run on the calibration set.
+    device: str = "cpu",
+) -> KVCalibration:
+    """``{attention module: (k absmax, v absmax)}`` of the built artifact run on the calibration set,
+    and how it was computed (``KVCalibration``).
+
+    In float64 (``canonical``): the same bytes whatever the machine, thread count or ``device``
+    ("cpu" or "cuda"; the decoded layer and its inputs move there, one layer at a time).
 
     Layer by layer: the inputs of the first decoder layer are captured from the model's own
     forward (embeddings, rotary, masks as the architecture makes them), then each layer is
@@ -131,6 +143,7 @@ def calibrate(
     import torch
 
     from quantgate.numerics import ObserveKV, attention_modules, install_kv_hooks, is_latent
+    from quantgate.quantize import canonical
 
     texts = calibration.texts()[:num_samples]
     if not texts:
@@ -160,7 +173,8 @@ def calibrate(
             "input_ids"
         ]
     ]
-    inputs = _first_layer_inputs(model, layers, ids)
+    captured = _first_layer_inputs(model, layers, ids)
+    inputs, notes = _canonical_inputs(model, captured, device)
     wfmt, act = _ocp_numerics(target)
     per_layer = _by_layer(tensors, layers_name, len(layers))
     # what exists now (the skeleton's modules and names) is left out of every collection below, so
@@ -175,6 +189,8 @@ def calibrate(
                 layer = _materialize(
                     artifact_dir, model, layers, layers_name, i, per_layer[i], wfmt, act, rename
                 )
+                notes.extend(n for n in canonical.layer_to_float64(layer) if n not in notes)
+                layer.to(device)
                 for n, (hidden, args, kwargs) in enumerate(inputs):
                     out = layer(hidden, *args, **kwargs)
                     inputs[n] = (out[0] if isinstance(out, tuple) else out, args, kwargs)
@@ -185,11 +201,48 @@ def calibrate(
         gc.unfreeze()
     for handle in handles:
         handle.remove()
+    if any(is_latent(m) for m in model.modules()):
+        notes.append("multi-head latent attention: its latent norm is observed in the model's own arithmetic")
     # MLA caches one latent per token, quantized with k_scale; v_scale mirrors it
-    return {
+    absmax = {
         name: (float(o.k_absmax), float(o.k_absmax if o.rope_dims is not None else o.v_absmax))
         for name, o in observers.items()
     }
+    return KVCalibration(absmax, canonical.Arithmetic(canonical=not notes, notes=tuple(notes)), device)
+
+
+@dataclass(frozen=True)
+class KVCalibration:
+    """What the data-free pass found: ``{attention module: (k absmax, v absmax)}``, how it computed
+    (``canonical``: float64 throughout, the same bytes on any machine; else why not) and where."""
+
+    absmax: dict[str, tuple[float, float]]
+    arithmetic: Arithmetic
+    device: str
+
+
+def _canonical_inputs(model: Any, captured: list, device: str) -> tuple[list, list[str]]:
+    """The first layer's inputs on ``device`` in float64, the rotary embedding recomputed in float64
+    (the model computes it in float32); the notes say what could not be (``canonical.py``)."""
+    from quantgate.quantize import canonical
+
+    rotary = getattr(model.get_decoder(), "rotary_emb", None)
+    notes: list[str] = []
+    out = []
+    for hidden, args, kwargs in captured:
+        kwargs = dict(kwargs)
+        if "position_embeddings" in kwargs:
+            exact = canonical.rotary_float64(
+                rotary, kwargs.get("position_ids"), kwargs["position_embeddings"]
+            )
+            if exact is None:
+                note = "the rotary embedding is not the Llama family's: computed in float32 by transformers"
+                if note not in notes:
+                    notes.append(note)
+            else:
+                kwargs["position_embeddings"] = exact
+        out.append(canonical.to_device((hidden, args, kwargs), device, float64=True))
+    return out, notes
 
 
 def _ocp_numerics(target: Target):
@@ -209,17 +262,16 @@ def _skeleton(artifact_dir: Path):
     from safetensors import safe_open
     from transformers import AutoConfig, AutoModelForCausalLM
 
-    from quantgate.numerics import disk_to_memory, register_tiled_attention
+    from quantgate.numerics import disk_to_memory
 
     config = AutoConfig.from_pretrained(artifact_dir)
     quantization = getattr(config, "quantization_config", None)
     if isinstance(quantization, dict):  # a skeleton only: no quantizer, no KV hooks of compressed-tensors
         config.quantization_config = {k: v for k, v in quantization.items() if k != "kv_cache_scheme"}
-    # the attention evaluation runs (load_for_eval): the pass sees the keys and values it will
+    # sdpa computes in its inputs' dtype (float64 here, on any device); the tiled CPU attention
+    # evaluation runs takes its softmax in float32
     with torch.device("meta"):
-        model = AutoModelForCausalLM.from_config(
-            config, dtype=torch.bfloat16, attn_implementation=register_tiled_attention()
-        )
+        model = AutoModelForCausalLM.from_config(config, dtype=torch.bfloat16, attn_implementation="sdpa")
     model.eval()
     layers = getattr(model.get_decoder(), "layers", None)
     if not isinstance(layers, torch.nn.ModuleList):

@@ -31,6 +31,7 @@ from quantgate.artifact import (
     MANIFEST,
     BuildInfo,
     CalibrationRef,
+    KVCalibrationInfo,
     Manifest,
     RecipeRef,
     RepairRef,
@@ -72,6 +73,12 @@ def _reusable(final: Path, key: str) -> Manifest | None:
     if manifest is None or manifest.build_key != key or manifest.source_files is None:
         return None
     return manifest if not verify_files(final, manifest) else None
+
+
+_LIBRARY_KV_NOTE = (
+    "the engine's own observers, in the model's dtype on the build device: the scales can differ "
+    "across machines; identity rests on the artifact's bytes"
+)
 
 
 def _manifest(
@@ -177,10 +184,11 @@ def build_targets(
     calibration: CalibrationSet | None,
     progress: Progress = SILENT,
     kv_cache: dict[str, KVCache] | None = None,
+    device: str = "cpu",
 ) -> list[BuildResult]:
     """Build ``target_names`` from the catalog's current files (see ``build_planned``); ``kv_cache``
     as in ``plan`` (each target's own when None)."""
-    return build_planned(source, plan(catalog, target_names, kv_cache), out, calibration, progress)
+    return build_planned(source, plan(catalog, target_names, kv_cache), out, calibration, progress, device)
 
 
 def build_planned(
@@ -189,8 +197,12 @@ def build_planned(
     out: Path,
     calibration: CalibrationSet | None,
     progress: Progress = SILENT,
+    device: str = "cpu",
 ) -> list[BuildResult]:
     """Build every planned target into ``out/<target>``, reusing intact artifacts of equal build key.
+
+    ``device`` ("cpu" or "cuda", resolved by ``quantgate.devices``): where calibration runs
+    (llm-compressor's oneshot, quantgate's KV pass); the bytes of a data-free build do not depend on it.
 
     On any failure, directories this call created and left empty are removed again; artifacts
     installed before it stay (each is whole).
@@ -214,7 +226,7 @@ def build_planned(
     try:
         for p in planned:  # temporary copies of these targets left by killed builds
             remove_stale(out, p.target.name)
-        return _build_all(source, planned, out, calibration, progress, engines, tools)
+        return _build_all(source, planned, out, calibration, progress, engines, tools, device)
     except BaseException:
         _remove_if_empty(created)
         raise
@@ -259,6 +271,7 @@ def _build_all(
     progress: Progress,
     engines: dict[str, Engine],
     tools: dict[str, str],
+    device: str = "cpu",
 ) -> list[BuildResult]:
     """``build_planned``'s loop, once the checks are done: one artifact per target, installed whole."""
     # data-free recipes first: they are fast and stream, so a later calibrated failure
@@ -296,6 +309,7 @@ def _build_all(
         with staged_dir(final, f"building {target.name}") as tmp:
             started = time.perf_counter()
             linked_from = None
+            kv_info: KVCalibrationInfo | None = None
             if key in built_by_key:
                 twin = built_by_key[key]
                 for path in twin.rglob("*"):
@@ -309,7 +323,7 @@ def _build_all(
             else:
                 engine = engines[recipe.engine]
                 try:
-                    engine.build(BuildJob(source, recipe, calib, tmp, progress, kv))
+                    engine.build(BuildJob(source, recipe, calib, tmp, progress, kv, device))
                 except QuantgateError:
                     raise
                 except Exception as exc:  # an engine's own failure: name the target, keep the cause
@@ -323,15 +337,27 @@ def _build_all(
                     and calib is not None
                     and not getattr(engine, "calibrates_kv_cache", False)
                 ):
-                    absmax = kv_calibration.calibrate(
+                    kv_pass = kv_calibration.calibrate(
                         tmp,
                         target,
                         calib,
                         recipe.calibration.num_samples,
                         recipe.calibration.max_seq_length,
                         progress,
+                        device=device,
                     )
-                    kv_calibration.write_kv_scales(tmp, absmax)
+                    kv_calibration.write_kv_scales(tmp, kv_pass.absmax)
+                    kv_info = KVCalibrationInfo(
+                        by="quantgate",
+                        canonical=kv_pass.arithmetic.canonical,
+                        notes=kv_pass.arithmetic.notes,
+                    )
+                elif kv == KVCache.FP8_E4M3:
+                    kv_info = KVCalibrationInfo(
+                        by=recipe.engine,
+                        canonical=False,
+                        notes=(_LIBRARY_KV_NOTE,),
+                    )
                 status = "built"
             kv_calibration.check_declared(tmp, target.name, kv)
             seconds = time.perf_counter() - started
@@ -341,7 +367,12 @@ def _build_all(
                 target, kv, recipe, recipe_sha, source, calib, key, tools, tmp, seconds, linked_from
             )
             manifest = manifest.model_copy(
-                update={"serving": serving, "source_files": source_files, "repair": repair}
+                update={
+                    "serving": serving,
+                    "source_files": source_files,
+                    "repair": repair,
+                    "build": manifest.build.model_copy(update={"device": device, "kv_calibration": kv_info}),
+                }
             )
             write_manifest(tmp, manifest)
             finalize.set_modes(tmp)  # 0644/0755, whatever the umask and the engine's temporary files

@@ -12,7 +12,6 @@ and tokenize the calibration set once and reuse both for every target it builds 
 
 from __future__ import annotations
 
-import ast
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
@@ -42,6 +41,7 @@ class BuildJob:
     out_dir: Path
     progress: Progress
     kv_cache: KVCache = KVCache.BF16
+    device: str = "cpu"  # where calibration runs ("cpu" or "cuda")
 
 
 class Engine(Protocol):

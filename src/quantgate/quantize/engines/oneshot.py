@@ -9,6 +9,7 @@ an expert a small calibration set never routes to would otherwise get no activat
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import json
 from pathlib import Path
@@ -156,7 +157,10 @@ class OneshotEngine:
         recipe = job.recipe.recipe
         if job.kv_cache == KVCache.FP8_E4M3 and self.calibrates_kv_cache:  # in the same pass
             recipe = with_kv_cache_scheme(recipe)
-        with job.progress.task(f"{job.recipe.name}: calibrating on {len(dataset)} samples", total=None):
+        with (
+            job.progress.task(f"{job.recipe.name}: calibrating on {len(dataset)} samples", total=None),
+            _onload_device(job.device),
+        ):
             oneshot(
                 model=model,
                 tokenizer=tokenizer,
@@ -172,3 +176,29 @@ class OneshotEngine:
             model.save_pretrained(job.out_dir, save_compressed=True)
             tokenizer.save_pretrained(job.out_dir)
         del model
+
+
+@contextlib.contextmanager
+def _onload_device(device: str):
+    """llm-compressor's pipelines onload each layer to ``get_main_device()``, the accelerator whenever
+    there is one (offloading to the CPU between layers: the library's own sequential pipeline for
+    models larger than GPU memory). ``device`` "cpu" keeps them on the CPU on a GPU machine too."""
+    if device != "cpu":
+        yield
+        return
+    import importlib
+
+    import torch
+
+    modules = [
+        importlib.import_module(f"llmcompressor.pipelines.{name}.pipeline")
+        for name in ("sequential", "data_free")
+    ]
+    saved = [getattr(m, "get_main_device") for m in modules]  # noqa: B009 (mypy: untyped module)
+    try:
+        for m in modules:
+            setattr(m, "get_main_device", lambda: torch.device("cpu"))  # noqa: B010
+        yield
+    finally:
+        for m, fn in zip(modules, saved, strict=True):
+            setattr(m, "get_main_device", fn)  # noqa: B010

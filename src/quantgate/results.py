@@ -96,6 +96,8 @@ class RunInfo(_Frozen):
     model: str | None = None
     model_class: str | None = None
     profile: str
+    # where the models ran: "cpu" or "cuda" (--device); "cpu" for runs written before it was recorded
+    device: Literal["cpu", "cuda"] = "cpu"
     source_hash: str
     bytes: dict[str, int | None] = {}
     suites: dict[str, SuiteRef] = {}

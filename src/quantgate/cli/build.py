@@ -11,6 +11,7 @@ from quantgate.cli.options import (
     CacheOpt,
     CalibrationOpt,
     CheckpointOpt,
+    DeviceOpt,
     GatesOpt,
     PlanOpt,
     RootOpt,
@@ -37,14 +38,17 @@ def build(
     cache: CacheOpt = None,
     root: RootOpt = None,
     plan_file: PlanOpt = None,
+    device: DeviceOpt = "auto",
 ) -> None:
     """Validate the source checkpoint, then build one artifact per target."""
-    from quantgate.orchestrate.plan import read_plan
+    from quantgate.devices import resolve
+    from quantgate.orchestrate import read_plan
     from quantgate.progress import RichProgress
     from quantgate.quantize import build_planned
     from quantgate.report import print_table, text_table
     from quantgate.units import format_bytes
 
+    where = resolve(device)
     out = out_dir(out, "--out")
     with RichProgress() as progress:
         if plan_file is not None:
@@ -69,7 +73,8 @@ def build(
             progress.log(
                 f"calibration set {calib.name}: {len(calib.records)} samples, sha256 {calib.sha256[:12]}"
             )
-        results = build_planned(record, planned, out, calib, progress)
+        progress.log(f"device: {where}")
+        results = build_planned(record, planned, out, calib, progress, where)
 
     rows = [
         [

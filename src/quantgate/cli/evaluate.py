@@ -11,6 +11,7 @@ from quantgate.cli.options import (
     CacheOpt,
     CheckpointOpt,
     DataDirOpt,
+    DeviceOpt,
     GatesOpt,
     PlanOpt,
     ProfileOpt,
@@ -53,14 +54,13 @@ def eval_(
     plan_file: PlanOpt = None,
     sequential: SequentialOpt = None,
     tenants: TenantsOpt = None,
+    device: DeviceOpt = "auto",
 ) -> None:
     """Evaluate the source once and every artifact against it, in each target's numerics."""
-    from quantgate.config.gates import load_gates
-    from quantgate.config.targets import Catalog
-    from quantgate.embedded.smollm2 import default_checkpoint, model_name
-    from quantgate.evaluate.data import DataDir
-    from quantgate.evaluate.runner import evaluate
-    from quantgate.evaluate.suites import PROFILES, EvalContext, load_suites
+    from quantgate.config import Catalog, load_gates
+    from quantgate.devices import resolve
+    from quantgate.embedded import default_checkpoint, model_name
+    from quantgate.evaluate import PROFILES, DataDir, EvalContext, evaluate, load_suites
     from quantgate.intake import intake
     from quantgate.orchestrate import read_plan
     from quantgate.progress import RichProgress
@@ -105,6 +105,7 @@ def eval_(
             else "artifacts directory does not exist",
             "pass the directory quantgate build --out wrote",
         )
+    where = resolve(device)
     out = out_dir(out, "--out")
     with RichProgress() as progress:
         if plan_file is not None:
@@ -129,6 +130,7 @@ def eval_(
             sequential=sequential,
             gates=floors,
             tenants=watch,
+            device=where,
         )
 
     keys = sorted({k for metrics in run.summary.values() for k in metrics})

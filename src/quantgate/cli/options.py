@@ -101,6 +101,14 @@ SequentialOpt = Annotated[
         "floor on it is decided (always-valid bounds); fixed: every item.",
     ),
 ]
+DeviceOpt = Annotated[
+    str,
+    typer.Option(
+        "--device",
+        help="Where models compute: 'auto' (the default: CUDA when torch sees a GPU, else the CPU), 'cuda' or "
+        "'cpu'. Recorded in run.json and each manifest.",
+    ),
+]
 ResultsOpt = Annotated[Path, typer.Option("--results", help="Evaluation directory (quantgate eval --out).")]
 ReportDirOpt = Annotated[
     Path, typer.Option("--report", help="Directory holding report.json (quantgate gate --out).")

@@ -42,6 +42,7 @@ class SourceRuns:
     """Loads the source model only when a reference is missing, and counts its forward passes."""
 
     checkpoint: Path
+    device: str = "cpu"
     forward_passes: int = 0
     _model: Any = None
 
@@ -50,7 +51,7 @@ class SourceRuns:
         if self._model is None:
             from quantgate.numerics import load_source_for_eval
 
-            self._model = load_source_for_eval(self.checkpoint)
+            self._model = load_source_for_eval(self.checkpoint, device=self.device)
 
             def count(*_):
                 self.forward_passes += 1
@@ -75,18 +76,22 @@ class EvalRun:
     skipped: dict[str, dict[str, str]] = field(default_factory=dict)  # artifact -> suite -> why not run
 
 
-def reference_path(ctx: EvalContext, suite: LoadedSuite, source_hash: str) -> Path:
+def reference_path(ctx: EvalContext, suite: LoadedSuite, source_hash: str, device: str = "cpu") -> Path:
     """Where the source's reference for ``suite`` is cached: keyed by ``REFERENCE_VERSION``, the
-    suite's validated spec, the source's content hash, the profile and the numerics switches
-    (``environment.switches()``: QUANTGATE_COMPILE, threads, CPU kernels)."""
+    suite's validated spec, the source's content hash, the profile, the numerics switches
+    (``environment.switches()``: QUANTGATE_COMPILE, threads, CPU kernels) and the device (a
+    reference computed on the GPU is paired only with artifacts scored there; "cpu" adds nothing,
+    so the CPU keys of older runs stay valid)."""
     switches = sorted(environment.switches().items())
-    parts = (REFERENCE_VERSION, suite.spec_hash, source_hash, ctx.profile, switches)
+    parts: tuple[Any, ...] = (REFERENCE_VERSION, suite.spec_hash, source_hash, ctx.profile, switches)
+    if device != "cpu":
+        parts = (*parts, device)
     key = hashlib.sha256("|".join(map(str, parts)).encode()).hexdigest()
     return ctx.cache_dir / "references" / suite.spec.name / f"{key[:32]}.pt"
 
 
 def _reference(ctx: EvalContext, suite: LoadedSuite, source_hash: str, source: SourceRuns, run: EvalRun):
-    path = reference_path(ctx, suite, source_hash)
+    path = reference_path(ctx, suite, source_hash, source.device)
     if path.exists():
         run.reference_hits.append(suite.spec.name)
         state = torch.load(path, weights_only=True)
@@ -130,8 +135,13 @@ def evaluate(
     sequential: bool = False,
     gates: Gates | None = None,
     tenants: list[str] | None = None,
+    device: str = "cpu",
 ) -> EvalRun:
     """Evaluate the source (from its reference cache when present) and every artifact.
+
+    ``device`` ("cpu" or "cuda", resolved by ``quantgate.devices``): where the models run. On a GPU
+    with FP8 tensor cores FP8 W8A8 linears run natively, every other format emulated on that GPU
+    (``load_for_eval``; each result's numerics say which, per linear); run.json records it.
 
     ``reference_only`` evaluates the source alone: an orchestrator runs it once, then one
     evaluation per artifact in parallel, each finding every reference in the cache.
@@ -159,11 +169,17 @@ def evaluate(
     run = EvalRun(out)
     # results are keyed by the artifact directory's name (normally its target's name)
     sizes = {"source": source_bytes, **{d.name: manifests[d].total_bytes for d in dirs}}
-    source = SourceRuns(source_checkpoint)
+    source = SourceRuns(source_checkpoint, device)
     extra = {"profile": ctx.profile, "source_hash": source_hash}
     references, source_results = {}, {}
     source_files: dict[str, SuiteResultFile] = {}
-    source_numerics = {"target": "source", "mode": "native", "weights": "bf16", "activations": "bf16"}
+    source_numerics = {
+        "target": "source",
+        "mode": "native",
+        "weights": "bf16",
+        "activations": "bf16",
+        "device": device,
+    }
     for suite in suites:
         references[suite.spec.name], result = _reference(ctx, suite, source_hash, source, run)
         source_results[suite.spec.name] = result
@@ -177,7 +193,7 @@ def evaluate(
     cheapest_first = sorted(suites, key=lambda s: (s.runner.cost(ctx.profile), s.spec.name))
     for d in dirs:
         manifest = manifests[d]
-        loaded = load_for_eval(d)
+        loaded = load_for_eval(d, device=device)
         numerics = (
             loaded.numerics.model_dump(mode="json")
             if hasattr(loaded.numerics, "model_dump")
@@ -220,6 +236,7 @@ def evaluate(
                 "model": model,
                 "model_class": model_class,
                 "profile": ctx.profile,
+                "device": device,
                 "source_hash": source_hash,
                 "bytes": sizes,
                 "suites": {s.spec.name: {"kind": s.spec.kind, "spec_sha256": s.spec_hash} for s in suites},

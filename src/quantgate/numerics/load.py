@@ -63,7 +63,7 @@ from quantgate.numerics.emulated import EmulatedLinear
 from quantgate.numerics.formats import ActivationFormat, activation_format, kv_cache_format
 from quantgate.numerics.kvcache import attention_modules, install_kv_cache, latent_attention
 from quantgate.numerics.moe import EmulatedExperts
-from quantgate.numerics.native import apply_native
+from quantgate.numerics.native import NativeFP8Linear, apply_native
 from quantgate.numerics.weights import WeightFormat, weight_format
 
 _ACCUMULATION_NOTE = (
@@ -85,6 +85,8 @@ class NumericsReport(BaseModel):
     mode: Literal["emulated", "native", "source"]
     device: str
     native_on: tuple[str, ...] = ()
+    # every quantized module by name: "native" (the hardware's kernel) or "emulated" (on ``device``)
+    linears: dict[str, Literal["native", "emulated"]] = {}
     modules_replaced: int = 0
     moe_layers: int = 0  # fused experts modules replaced by EmulatedExperts
     kv_cache_layers: int = 0
@@ -436,6 +438,11 @@ def load_for_eval(
 
     model.to(device)
     ran_native = apply_native(model, device) if native else None
+    linears: dict[str, Literal["native", "emulated"]] = {
+        name: "native" if isinstance(m, NativeFP8Linear) else "emulated"
+        for name, m in model.named_modules()
+        if isinstance(m, NativeFP8Linear | EmulatedLinear | EmulatedExperts)
+    }
     return EvalModel(
         model=model,
         tokenizer=tokenizer,
@@ -448,6 +455,7 @@ def load_for_eval(
             mode="native" if ran_native is not None and ran_native.whole else "emulated",
             device=str(device),
             native_on=n.native_on,
+            linears=linears,
             modules_replaced=len(raw),
             moe_layers=len(experts),
             kv_cache_layers=kv_layers,

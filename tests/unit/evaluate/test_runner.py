@@ -148,3 +148,46 @@ def test_capped_cpu_kernels_are_another_switch():
         check=True,
     )
     assert capped.stdout.strip() == "AVX2"
+
+
+def test_run_json_and_every_result_say_where_the_models_ran(setup, tmp_path):
+    """Issue 27 item 1: run.json records the device (--device), each artifact's numerics label every
+    quantized linear (emulated on the CPU), and a GPU reference is never paired with a CPU run."""
+    from quantgate.evaluate.runner import reference_path
+    from quantgate.results import read_evaluation
+
+    record, suites, ctx = setup
+    evaluate(Path(record.path), record.content_hash, tmp_path / "artifacts", tmp_path / "e", suites, ctx)
+    run = read_evaluation(tmp_path / "e").run
+    assert run is not None and run.device == "cpu"
+    linears = run.numerics["hopper-fp8"]["linears"]
+    assert linears and set(linears.values()) == {"emulated"}
+    assert run.numerics["source"]["device"] == "cpu"
+    cpu = reference_path(ctx, suites[0], record.content_hash)
+    assert cpu == reference_path(ctx, suites[0], record.content_hash, "cpu")  # older CPU keys stay valid
+    assert reference_path(ctx, suites[0], record.content_hash, "cuda") != cpu
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not __import__("torch").cuda.is_available(), reason="needs CUDA")
+def test_on_the_gpu_run_json_says_cuda_and_hopper_runs_native(setup, tmp_path):
+    from quantgate.numerics.native import native_fp8_device
+    from quantgate.results import read_evaluation
+
+    record, suites, ctx = setup
+    evaluate(
+        Path(record.path),
+        record.content_hash,
+        tmp_path / "artifacts",
+        tmp_path / "e",
+        suites,
+        ctx,
+        device="cuda",
+    )
+    run = read_evaluation(tmp_path / "e").run
+    assert run is not None and run.device == "cuda"
+    hopper, rocm = run.numerics["hopper-fp8"], run.numerics["rocm-cdna3-fp8"]
+    assert hopper["device"] == rocm["device"] == "cuda"
+    if native_fp8_device("cuda"):
+        assert hopper["mode"] == "native" and set(hopper["linears"].values()) == {"native"}
+    assert rocm["mode"] == "emulated" and set(rocm["linears"].values()) == {"emulated"}  # fnuz: emulated

@@ -490,7 +490,8 @@ def cells(kinds, shapes, ns, truths, designs, have_real: bool) -> list[Cell]:
 
 def table(rows: list[dict], before: list[dict] | None = None) -> str:
     """The grid as Markdown: per (kind, shape, design) and n, the false-pass rate at the floor, then
-    P(pass) at half the tolerance and P(fail) at twice it; with ``before``, its false-pass rate too."""
+    P(pass) at half the tolerance and P(fail) at twice it (either, when only one was run); with
+    ``before``, its false-pass rate too."""
     cell = {(r["kind"], r["shape"], r["design"], r["n"], r["truth"]): r for r in rows}
     old = {(r["kind"], r["shape"], r["design"], r["n"], r["truth"]): r for r in before or []}
     ns = sorted({r["n"] for r in rows})
@@ -509,8 +510,10 @@ def table(rows: list[dict], before: list[dict] | None = None) -> str:
             text = f"{100 * at['pass']:.1f}" if at else "—"
             if was:
                 text = f"{100 * was['pass']:.1f} → {text}"
-            if half or double:
-                text += f" ({100 * half['pass']:.0f} / {100 * double['fail']:.0f})" if half and double else ""
+            if half and double:
+                text += f" ({100 * half['pass']:.0f} / {100 * double['fail']:.0f})"
+            elif half:
+                text += f" ({100 * half['pass']:.0f})"
             parts.append(text)
         lines.append(f"| {kind} | {shape} | {design} | " + " | ".join(parts) + " |")
     return "\n".join(lines)

@@ -48,7 +48,8 @@ def build(
     from quantgate.report import print_table, text_table
     from quantgate.units import format_bytes
 
-    where = resolve(device)
+    # a run's step computes where its plan says (read below), unless --device names a device
+    asked = None if plan_file is not None and device == "auto" else resolve(device)
     out = out_dir(out, "--out")
     with RichProgress() as progress:
         if plan_file is not None:
@@ -73,6 +74,7 @@ def build(
             progress.log(
                 f"calibration set {calib.name}: {len(calib.records)} samples, sha256 {calib.sha256[:12]}"
             )
+        where = asked or run_plan.device
         progress.log(f"device: {where}")
         results = build_planned(record, planned, out, calib, progress, where)
 

@@ -105,7 +105,8 @@ def eval_(
             else "artifacts directory does not exist",
             "pass the directory quantgate build --out wrote",
         )
-    where = resolve(device)
+    # a run's step computes where its plan says, unless --device names a device
+    where = run_plan.device if plan_file is not None and device == "auto" else resolve(device)
     out = out_dir(out, "--out")
     with RichProgress() as progress:
         if plan_file is not None:

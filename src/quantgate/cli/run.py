@@ -17,6 +17,7 @@ from quantgate.cli.options import (
     CacheOpt,
     CalibrationOpt,
     DataDirOpt,
+    DeviceOpt,
     GatesOpt,
     ProfileOpt,
     RootOpt,
@@ -83,14 +84,17 @@ def run(
             "the smallest mixed-precision variant that passes it; chosen variants are published too.",
         ),
     ] = False,
+    device: DeviceOpt = "auto",
 ) -> None:
     """Build, evaluate, gate and publish in one Prefect flow run (ephemeral, or PREFECT_API_URL's server)."""
+    from quantgate.devices import resolve
     from quantgate.orchestrate import run_flow
 
     if not math.isfinite(step_timeout) or step_timeout <= 0:  # click reads "inf" and "nan" as floats
         raise UsageError(
             "--step-timeout", f"{step_timeout} is not a time limit", "pass a finite number of seconds above 0"
         )
+    where = resolve(device)
     out_dir(out, "--out")
     outcome, state = run_flow(
         checkpoint=checkpoint,
@@ -111,6 +115,7 @@ def run(
         dask_address=dask_address,
         sequential=design(sequential),
         repair=repair,
+        device=where,
     )
     if outcome is None:
         typer.secho(

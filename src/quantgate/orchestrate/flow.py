@@ -139,7 +139,13 @@ def build_artifact(plan: RunPlan, target: str) -> dict[str, Any]:
     name="reference",
     cache_key_fn=_keyed(
         "reference",
-        lambda p: [p["plan"].source_hash, p["plan"].suites_hash, p["plan"].profile, p["plan"].eval_env],
+        lambda p: [
+            p["plan"].source_hash,
+            p["plan"].suites_hash,
+            p["plan"].profile,
+            p["plan"].eval_env,
+            p["plan"].device,
+        ],
     ),
     persist_result=True,
     retries=_RETRIES,
@@ -168,6 +174,7 @@ def evaluate_reference(plan: RunPlan) -> dict[str, Any]:
             p["plan"].suites_hash,
             p["plan"].profile,
             p["plan"].eval_env,
+            p["plan"].device,
             # a sequential evaluation stops where the floors are decided: it depends on gates.yaml
             *([p["plan"].gates_hash, p["plan"].tenants] if p["plan"].sequential else []),
         ],
@@ -329,6 +336,7 @@ def build_and_gate(
     data_dir: str | None = None,
     cache_dir: str | None = None,
     root: str | None = None,
+    device: str = "cpu",
 ) -> State[Any]:
     """Build, evaluate, gate and publish every target of one source checkpoint.
 
@@ -342,7 +350,8 @@ def build_and_gate(
     smallest variant that passes (``quantgate.repair``); chosen variants are published with the run.
     ``calibration``, ``data_dir``, ``cache_dir``, ``root``: as ``quantgate build`` and ``eval`` take
     them (default: the calibration set in the project, ``$QUANTGATE_DATA``, ``$QUANTGATE_CACHE``,
-    ``$QUANTGATE_ROOT`` or the checkout).
+    ``$QUANTGATE_ROOT`` or the checkout). ``device``: "cpu" or "cuda" (``quantgate.devices``), where
+    every build and evaluation step computes; it is in the plan and the evaluation keys.
     """
     from quantgate import paths
 
@@ -365,6 +374,7 @@ def build_and_gate(
         "max_heavy": max_heavy,
         "sequential": sequential,
         "run_id": run_id,
+        "device": "cuda" if device == "cuda" else "cpu",
     }
     with out_lock.held(Path(out), run_id):  # the run owns --out from before it plans to its outcome
         (Path(out) / OUTCOME).unlink(missing_ok=True)  # only this run's outcome may be reported

@@ -100,6 +100,9 @@ class RunPlan(Frozen):
     tools_hash: str
     # the evaluation-numerics switches steps run under (evaluate/environment.py): in the evaluation keys
     eval_env: dict[str, str] = Field(default_factory=dict)
+    # where the steps compute (--device, resolved when planning): in the evaluation keys; "cpu" for
+    # plans written before it was recorded
+    device: Literal["cpu", "cuda"] = "cpu"
     stamp: str
     # the run that planned (its flow run id); "" for plans made outside a flow, which no step refuses
     run_id: str = ""
@@ -282,6 +285,7 @@ def make_plan(
     progress: Progress = SILENT,
     sequential: bool = SEQUENTIAL_DEFAULT,
     run_id: str = "",
+    device: Literal["cpu", "cuda"] = "cpu",
 ) -> RunPlan:
     """Validate every input, take the source in and hash what the cache keys need; write plan.json.
 
@@ -354,6 +358,7 @@ def make_plan(
         gates_hash=hashlib.sha256(gates.read_bytes()).hexdigest(),
         tools_hash=digest(tool_versions()),
         eval_env=numerics_switches(),
+        device=device,
         stamp=output_stamp(out),
         run_id=run_id,
     )

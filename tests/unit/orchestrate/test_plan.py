@@ -145,3 +145,14 @@ def test_a_copied_checkpoint_is_the_same_plan_content(tiny_llama, repo_root, tmp
     second = _plan(copy, repo_root, tmp_path / "run")
     assert second.source_hash == first.source_hash and second.target_hashes == first.target_hashes
     assert second.stamp == first.stamp  # the same output directory
+
+
+def test_the_plan_carries_the_run_device_and_older_plans_read_as_cpu(tiny_llama, repo_root, tmp_path):
+    """``quantgate run --device`` is resolved once and planned: the build and eval steps read it
+    from plan.json (unless their own --device names one) and it is in the evaluation keys."""
+    plan = _plan(tiny_llama, repo_root, tmp_path / "run", device="cuda")
+    assert plan.device == "cuda" and read_plan(plan.file).device == "cuda"
+    older = json.loads(plan.file.read_text())
+    del older["device"]
+    plan.file.write_text(json.dumps(older))
+    assert read_plan(plan.file).device == "cpu"

@@ -19,10 +19,11 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, NonNegativeInt, ValidationError, field_validator
+from pydantic import NonNegativeInt, ValidationError, field_validator
 
 from quantgate.config import KVCache, Numerics
 from quantgate.errors import InputError
+from quantgate.frozen import FrozenRecord
 from quantgate.hashing import FileEntry, file_problem, sha256_files
 from quantgate.safe_path import path_problem
 from quantgate.serving_table import ServingTable
@@ -46,11 +47,7 @@ SUPPORT_FILES = (
 )
 
 
-class _Part(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-
-class RecipeRef(_Part):
+class RecipeRef(FrozenRecord):
     """The recipe an artifact was built with, by name and by the sha256 of its file."""
 
     name: str
@@ -58,7 +55,7 @@ class RecipeRef(_Part):
     engine: str
 
 
-class CalibrationRef(_Part):
+class CalibrationRef(FrozenRecord):
     """The calibration set a calibrated recipe read (absent for data-free recipes)."""
 
     name: str
@@ -67,7 +64,7 @@ class CalibrationRef(_Part):
     max_seq_length: NonNegativeInt
 
 
-class SourceRef(_Part):
+class SourceRef(FrozenRecord):
     """The source checkpoint, as intake recorded it."""
 
     content_hash: str
@@ -77,7 +74,7 @@ class SourceRef(_Part):
     bytes: NonNegativeInt
 
 
-class KVCalibrationInfo(_Part):
+class KVCalibrationInfo(FrozenRecord):
     """Who computed an artifact's FP8 KV scales and whether the same inputs give the same bytes on
     any machine: ``by`` "quantgate" (the data-free pass, ``quantize/canonical.py``: float64, canonical
     unless ``notes`` say why not) or the engine that calibrated them (its own arithmetic: not)."""
@@ -87,7 +84,7 @@ class KVCalibrationInfo(_Part):
     notes: tuple[str, ...] = ()
 
 
-class BuildInfo(_Part):
+class BuildInfo(FrozenRecord):
     """How the build went: cost, and whether the bytes were linked from a twin target.
 
     ``peak_rss_bytes`` is None where the platform cannot measure it (no ``/proc``: off Linux).
@@ -104,7 +101,7 @@ class BuildInfo(_Part):
     kv_calibration: KVCalibrationInfo | None = None
 
 
-class RepairRef(_Part):
+class RepairRef(FrozenRecord):
     """A repaired variant (``quantgate.repair``): which layer groups its uniform parent kept at the
     next precision up, so evaluation emulates each module in its own format and the registry's
     lineage tags name the repair."""
@@ -117,7 +114,7 @@ class RepairRef(_Part):
     numerics: Numerics | None = None  # how kept modules compute; None: source precision (unquantized)
 
 
-class Manifest(_Part):
+class Manifest(FrozenRecord):
     """``manifest.json``: what an artifact is, what it was built from, the hash of every file."""
 
     schema_version: int = SCHEMA_VERSION

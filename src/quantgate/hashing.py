@@ -14,16 +14,16 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field, NonNegativeInt
+from pydantic import Field, NonNegativeInt
+
+from quantgate.frozen import FrozenRecord
 
 CHUNK_BYTES = 8 * 1024 * 1024
 T = TypeVar("T")
 
 
-class FileEntry(BaseModel):
+class FileEntry(FrozenRecord):
     """One file, by content."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
     sha256: str = Field(pattern=r"^[0-9a-f]{64}$")
     bytes: NonNegativeInt

@@ -13,11 +13,12 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, ValidationError, model_validator, with_config
+from pydantic import ConfigDict, ValidationError, model_validator, with_config
 from typing_extensions import TypedDict
 
 from quantgate import bounded_json
 from quantgate.errors import ReportError
+from quantgate.frozen import FrozenRecord
 from quantgate.serving_table import ServingTable
 
 SCHEMA_VERSION = 3
@@ -84,11 +85,7 @@ class SequentialDesign(TypedDict, total=False):
     seconds_saved_estimate: float
 
 
-class _Frozen(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-
-class FloorResult(_Frozen):
+class FloorResult(FrozenRecord):
     """One floor judged for one artifact: estimate, the conservative bound compared, its power, and why.
 
     ``mde`` (minimum detectable effect) and ``tolerance`` are in the floor's units: the smallest
@@ -138,7 +135,7 @@ class FloorResult(_Frozen):
     paired_with: str | None = None  # a regression: what it was compared with, item by item or by value
 
 
-class BaselineRef(_Frozen):
+class BaselineRef(FrozenRecord):
     """The version the registry approves for one (target, tenant) today, that the gate compared with."""
 
     registered_model: str | None = None
@@ -148,7 +145,7 @@ class BaselineRef(_Frozen):
     source_hash: str | None = None
 
 
-class Verdict(_Frozen):
+class Verdict(FrozenRecord):
     """One artifact against one tenant: pass only if every applicable floor allows it."""
 
     artifact: str
@@ -161,7 +158,7 @@ class Verdict(_Frozen):
     marginal: bool = False  # a floor that decided it sits within the machine-to-machine spread of its floor
 
 
-class PreviousReport(_Frozen):
+class PreviousReport(FrozenRecord):
     """What a schema-1 report compared against (``--previous``); schema 2 keeps baselines per verdict."""
 
     model: str | None = None
@@ -174,7 +171,7 @@ class PreviousReport(_Frozen):
 # ---------------------------------------------------------------- repair (quantgate.repair)
 
 
-class ProbeRecord(_Frozen):
+class ProbeRecord(FrozenRecord):
     """One variant tried, as repair.json and the report show it."""
 
     k: int
@@ -185,7 +182,7 @@ class ProbeRecord(_Frozen):
     path: str
 
 
-class TenantRepair(_Frozen):
+class TenantRepair(FrozenRecord):
     """One (target, tenant): the smallest passing k (None: none within the budget) and why it stopped."""
 
     tenant: str
@@ -194,7 +191,7 @@ class TenantRepair(_Frozen):
     variant: str | None = None  # the chosen variant's directory
 
 
-class TargetRepair(_Frozen):
+class TargetRepair(FrozenRecord):
     """Everything one target's search did."""
 
     target: str
@@ -226,7 +223,7 @@ class TargetRepair(_Frozen):
         return self
 
 
-class Report(_Frozen):
+class Report(FrozenRecord):
     """report.json, schema version 3 (versions 1 and 2 still read: 2 without per-item records and
     calibrated bounds, 1 also without power, errors and baselines)."""
 

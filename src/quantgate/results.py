@@ -19,10 +19,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import Field, ValidationError
 
 from quantgate.atomic import write_json
 from quantgate.errors import InputError
+from quantgate.frozen import FrozenRecord
 
 RESULTS_VERSION = 1
 RUN_JSON = "run.json"
@@ -30,11 +31,7 @@ SUMMARY_JSON = "summary.json"
 SOURCE = "source"  # the model directory of the source's own results
 
 
-class _Frozen(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-
-class SequentialDesign(_Frozen):
+class SequentialDesign(FrozenRecord):
     """How one suite of one artifact was evaluated sequentially (``evaluate.sequential``)."""
 
     design: Literal["sequential"] = "sequential"
@@ -50,7 +47,7 @@ class SequentialDesign(_Frozen):
     floors: int
 
 
-class SuiteResultFile(_Frozen):
+class SuiteResultFile(FrozenRecord):
     """``E/<model>/<suite>.json``: one model's result on one suite.
 
     ``samples``: the per-item records, as the suite kind writes and reads them; ``errors``: items
@@ -75,21 +72,21 @@ class SuiteResultFile(_Frozen):
     skipped: str | None = None
 
 
-class SuiteRef(_Frozen):
+class SuiteRef(FrozenRecord):
     """A suite as run.json names it: its kind and the sha256 of its validated spec."""
 
     kind: str
     spec_sha256: str
 
 
-class ReferenceCache(_Frozen):
+class ReferenceCache(FrozenRecord):
     """Which suites' source references came from the cache and which were computed."""
 
     hits: list[str] = []
     computed: list[str] = []
 
 
-class RunInfo(_Frozen):
+class RunInfo(FrozenRecord):
     """``E/run.json``: what one evaluation ran (or several, merged)."""
 
     version: Literal[1] = 1  # RESULTS_VERSION

@@ -6,14 +6,10 @@ use it without importing the check itself.
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict
+from quantgate.frozen import FrozenRecord
 
 
-class _Frozen(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-
-class Refusal(_Frozen):
+class Refusal(FrozenRecord):
     """One rule the engine would fail at load: where, why, and the engine source it comes from."""
 
     rule: str
@@ -23,7 +19,7 @@ class Refusal(_Frozen):
     layers: int = 1  # how many layers break it
 
 
-class RefusedDeployment(_Frozen):
+class RefusedDeployment(FrozenRecord):
     """A (release, tensor-parallel size) of the contract that cannot load the artifact."""
 
     version: str
@@ -31,7 +27,7 @@ class RefusedDeployment(_Frozen):
     refusals: list[Refusal]
 
 
-class ServingTable(_Frozen):
+class ServingTable(FrozenRecord):
     """The serving check of one artifact against its target's contract."""
 
     engine: str

@@ -20,8 +20,8 @@ from pydantic import ConfigDict, Field, model_validator
 
 from quantgate.atomic import write_bytes, write_json
 from quantgate.calibration.spec import CalibrationSpec, load_spec
-from quantgate.config import Frozen
 from quantgate.errors import CalibrationError
+from quantgate.frozen import Frozen
 from quantgate.suggest import did_you_mean
 
 SAMPLER_VERSION = 1  # bump when sampling changes, so cached sets are not reused across it

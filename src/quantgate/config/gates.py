@@ -15,8 +15,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
 from pydantic import (
-    BaseModel,
-    ConfigDict,
     Field,
     NonNegativeFloat,
     PositiveInt,
@@ -27,8 +25,9 @@ from pydantic import (
 
 from quantgate.config.bounded_yaml import read_bytes
 from quantgate.config.loader import load_model
-from quantgate.config.targets import Catalog, Frozen, KVCache
+from quantgate.config.targets import Catalog, KVCache
 from quantgate.errors import ConfigFileError, UsageError
+from quantgate.frozen import Frozen
 from quantgate.suggest import did_you_mean, nearest
 
 if TYPE_CHECKING:
@@ -199,10 +198,8 @@ class RepairBudget(Frozen):
     max_evaluations: PositiveInt = 6
 
 
-class Gates(BaseModel):
+class Gates(Frozen):
     """All of gates.yaml: model classes and tenants."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
     version: Literal[1] = 1
     model_classes: dict[str, ModelClass]

@@ -17,9 +17,9 @@ import yaml
 from pydantic import Field
 
 from quantgate.config.loader import load_model, read_yaml
-from quantgate.config.targets import Frozen
 from quantgate.errors import ConfigFileError, UsageError
 from quantgate.extensions import SUITE_KINDS
+from quantgate.frozen import Frozen
 from quantgate.suggest import did_you_mean
 
 if TYPE_CHECKING:

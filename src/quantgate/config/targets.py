@@ -15,20 +15,13 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, PositiveInt, field_validator
+from pydantic import Field, PositiveInt, field_validator
 
 from quantgate.config.bounded_yaml import read_bytes
 from quantgate.config.loader import load_model
 from quantgate.errors import ConfigFileError, UsageError
+from quantgate.frozen import Frozen
 from quantgate.suggest import did_you_mean
-
-
-class Frozen(BaseModel):
-    """Base of the validated data models (configs, plans): unknown keys are errors, instances
-    immutable, and every float finite (an ``inf`` floor or timeout passes every comparison, then
-    cannot be written to JSON)."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
 
 class WeightNumerics(StrEnum):

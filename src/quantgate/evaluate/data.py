@@ -17,8 +17,9 @@ from pathlib import Path
 from pydantic import BaseModel, Field
 
 from quantgate.atomic import write_text
-from quantgate.config import Frozen, expanded, path_setting
+from quantgate.config import expanded, path_setting
 from quantgate.errors import InputError
+from quantgate.frozen import Frozen
 from quantgate.hashing import sha256_file
 
 

@@ -24,19 +24,16 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict
-
 from quantgate.config import Floor
 from quantgate.errors import ReportError, UsageError
+from quantgate.frozen import FrozenRecord
 from quantgate.gate.verdict import Before
 from quantgate.report_schema import RECORDS_DIR, REPORT_JSON, BaselineRef, Report, read_report
 from quantgate.safe_path import path_problem
 
 
-class Baseline(BaseModel):
+class Baseline(FrozenRecord):
     """The approved version of one (target, tenant): which it is, and its gate report."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
     artifact: str
     tenant: str
@@ -47,11 +44,9 @@ class Baseline(BaseModel):
     records: dict[str, Any] | None = None
 
 
-class Baselines(BaseModel):
+class Baselines(FrozenRecord):
     """Every approved version found, where they were looked up, and what was not found (JSON-able,
     so an orchestrator can look them up once and hand them to a cached gate step)."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
     origin: str | None = None  # "registry <uri>" or the --previous report; None: not looked up
     found: list[Baseline] = []

@@ -9,15 +9,14 @@ the one file set of the checkpoint: engines read those files and no other weight
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict, Field, NonNegativeInt
+from pydantic import Field, NonNegativeInt
 
+from quantgate.frozen import FrozenRecord
 from quantgate.hashing import FileEntry
 
 
-class SourceRecord(BaseModel):
+class SourceRecord(FrozenRecord):
     """A validated, hashed, classified source checkpoint."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
     path: str = Field(description="absolute path of the checkpoint directory at intake")
     content_hash: str = Field(

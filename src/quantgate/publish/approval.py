@@ -35,10 +35,11 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import Field, ValidationError
 
 from quantgate.artifact import Manifest
 from quantgate.errors import SignatureError, TamperedArtifactError, UnapprovedVersionError
+from quantgate.frozen import FrozenRecord
 from quantgate.publish import naming, signing
 from quantgate.publish.config import RegistryConfig
 
@@ -50,10 +51,8 @@ MAX_SIGNATURE_CHARS = signing.MAX_SIGNATURE_BYTES
 Verdict = Literal["pass", "fail"]
 
 
-class Approval(BaseModel):
+class Approval(FrozenRecord):
     """The signed statement: the gate's verdicts on exactly one version of one registered model."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
     kind: Literal["quantgate.approval"] = "quantgate.approval"
     schema_version: Literal[1] = 1

@@ -21,10 +21,11 @@ import os
 from pathlib import Path
 from typing import Literal, TypedDict, Unpack
 
-from pydantic import BaseModel, ConfigDict, Field, PositiveFloat, PositiveInt
+from pydantic import Field, PositiveFloat, PositiveInt
 
 from quantgate.config import expanded, load_model, overridden, path_setting, setting
 from quantgate.fleet.settings import FleetSettings
+from quantgate.frozen import Frozen
 from quantgate.units import GB
 
 SETTINGS_FILE = Path("artifacts_registry") / "registry.yaml"
@@ -38,11 +39,7 @@ PUBLIC_KEY = "publisher.pub"
 PullVerify = Literal["always", "offline"]
 
 
-class _Frozen(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
-
-
-class TransferSettings(_Frozen):
+class TransferSettings(Frozen):
     """Parallelism and part sizes of uploads and downloads (boto3's ``TransferConfig``).
 
     Sizes are SI, like every size in quantgate (``quantgate.units``): 16 MB = 16,000,000 bytes.
@@ -62,7 +59,7 @@ class TransferSettings(_Frozen):
     read_timeout_s: PositiveFloat = 60.0  # a response that stalls this long is retried
 
 
-class RegistrySettings(_Frozen):
+class RegistrySettings(Frozen):
     """``artifacts_registry/registry.yaml``: null means "the embedded default"."""
 
     version: Literal[1] = 1
@@ -102,7 +99,7 @@ class _Overrides(TypedDict, total=False):
     fleet: FleetSettings
 
 
-class RegistryConfig(_Frozen):
+class RegistryConfig(Frozen):
     """Everything publish and pull need to find the registry and its bytes.
 
     ``artifact_uri`` is the artifact location given to the experiments quantgate creates; None

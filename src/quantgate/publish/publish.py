@@ -34,8 +34,6 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict
-
 from quantgate.artifact import MANIFEST, Manifest, read_manifest, require_manifest, verify_files
 from quantgate.errors import (
     ArtifactAlteredError,
@@ -45,6 +43,7 @@ from quantgate.errors import (
     UploadIncompleteError,
 )
 from quantgate.fleet import torrent as torrents
+from quantgate.frozen import FrozenRecord
 from quantgate.hashing import content_hash, sha256_file
 from quantgate.progress import SILENT, Progress
 from quantgate.publish import aliases, approval, naming, signing, tracking
@@ -57,10 +56,8 @@ from quantgate.safe_path import safe_relpath
 REPORT_FILES = ("report.json", "report.md", "report.html")
 
 
-class PublishedArtifact(BaseModel):
+class PublishedArtifact(FrozenRecord):
     """What publishing one artifact did: its version, whether new, aliases set and removed."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
     artifact: str  # the target name, as in the report
     registered_model: str
@@ -75,10 +72,8 @@ class PublishedArtifact(BaseModel):
     run_id: str
 
 
-class PublishOutcome(BaseModel):
+class PublishOutcome(FrozenRecord):
     """Every artifact one ``publish_report`` published, and where."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
     tracking_uri: str
     model: str

@@ -16,14 +16,13 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from pydantic import BaseModel, ConfigDict
-
 from quantgate.artifact import require_manifest
 from quantgate.atomic import write_json
 from quantgate.calibration import CalibrationSet
 from quantgate.config import Catalog, Gates, load_gates
 from quantgate.errors import UsageError
 from quantgate.evaluate import EvalContext, LoadedSuite
+from quantgate.frozen import FrozenRecord
 from quantgate.gate import gate_results, write_report_json
 from quantgate.intake import SourceRecord
 from quantgate.progress import SILENT, Progress
@@ -38,10 +37,8 @@ from quantgate.suggest import did_you_mean
 REPAIR_JSON = "repair.json"
 
 
-class RepairOutcome(BaseModel):
+class RepairOutcome(FrozenRecord):
     """``repair.json``: every target's search; what publish takes is under each chosen variant."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
     model: str
     targets: list[TargetRepair]

@@ -32,11 +32,11 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from pydantic import BaseModel, ConfigDict
 from torch import nn
 
 from quantgate.artifact import require_manifest
 from quantgate.atomic import write_json
+from quantgate.frozen import FrozenRecord
 from quantgate.numerics import (
     EmulatedExperts,
     disk_to_memory,
@@ -52,10 +52,8 @@ WINDOWS = 2
 WINDOW_TOKENS = 128
 
 
-class Sensitivity(BaseModel):
+class Sensitivity(FrozenRecord):
     """Per layer group: how much the mean KLD to the source falls when that group alone is restored."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
     method: str
     source_hash: str

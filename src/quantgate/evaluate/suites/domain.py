@@ -16,10 +16,10 @@ from typing import Any, Literal
 
 from pydantic import Field, PositiveInt
 
-from quantgate.config import Frozen
 from quantgate.errors import ConfigFileError
 from quantgate.evaluate.paired import flip_metrics
 from quantgate.evaluate.suites import DECODE, EvalContext, SuiteKind, SuiteResult, SuiteSpec, register
+from quantgate.frozen import Frozen
 from quantgate.metrics import Metric, Sums, correctness, perplexity, require_evaluated
 
 PERPLEXITY = Metric(

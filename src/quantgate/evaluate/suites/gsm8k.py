@@ -18,11 +18,11 @@ from typing import Any, Literal
 
 from pydantic import NonNegativeInt, PositiveInt
 
-from quantgate.config import Frozen
 from quantgate.evaluate.data import DataSource, jsonl_file, load_jsonl_records
 from quantgate.evaluate.lmeval import run_task, task_config
 from quantgate.evaluate.paired import flip_metrics
 from quantgate.evaluate.suites import DECODE, EvalContext, SuiteKind, SuiteResult, SuiteSpec, register
+from quantgate.frozen import Frozen
 from quantgate.metrics import ERROR, Metric, correctness, item_error, require_evaluated
 
 FILTERS = ("strict-match", "flexible-extract")  # lm-eval's gsm8k answer filters; both are reported

@@ -27,12 +27,12 @@ from typing import Any, Literal
 
 from pydantic import Field, PositiveFloat, PositiveInt
 
-from quantgate.config import Frozen
 from quantgate.errors import MissingDependencyError
 from quantgate.evaluate.lmeval import run_task, task_config
 from quantgate.evaluate.paired import flip_metrics
 from quantgate.evaluate.sandbox import Check, run_check, unavailable
 from quantgate.evaluate.suites import DECODE, EvalContext, SuiteKind, SuiteResult, SuiteSpec, register
+from quantgate.frozen import Frozen
 from quantgate.hashing import sha256_file
 from quantgate.metrics import ERROR, Metric, correctness, item_error, require_evaluated
 from quantgate.units import MB

@@ -17,9 +17,9 @@ from typing import Any, Literal
 
 from pydantic import Field, NonNegativeInt, PositiveInt
 
-from quantgate.config import Frozen
 from quantgate.evaluate.data import DataSource, load_jsonl_records
 from quantgate.evaluate.suites import DECODE, EvalContext, SuiteKind, SuiteResult, SuiteSpec, register
+from quantgate.frozen import Frozen
 from quantgate.metrics import (
     Metric,
     mean,

@@ -20,10 +20,10 @@ from typing import Any, Literal
 
 from pydantic import Field, PositiveInt
 
-from quantgate.config import Frozen
 from quantgate.errors import ConfigFileError
 from quantgate.evaluate.data import DataSource, load_text
 from quantgate.evaluate.suites import EvalContext, SuiteKind, SuiteResult, SuiteSpec, register
+from quantgate.frozen import Frozen
 from quantgate.metrics import (
     Exceeds,
     Metric,

@@ -15,7 +15,7 @@ leaves the others' figures.
 Phases:
   ceilings    measured bf16 matrix rate (8192^3, cuBLAS), FP8 ``_scaled_mm`` rate, device copy bandwidth
   builds      hopper-fp8 and blackwell-nvfp4 (llm-compressor) and blackwell-nvfp4 (modelopt, on the GPU)
-              of one random source, through ``build_targets`` (serving check included)
+              of one random source, through ``quantize.build_planned`` (serving check included)
   native      hopper-fp8 scored on wikitext and traffic (profile --profile) native and emulated on the
               GPU, against the same source reference: per-metric deltas against gates.yaml's
               numerics_spread and a bootstrap half-width of the metric; plus one 8B-shaped layer against
@@ -127,7 +127,7 @@ def builds(args) -> dict:
     from quantgate.config.gates import load_gates
     from quantgate.config.targets import Catalog
     from quantgate.intake import intake
-    from quantgate.quantize.pipeline import build_targets
+    from quantgate.quantize import build_planned, plan
 
     work = args.work
     source = _random_source(args.skeleton, work / "source")
@@ -145,7 +145,7 @@ def builds(args) -> dict:
             catalog = Catalog(root)
             record = intake(source, load_gates(root / "gates.yaml", catalog))
             started = time.perf_counter()
-            (r,) = build_targets(record, [target], work / f"built-{tool}", catalog, calibration)
+            (r,) = build_planned(record, plan(catalog, [target]), work / f"built-{tool}", calibration)
             seconds = time.perf_counter() - started
         except Exception:  # noqa: BLE001 (reported in the figures, the other builds go on)
             out["artifacts"][key] = {"error": traceback.format_exc()[-3000:]}
@@ -450,7 +450,7 @@ def native8b(args, state: dict) -> dict:
     from quantgate.intake import intake
     from quantgate.numerics.load import load_for_eval
     from quantgate.numerics.native import apply_native
-    from quantgate.quantize.pipeline import build_targets
+    from quantgate.quantize import build_planned, plan
 
     tokenizer = AutoTokenizer.from_pretrained(args.skeleton)
     source = args.work / "source-8b"
@@ -485,8 +485,8 @@ def native8b(args, state: dict) -> dict:
     record = intake(source, load_gates(ROOT / "gates.yaml", catalog))
     out["intake_s"] = time.perf_counter() - started
     started = time.perf_counter()
-    (built,) = build_targets(
-        record, ["hopper-fp8"], args.work / "built-8b", catalog, None, kv_cache={"hopper-fp8": KVCache.BF16}
+    (built,) = build_planned(
+        record, plan(catalog, ["hopper-fp8"], {"hopper-fp8": KVCache.BF16}), args.work / "built-8b", None
     )
     out["build_s"] = time.perf_counter() - started
     started = time.perf_counter()

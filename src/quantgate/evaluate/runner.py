@@ -194,11 +194,7 @@ def evaluate(
     for d in dirs:
         manifest = manifests[d]
         loaded = load_for_eval(d, device=device)
-        numerics = (
-            loaded.numerics.model_dump(mode="json")
-            if hasattr(loaded.numerics, "model_dump")
-            else asdict(loaded.numerics)
-        )
+        numerics = loaded.numerics.model_dump(mode="json")
         run.numerics[d.name] = numerics
         about = {**extra, "target": manifest.target, "build_key": manifest.build_key}
         watches = {s.spec.name: watched(gates, s.spec.name, d.name, tenants) if gates else [] for s in suites}

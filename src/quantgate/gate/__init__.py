@@ -19,7 +19,7 @@ from quantgate.exports import lazy_exports
 if TYPE_CHECKING:
     from quantgate.gate.baseline import Baselines, from_registry
     from quantgate.gate.floor import can_change_verdict, plan
-    from quantgate.gate.run import gate_results, report_payload, write_report_json
+    from quantgate.gate.run import gate_results, write_report_json
     from quantgate.gate.verdict import BLOCKING, evaluate_floor
 
 __all__ = [
@@ -30,7 +30,6 @@ __all__ = [
     "from_registry",
     "gate_results",
     "plan",
-    "report_payload",
     "write_report_json",
 ]
 __getattr__ = lazy_exports(
@@ -43,7 +42,6 @@ __getattr__ = lazy_exports(
         "from_registry": "baseline",
         "gate_results": "run",
         "plan": "floor",
-        "report_payload": "run",
         "write_report_json": "run",
     },
 )

@@ -173,11 +173,6 @@ def records_payload(results: Results, artifact: str) -> bytes:
     ).encode()
 
 
-def report_payload(report: Report) -> dict[str, Any]:
-    """``report.json``'s JSON object (schema in ``quantgate.report_schema``)."""
-    return report.payload()
-
-
 def write_report_json(report: Report, out_dir: Path, eval_dir: Path | None = None) -> Path:
     """Write ``out_dir/report.json`` atomically, and, given the evaluation it gated (``eval_dir``),
     each artifact's records beside it (``records/<artifact>.json``, the bytes report.json names);

@@ -245,14 +245,14 @@ def gate_run(plan: RunPlan, evaluations: list[dict[str, Any]], baselines: dict[s
 
 def _gate_and_report(eval_dir: Path, gates: Path, root: Path, report_dir: Path, **options) -> dict[str, Any]:
     """Gate ``eval_dir`` and write report.json/md/html; the report payload and the paths."""
-    from quantgate.gate import gate_results, report_payload, write_report_json
+    from quantgate.gate import gate_results, write_report_json
     from quantgate.report import write_reports
 
     decision = gate_results(eval_dir, gates, root, **options)
     report_json = write_report_json(decision, report_dir, eval_dir)
-    written = write_reports(report_payload(decision), report_dir)
+    written = write_reports(decision.payload(), report_dir)
     return {
-        "report": report_payload(decision),
+        "report": decision.payload(),
         "paths": {"json": str(report_json), **{kind: str(path) for kind, path in written.items()}},
     }
 

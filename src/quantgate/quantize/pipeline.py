@@ -176,21 +176,6 @@ def preflight(source: SourceRecord, planned: list[PlannedBuild]) -> dict[str, En
     return engines
 
 
-def build_targets(
-    source: SourceRecord,
-    target_names: list[str],
-    out: Path,
-    catalog: Catalog,
-    calibration: CalibrationSet | None,
-    progress: Progress = SILENT,
-    kv_cache: dict[str, KVCache] | None = None,
-    device: str = "cpu",
-) -> list[BuildResult]:
-    """Build ``target_names`` from the catalog's current files (see ``build_planned``); ``kv_cache``
-    as in ``plan`` (each target's own when None)."""
-    return build_planned(source, plan(catalog, target_names, kv_cache), out, calibration, progress, device)
-
-
 def build_planned(
     source: SourceRecord,
     planned: list[PlannedBuild],

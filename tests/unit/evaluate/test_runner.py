@@ -16,7 +16,7 @@ from quantgate.evaluate.data import DataDir
 from quantgate.evaluate.runner import evaluate
 from quantgate.evaluate.suites import EvalContext, load_suite
 from quantgate.intake import intake
-from quantgate.quantize.pipeline import build_targets
+from support.builds import build_targets
 from support.models import write_tiny_model
 
 pytestmark = pytest.mark.unit

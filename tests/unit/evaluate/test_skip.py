@@ -16,7 +16,7 @@ from quantgate.evaluate.runner import evaluate
 from quantgate.evaluate.suites import EvalContext, load_suite
 from quantgate.gate.verdict import evaluate_floor
 from quantgate.intake import intake
-from quantgate.quantize.pipeline import build_targets
+from support.builds import build_targets
 
 pytestmark = pytest.mark.unit
 

@@ -17,7 +17,7 @@ from quantgate.calibration import build_set, load_spec
 from quantgate.config.gates import load_gates
 from quantgate.errors import ServingError
 from quantgate.intake import intake
-from quantgate.quantize.pipeline import build_targets
+from support.builds import build_targets
 from support.models import tiny_config, write_tiny_model, write_tiny_tokenizer
 
 TARGETS = ("hopper-fp8", "rocm-cdna3-fp8", "blackwell-nvfp4", "draft-int4")

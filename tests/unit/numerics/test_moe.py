@@ -28,8 +28,8 @@ from quantgate.numerics.artifact import read_kv_scales
 from quantgate.numerics.load import read_quantized_tensors
 from quantgate.numerics.moe import EmulatedExperts, ExpertWeights, expert_key, vllm_expert_names
 from quantgate.numerics.weights import DecodedWeight
-from quantgate.quantize.pipeline import build_targets
 from quantgate.serving.check import check_artifact
+from support.builds import build_targets
 
 pytestmark = pytest.mark.unit
 

@@ -20,7 +20,7 @@ from quantgate.numerics import native as native_module
 from quantgate.numerics.formats import activation_format, fp8_e4m3fn_per_token
 from quantgate.numerics.native import NativeFP8Linear, apply_native, native_fp8_device, quantize_per_token
 from quantgate.numerics.weights import weight_format
-from quantgate.quantize.pipeline import build_targets
+from support.builds import build_targets
 
 pytestmark = pytest.mark.unit
 

@@ -23,7 +23,7 @@ from quantgate.config.gates import load_gates
 from quantgate.errors import BuildError
 from quantgate.intake import intake
 from quantgate.quantize import finalize
-from quantgate.quantize.pipeline import build_targets
+from support.builds import build_targets
 from support.models import write_tiny_model
 
 pytestmark = pytest.mark.unit

@@ -16,7 +16,7 @@ from quantgate.config.gates import load_gates
 from quantgate.config.targets import Catalog
 from quantgate.errors import RecipeIncompatibleError
 from quantgate.intake import intake
-from quantgate.quantize.pipeline import build_targets
+from support.builds import build_targets
 from support.models import write_tiny_model
 
 pytestmark = pytest.mark.unit

@@ -21,8 +21,8 @@ from quantgate.intake import intake
 from quantgate.numerics import load_for_eval
 from quantgate.numerics.kvcache import ObserveKV, attention_modules, install_kv_hooks
 from quantgate.quantize import kv_calibration as kvc
-from quantgate.quantize.pipeline import build_targets
 from quantgate.serving.check import check_artifact
+from support.builds import build_targets
 from support.models import write_large_llama
 
 pytestmark = pytest.mark.unit

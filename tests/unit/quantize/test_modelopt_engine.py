@@ -26,8 +26,8 @@ from quantgate.config.targets import Catalog
 from quantgate.intake import intake
 from quantgate.numerics import load_for_eval
 from quantgate.quantize.engines.modelopt import quant_config, to_compressed_tensors
-from quantgate.quantize.pipeline import build_targets
 from quantgate.serving.check import check_artifact
+from support.builds import build_targets
 from support.models import write_tiny_model
 
 pytestmark = pytest.mark.unit

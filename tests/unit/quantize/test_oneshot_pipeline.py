@@ -14,7 +14,7 @@ from quantgate.calibration import build_set, load_spec
 from quantgate.config.gates import load_gates
 from quantgate.config.targets import Catalog
 from quantgate.intake import intake
-from quantgate.quantize.pipeline import build_targets
+from support.builds import build_targets
 
 pytestmark = pytest.mark.unit
 

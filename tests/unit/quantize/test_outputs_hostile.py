@@ -28,8 +28,8 @@ from quantgate.evaluate.data import DataDir
 from quantgate.evaluate.runner import evaluate
 from quantgate.evaluate.suites import EvalContext, load_suite
 from quantgate.intake import intake
-from quantgate.quantize.pipeline import build_targets
 from support.artifacts import write_artifact
+from support.builds import build_targets
 from support.cli import quantgate as cli
 from support.tmpfs import files_under, fill, small_tmpfs
 

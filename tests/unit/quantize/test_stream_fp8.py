@@ -24,7 +24,7 @@ from quantgate.errors import ConfigFileError, RecipeIncompatibleError
 from quantgate.intake import intake
 from quantgate.quantize.engines.fp8_channel import FP8, quantize_rows
 from quantgate.quantize.engines.stream_fp8 import plan
-from quantgate.quantize.pipeline import build_targets
+from support.builds import build_targets
 from support.models import write_large_llama
 
 pytestmark = pytest.mark.unit

@@ -11,9 +11,9 @@ from quantgate.calibration import build_set, load_spec
 from quantgate.config.gates import load_gates
 from quantgate.config.targets import Catalog
 from quantgate.intake import intake
-from quantgate.quantize.pipeline import build_targets
 from quantgate.repair import sensitivity
 from quantgate.repair.units import quantized_units
+from support.builds import build_targets
 
 pytestmark = pytest.mark.unit
 

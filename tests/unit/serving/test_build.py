@@ -15,8 +15,8 @@ from quantgate.config.gates import load_gates
 from quantgate.config.targets import Catalog
 from quantgate.errors import ServingError
 from quantgate.intake import intake
-from quantgate.quantize.pipeline import build_targets
 from quantgate.serving.check import check_artifact
+from support.builds import build_targets
 from support.cli import quantgate
 
 pytestmark = pytest.mark.unit

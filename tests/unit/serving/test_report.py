@@ -13,10 +13,10 @@ from quantgate.calibration import build_set, load_spec
 from quantgate.config.gates import load_gates
 from quantgate.gate.run import gate_results
 from quantgate.intake import intake
-from quantgate.quantize.pipeline import build_targets
 from quantgate.report import render_html, render_markdown
 from quantgate.report_schema import Report
 from quantgate.serving.check import check_artifact
+from support.builds import build_targets
 
 pytestmark = pytest.mark.unit
 

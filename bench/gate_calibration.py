@@ -409,7 +409,10 @@ def _columns(suite, result: dict, source: dict):
 def run_before(suite, floor, pop: Population, idx: np.ndarray, design: str) -> str:
     """An older tree's gate on one draw, from the records: its ``sequence.check`` after every batch,
     then its ``evaluate_floor``."""
-    from quantgate.stats import sequence
+    try:
+        from quantgate.gate import sequence  # where older trees keep it
+    except ImportError:
+        from quantgate.stats import sequence
 
     n = len(idx)
 

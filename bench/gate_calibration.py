@@ -200,7 +200,10 @@ def text_population(kind: str, shape: str, departure: float, rng, real: Real | N
             per_window = [
                 np.sort(_shape(shape, rng, TOKENS) * scales[i])[::-1][:KEEP] for i in range(n_items)
             ]
-        from quantgate.metrics import pooled_quantile
+        try:
+            from quantgate.metrics import pooled_quantile
+        except ImportError:  # where older trees keep it
+            from quantgate.evaluate.suites.metrics import pooled_quantile
 
         column = np.empty(n_items, dtype=object)
         column[:] = [np.asarray(w, dtype=float) for w in per_window]

@@ -32,19 +32,49 @@ from quantgate.cli.options import (
 from quantgate.errors import UsageError
 from quantgate.escape import visible
 
+# the options only ``run`` takes (the shared ones are in ``options``)
+SourceUriOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--checkpoint",
+        help="Source checkpoint: a directory or s3://bucket/prefix. Default: the embedded SmolLM2-135M-Instruct.",
+    ),
+]
+RunDirOpt = Annotated[
+    Path, typer.Option("--out", help="Run directory: artifacts/, eval/, report/, logs/, outcome.json.")
+]
+PublishOpt = Annotated[
+    bool,
+    typer.Option(
+        "--publish/--no-publish", help="Publish to the registry (MLFLOW_TRACKING_URI, else the local one)."
+    ),
+]
+MaxHeavyOpt = Annotated[
+    int, typer.Option("--max-heavy", help="Heavy steps (builds, evaluations) at once; 0: no limit.")
+]
+DaskWorkersOpt = Annotated[
+    int, typer.Option("--dask-workers", help="Fan tasks out over a local Dask cluster of N worker processes.")
+]
+DaskAddressOpt = Annotated[
+    str | None,
+    typer.Option("--dask-address", help="Fan tasks out over a running Dask scheduler (tcp://host:8786)."),
+]
+StepTimeoutOpt = Annotated[
+    float, typer.Option("--step-timeout", help="Seconds before a build or evaluation step is killed.")
+]
+RepairOpt = Annotated[
+    bool,
+    typer.Option(
+        "--repair/--no-repair",
+        help="After the gate, search each failed (target, tenant) marked repair: true in gates.yaml for "
+        "the smallest mixed-precision variant that passes it; chosen variants are published too.",
+    ),
+]
+
 
 def run(
-    checkpoint: Annotated[
-        str | None,
-        typer.Option(
-            "--checkpoint",
-            help="Source checkpoint: a directory or s3://bucket/prefix. "
-            "Default: the embedded SmolLM2-135M-Instruct.",
-        ),
-    ] = None,
-    out: Annotated[
-        Path, typer.Option("--out", help="Run directory: artifacts/, eval/, report/, logs/, outcome.json.")
-    ] = Path("runs"),
+    checkpoint: SourceUriOpt = None,
+    out: RunDirOpt = Path("runs"),
     targets: TargetsOpt = None,
     tenants: TenantsOpt = None,
     profile: ProfileOpt = "smoke",
@@ -54,36 +84,13 @@ def run(
     data_dir: DataDirOpt = None,
     cache: CacheOpt = None,
     root: RootOpt = None,
-    publish: Annotated[
-        bool,
-        typer.Option(
-            "--publish/--no-publish",
-            help="Publish to the registry (MLFLOW_TRACKING_URI, else the local one).",
-        ),
-    ] = True,
-    max_heavy: Annotated[
-        int, typer.Option("--max-heavy", help="Heavy steps (builds, evaluations) at once; 0: no limit.")
-    ] = 1,
-    dask_workers: Annotated[
-        int,
-        typer.Option("--dask-workers", help="Fan tasks out over a local Dask cluster of N worker processes."),
-    ] = 0,
-    dask_address: Annotated[
-        str | None,
-        typer.Option("--dask-address", help="Fan tasks out over a running Dask scheduler (tcp://host:8786)."),
-    ] = None,
-    step_timeout: Annotated[
-        float, typer.Option("--step-timeout", help="Seconds before a build or evaluation step is killed.")
-    ] = 6 * 3600,
+    publish: PublishOpt = True,
+    max_heavy: MaxHeavyOpt = 1,
+    dask_workers: DaskWorkersOpt = 0,
+    dask_address: DaskAddressOpt = None,
+    step_timeout: StepTimeoutOpt = 6 * 3600,
     sequential: SequentialOpt = None,
-    repair: Annotated[
-        bool,
-        typer.Option(
-            "--repair/--no-repair",
-            help="After the gate, search each failed (target, tenant) marked repair: true in gates.yaml for "
-            "the smallest mixed-precision variant that passes it; chosen variants are published too.",
-        ),
-    ] = False,
+    repair: RepairOpt = False,
     device: DeviceOpt = "auto",
 ) -> None:
     """Build, evaluate, gate and publish in one Prefect flow run (ephemeral, or PREFECT_API_URL's server)."""

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 from quantgate.exports import lazy_exports
 
 if TYPE_CHECKING:
-    from quantgate.gate.baseline import Baselines, from_registry
+    from quantgate.gate.baseline import Baselines, from_registry, from_report_dir
     from quantgate.gate.floor import can_change_verdict, plan
     from quantgate.gate.run import gate_results, write_report_json
     from quantgate.gate.verdict import BLOCKING, evaluate_floor
@@ -28,6 +28,7 @@ __all__ = [
     "can_change_verdict",
     "evaluate_floor",
     "from_registry",
+    "from_report_dir",
     "gate_results",
     "plan",
     "write_report_json",
@@ -40,6 +41,7 @@ __getattr__ = lazy_exports(
         "can_change_verdict": "floor",
         "evaluate_floor": "verdict",
         "from_registry": "baseline",
+        "from_report_dir": "baseline",
         "gate_results": "run",
         "plan": "floor",
         "write_report_json": "run",

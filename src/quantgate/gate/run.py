@@ -18,7 +18,7 @@ from typing import Any, cast
 
 from quantgate.artifact import Manifest, artifact_dirs, read_manifest
 from quantgate.atomic import staged_file, write_json
-from quantgate.config import Catalog, load_gates, project_suites
+from quantgate.config import Catalog, Gates, load_gates, project_suites
 from quantgate.errors import InputError, UsageError
 from quantgate.gate.baseline import Baselines, from_registry, from_report_dir
 from quantgate.gate.verdict import Results, gate, no_evidence
@@ -64,12 +64,16 @@ def gate_results(
     previous: Path | None = None,
     registry: Any = None,
     baselines: Baselines | None = None,
+    chosen_for: list[str] | None = None,
 ) -> Report:
     """Gate an evaluation output against gates.yaml; the decision, as report.json will hold it.
 
     What each tenant is served today, in order: ``previous`` (a report directory, offline),
     ``baselines`` (already looked up), ``registry`` (a ``RegistryConfig``: its approved versions;
     ``RegistryUnavailableError``, exit 75, when it cannot answer); none of them: not compared.
+    ``chosen_for``: the evaluation is a repair variant the search chose for these tenants: it is no
+    required target, and it is approved only for those of them it passes (a larger variant that
+    also passes another tenant earns no alias for it).
     """
     catalog = Catalog(Path(project_root))
     gates = load_gates(Path(policy_path), catalog)
@@ -83,20 +87,7 @@ def gate_results(
     model_class = model_class or manifest_class or (run_info.model_class if run_info else None)
     notes: list[str] = []
     evaluated = evaluation.artifacts
-    if model_class is not None:
-        if model_class not in gates.model_classes:
-            raise UsageError(
-                "--model-class",
-                f"unknown model class '{model_class}'",
-                did_you_mean(model_class, gates.model_classes),
-            )
-        cls = gates.model_classes[model_class].targets
-        required, optional = list(cls.required), list(cls.optional)
-    else:
-        required, optional = list(evaluated), []
-        notes.append(
-            "model class unknown (no --model-class, no manifests): every evaluated artifact counts as required"
-        )
+    required, optional = _roles(gates, model_class, evaluated, chosen_for, notes)
     artifacts = evaluated + [t for t in required if t not in evaluated]
     for t in required:
         if t not in evaluated:
@@ -122,7 +113,12 @@ def gate_results(
         baselines=baselines.for_gate(profile) if baselines is not None else None,
     )
     approvals = {
-        a: [v.tenant for v in verdicts if v.artifact == a and v.verdict == "pass"] for a in artifacts
+        a: [
+            v.tenant
+            for v in verdicts
+            if v.artifact == a and v.verdict == "pass" and (chosen_for is None or v.tenant in chosen_for)
+        ]
+        for a in artifacts
     }
     failing = [a for a in required if not approvals.get(a)]
     if failing:
@@ -159,6 +155,36 @@ def gate_results(
         baselines_from=baselines.origin if baselines is not None else None,
         baseline_notes=list(baselines.notes) if baselines is not None else [],
     )
+
+
+def _roles(
+    gates: Gates,
+    model_class: str | None,
+    evaluated: list[str],
+    chosen_for: list[str] | None,
+    notes: list[str],
+) -> tuple[list[str], list[str]]:
+    """(required, optional) artifacts: the model class's targets; every evaluated one when the class
+    is unknown; none required for a repair variant (``chosen_for``). Notes say which applied."""
+    if chosen_for is not None:
+        notes.append(
+            "repaired variant: the smallest the search found passing "
+            f"{', '.join(sorted(chosen_for))}; approved for those tenants only"
+        )
+        return [], list(evaluated)
+    if model_class is None:
+        notes.append(
+            "model class unknown (no --model-class, no manifests): every evaluated artifact counts as required"
+        )
+        return list(evaluated), []
+    if model_class not in gates.model_classes:
+        raise UsageError(
+            "--model-class",
+            f"unknown model class '{model_class}'",
+            did_you_mean(model_class, gates.model_classes),
+        )
+    cls = gates.model_classes[model_class].targets
+    return list(cls.required), list(cls.optional)
 
 
 def records_payload(results: Results, artifact: str) -> bytes:

@@ -10,15 +10,19 @@ model) and the recipes, calibration set and suites are the project's current fil
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from quantgate.errors import UsageError
 from quantgate.progress import Progress
 from quantgate.repair import RepairInputs, RepairOutcome, repair
 from quantgate.report_schema import Report, read_report
-from quantgate.results import RUN_JSON, read_run_info
+from quantgate.results import RUN_JSON, read_evaluation, read_run_info
+
+if TYPE_CHECKING:
+    from quantgate.gate import Baselines
 
 
 def repair_command(
@@ -54,6 +58,7 @@ def repair_command(
             else _from_options(results, options, progress)
         )
         report, report_json = _report(results, artifacts, report_json, project, gates_path, out)
+        inputs = dataclasses.replace(inputs, baselines=run_baselines(report, results, project))
         outcome = repair(
             report,
             artifacts,
@@ -68,6 +73,24 @@ def repair_command(
     _print(outcome, report_json)
     searched = [t for r in outcome.targets for t in r.tenants]
     return 1 if searched and not any(t.k is not None for t in searched) else 0
+
+
+def run_baselines(report: Report, results: Path, project: Path) -> Baselines | None:
+    """What the gate of the run being repaired compared each tenant with (``report.baselines_from``),
+    looked up as it looked them up: the same ``--previous`` report, or the same registry for the same
+    model and build keys; None when it compared nothing. Every variant is gated against these."""
+    from quantgate.gate import from_registry, from_report_dir
+    from quantgate.publish import RegistryConfig
+
+    origin = report.baselines_from
+    if origin is None:
+        return None
+    if origin.startswith("--previous "):
+        return from_report_dir(Path(origin.removeprefix("--previous ")))
+    evaluation = read_evaluation(results)
+    artifacts = [*evaluation.artifacts, *(t for t in report.required if t not in evaluation.artifacts)]
+    keys = {a: evaluation.build_key(a) for a in artifacts}
+    return from_registry(RegistryConfig.from_env(project), report.model, keys)
 
 
 def attach(report_json: Path, report: Report, outcome: RepairOutcome) -> list[Path]:

@@ -3,11 +3,13 @@ smallest variant that passes it, and write what was tried (``repair.json``).
 
 Every variant is a real build (``build_planned``, serving check included), a real evaluation in
 its target's numerics (only the suites its repaired tenants' floors read; the source's references
-come from the cache the run filled) and a real gate. Each variant lives under
+come from the cache the run filled) and a real gate, against what the registry served each tenant
+when the run was gated (``RepairInputs.baselines``). Each variant lives under
 ``<out>/variants/<target>/k<k>/`` with its ``artifacts/``, ``eval/`` and ``report/``; a variant the
-search chose for some tenants also gets ``publish/report.json``: its gate report with approvals
-for exactly those tenants (a larger variant that also passes one of them earns no alias for it),
-which ``quantgate publish`` takes as it takes any report.
+search chose for some tenants also gets ``publish/report.json``: the gate's decision when asked to
+approve it for exactly those tenants (``gate_results(chosen_for=...)``: a larger variant that also
+passes one of them earns no alias for it), which ``quantgate publish`` takes as it takes any
+report. Approvals come from the gate alone: no report is edited here.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ from quantgate.config import Catalog, Gates, load_gates
 from quantgate.errors import UsageError
 from quantgate.evaluate import EvalContext, LoadedSuite
 from quantgate.frozen import FrozenRecord
-from quantgate.gate import gate_results, write_report_json
+from quantgate.gate import Baselines, gate_results, write_report_json
 from quantgate.intake import SourceRecord
 from quantgate.progress import SILENT, Progress
 from quantgate.quantize import PlannedBuild, build_planned
@@ -68,6 +70,8 @@ class RepairInputs:
     project_root: Path
     model: str
     sequential: bool = False
+    # what each tenant is served today, as the run's gate saw it: every variant is gated against it
+    baselines: Baselines | None = None
 
 
 def variant_dir(out: Path, target: str, k: int) -> Path:
@@ -204,7 +208,7 @@ def _repair_target(
         where = str(variant_dir(out, target, o.k)) if o.k is not None else None
         outcomes.append(TenantRepair(tenant=o.tenant, k=o.k, stopped=o.stopped, variant=where))
     for k, chosen in _by_k(outcomes).items():
-        _publishable_report(variant_dir(out, target, k), target, chosen)
+        _publishable_report(variant_dir(out, target, k), failed, chosen, inputs)
     upgrade = inputs.planned[target].target.repair
     return TargetRepair(
         target=target,
@@ -266,14 +270,7 @@ def _probe(
         gates=gates,
         tenants=failed,
     )
-    decision = gate_results(
-        where / "eval",
-        inputs.gates_path,
-        inputs.project_root,
-        artifacts_dir=where / "artifacts",
-        model=inputs.model,
-        tenants=failed,
-    )
+    decision = _gate(where, failed, inputs)
     write_report_json(decision, where / "report", where / "eval")
     estimates = {
         f"{f.suite}.{f.metric}": f.estimate
@@ -292,24 +289,25 @@ def _probe(
     )
 
 
-def _publishable_report(where: Path, target: str, tenants: list[str]) -> Path:
-    """The variant's gate report with approvals for exactly the tenants the search chose it for."""
-    from quantgate.report_schema import read_report
-
-    report = read_report(where / "report" / "report.json")
-    chosen = report.model_copy(
-        update={
-            "approvals": {target: sorted(tenants)},
-            "required": [],
-            "optional": [target],
-            "exit_code": 0,
-            "notes": [
-                *report.notes,
-                (
-                    f"repaired variant of {target}: the smallest the search found passing "
-                    f"{', '.join(sorted(tenants))}; approved for those tenants only"
-                ),
-            ],
-        }
+def _gate(
+    where: Path, failed: list[str], inputs: RepairInputs, chosen_for: list[str] | None = None
+) -> Report:
+    """The gate's decision on a variant's evaluation, for the failed tenants, against the run's baselines."""
+    return gate_results(
+        where / "eval",
+        inputs.gates_path,
+        inputs.project_root,
+        artifacts_dir=where / "artifacts",
+        model=inputs.model,
+        tenants=failed,
+        baselines=inputs.baselines,
+        chosen_for=chosen_for,
     )
-    return write_report_json(chosen, where / "publish", where / "eval")
+
+
+def _publishable_report(where: Path, failed: list[str], chosen: list[str], inputs: RepairInputs) -> Path:
+    """The variant's gate report for publishing: the gate, asked to approve the variant for exactly
+    the tenants the search chose it for (``chosen_for``), decides; nothing here edits a report."""
+    return write_report_json(
+        _gate(where, failed, inputs, chosen_for=chosen), where / "publish", where / "eval"
+    )

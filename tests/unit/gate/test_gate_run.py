@@ -229,3 +229,21 @@ def test_gating_never_imports_torch(e1, repo_root):
     )
     assert run.returncode == 0, run.stderr[-2000:]
     assert run.stdout.strip() == "[]"
+
+
+def test_a_repair_variant_is_approved_by_the_gate_for_its_chosen_tenants_only(e1, repo_root):
+    """Issue 26 item 6: repair asks the gate, which approves a variant only for the tenants the
+    search chose it for (a variant passing another tenant earns no alias for it) and counts it as
+    no required target, so the report needs no editing afterwards."""
+    plain = decide(e1, repo_root, model_class="dense-reasoner")
+    passed = plain.approvals["hopper-fp8"]
+    assert len(passed) >= 2, passed
+    chosen = decide(e1, repo_root, model_class="dense-reasoner", chosen_for=[passed[0]])
+    assert chosen.approvals["hopper-fp8"] == [passed[0]]
+    assert all(not tenants for a, tenants in chosen.approvals.items() if a != "hopper-fp8")
+    assert chosen.required == [] and chosen.exit_code == 0
+    # the same decisions, only the approvals narrowed
+    assert [(v.artifact, v.tenant, v.verdict) for v in chosen.verdicts] == [
+        (v.artifact, v.tenant, v.verdict) for v in plain.verdicts
+    ]
+    assert any(n.startswith("repaired variant: ") for n in chosen.notes)

@@ -118,6 +118,9 @@ def test_a_failed_tenant_gets_the_smallest_passing_variant_and_an_impossible_one
     publishable = json.loads((Path(loose.variant) / "publish" / "report.json").read_text())
     assert publishable["approvals"] == {TARGET: ["loose"]}
     assert publishable["exit_code"] == 0
+    # the gate's own decision (issue 26 item 6), not an edited report: its note says why
+    assert any(n.startswith("repaired variant: ") for n in publishable["notes"])
+    assert publishable["required"] == [] and publishable["optional"] == [TARGET]
     repair_json = json.loads((tmp_path / "repair" / "repair.json").read_text())
     assert repair_json["targets"][0]["tenants"] == [t.model_dump(mode="json") for t in searched.tenants]
 

@@ -5,9 +5,9 @@ A recipe names an engine and a suite YAML a kind; ``quantgate.config`` must refu
 does not exist before any build, yet sits below the stages that implement them. So the registries
 live here, below config, and hold names: each entry is the module that registers it, found by
 reading the decorators in the stage's package (``declared``: ``ast``, nothing imported) and
-imported on first use. A new engine or suite kind is still one module with ``@register("name")``
-in its package (or, for a suite kind, a ``quantgate.suite_kinds`` entry point); nothing here is
-edited. Numerics formats register eagerly in ``quantgate.numerics`` (no configuration names them
+imported on first use. A new engine or suite kind is one module with ``@register("name")`` in its
+package, or, from outside quantgate, an entry point of an installed distribution
+(``quantgate.engines``, ``quantgate.suite_kinds``: ``name = module:Class``); nothing here is edited. Numerics formats register eagerly in ``quantgate.numerics`` (no configuration names them
 before numerics is imported).
 """
 
@@ -16,7 +16,7 @@ from __future__ import annotations
 import ast
 from importlib.metadata import EntryPoint, entry_points
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 from quantgate.registry import Registry
 
@@ -24,6 +24,7 @@ if TYPE_CHECKING:
     from quantgate.evaluate import SuiteKind
 
 _PACKAGE_DIR = Path(__file__).resolve().parent
+T = TypeVar("T")
 
 
 def declared(directory: Path, package: str, what: str = "engine") -> dict[str, str]:
@@ -58,28 +59,25 @@ def _registered_name(decorator: ast.expr) -> str | None:
     return arg.value
 
 
-ENGINES: Registry[type] = Registry(
-    "engine", lazy=declared(_PACKAGE_DIR / "quantize" / "engines", "quantgate.quantize.engines")
-)
+class PluginRegistry(Registry[T]):
+    """A registry whose names are quantgate's own (lazy modules), then the installed distributions'
+    entry points of ``group`` (``name = module:attr``), looked up when a name is not found (so a
+    plugin installed, or put on sys.path, after quantgate was imported is still found). A built-in
+    name always wins. One way in for engines and suite kinds alike, from inside or outside."""
 
-SUITE_KIND_ENTRY_POINTS = "quantgate.suite_kinds"
+    def __init__(self, what: str, group: str, lazy: dict[str, str], how_to_add: str) -> None:
+        super().__init__(what, lazy=lazy, how_to_add=f"{how_to_add}, or a '{group}' entry point")
+        self.group = group
 
-
-class KindRegistry(Registry["type[SuiteKind]"]):
-    """The suite kinds: quantgate's own (lazy modules), then installed ``quantgate.suite_kinds``
-    entry points, looked up when a name is not found (so a plugin installed, or put on sys.path,
-    after quantgate was imported is still found). A built-in name always wins."""
-
-    @staticmethod
-    def _plugins() -> dict[str, EntryPoint]:
-        return {ep.name: ep for ep in entry_points(group=SUITE_KIND_ENTRY_POINTS)}
+    def _plugins(self) -> dict[str, EntryPoint]:
+        return {ep.name: ep for ep in entry_points(group=self.group)}
 
     def names(self) -> list[str]:
-        """Built-in kinds and installed entry points, sorted."""
+        """Built-in entries and installed entry points, sorted."""
         return sorted({*super().names(), *self._plugins()})
 
-    def get(self, name: str, where: object = None) -> type[SuiteKind]:
-        """The kind ``name``: built in, else loaded from its entry point; else a ConfigFileError."""
+    def get(self, name: str, where: object = None) -> T:
+        """The entry ``name``: built in, else loaded from its entry point; else a ConfigFileError."""
         if name not in super().names():
             plugin = self._plugins().get(name)
             if plugin is not None:
@@ -87,10 +85,17 @@ class KindRegistry(Registry["type[SuiteKind]"]):
         return super().get(name, where)
 
 
-SUITE_KINDS = KindRegistry(
+ENGINES: PluginRegistry[type] = PluginRegistry(
+    "engine",
+    "quantgate.engines",
+    lazy=declared(_PACKAGE_DIR / "quantize" / "engines", "quantgate.quantize.engines"),
+    how_to_add="@register in a module under quantgate/quantize/engines",
+)
+
+SUITE_KIND_ENTRY_POINTS = "quantgate.suite_kinds"
+SUITE_KINDS: PluginRegistry[type[SuiteKind]] = PluginRegistry(
     "suite kind",
+    SUITE_KIND_ENTRY_POINTS,
     lazy=declared(_PACKAGE_DIR / "evaluate" / "suites", "quantgate.evaluate.suites", what="suite kind"),
-    how_to_add=(
-        f"@register in a module under quantgate/evaluate/suites, or a '{SUITE_KIND_ENTRY_POINTS}' entry point"
-    ),
+    how_to_add="@register in a module under quantgate/evaluate/suites",
 )

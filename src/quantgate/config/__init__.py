@@ -1,7 +1,10 @@
-"""Validated configuration: targets and recipes (``targets``), gates.yaml (``gates``), and the
-YAML loader whose errors name ``file:line`` and the nearest valid key (``loader``).
+"""Validated configuration: targets and recipes (``targets``), gates.yaml (``gates``), the suites
+of ``eval_suites/`` (``suites``), ``QUANTGATE_*`` settings (``environment``), and the YAML loader
+whose errors name ``file:line`` and the nearest valid key (``loader``).
 
-Config is immutable data checked once at the boundary, so a typo fails before any build.
+Config is immutable data checked once at the boundary, so a typo fails before any build. It sits
+below every stage and imports none: a recipe's engine and a suite's kind are checked against the
+registries of ``quantgate.extensions``. Other modules import the names listed here, not the modules.
 """
 
 from typing import TYPE_CHECKING

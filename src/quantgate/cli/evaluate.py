@@ -59,7 +59,7 @@ def eval_(
     """Evaluate the source once and every artifact against it, in each target's numerics."""
     from quantgate.config import Catalog, load_gates
     from quantgate.devices import resolve
-    from quantgate.embedded import default_checkpoint, model_name
+    from quantgate.embedded import default_checkpoint
     from quantgate.evaluate import PROFILES, DataDir, EvalContext, evaluate, load_suites
     from quantgate.intake import intake
     from quantgate.orchestrate import read_plan
@@ -114,7 +114,7 @@ def eval_(
         else:
             source_dir = checkpoint or default_checkpoint(cache_path, progress)
             record = intake(source_dir, policy, progress, cache=cache_path / "intake")
-            model = model_name(record.path)
+            model = record.model_name
         ctx = EvalContext(profile, DataDir.resolve(data_dir, project), project, cache_path, progress)
         run = evaluate(
             Path(record.path),

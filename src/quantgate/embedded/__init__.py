@@ -5,16 +5,16 @@ from typing import TYPE_CHECKING
 from quantgate.exports import lazy_exports
 
 if TYPE_CHECKING:
-    from quantgate.embedded.smollm2 import default_checkpoint, model_name
+    from quantgate.embedded.smollm2 import MODEL_NAME, default_checkpoint
 
 __all__ = [
+    "MODEL_NAME",
     "default_checkpoint",
-    "model_name",
 ]
 __getattr__ = lazy_exports(
     __name__,
     {
+        "MODEL_NAME": "smollm2",
         "default_checkpoint": "smollm2",
-        "model_name": "smollm2",
     },
 )

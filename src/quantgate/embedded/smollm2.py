@@ -141,10 +141,3 @@ def _add_legacy_rope(path: Path) -> None:
     config["rope_theta"] = rope.pop("rope_theta")
     config["rope_scaling"] = None if rope.get("rope_type", "default") == "default" else rope
     path.write_text(json.dumps(config, indent=2, sort_keys=True) + "\n", encoding="utf-8")
-
-
-def model_name(checkpoint: str | Path) -> str:
-    """The registered model's name for a checkpoint: its directory's name, without the cache
-    tag of the embedded default (``smollm2-135m-instruct-<hash>-v3`` -> ``smollm2-135m-instruct``)."""
-    name = Path(checkpoint).name
-    return MODEL_NAME if name.startswith(MODEL_NAME) else name

@@ -9,6 +9,8 @@ the one file set of the checkpoint: engines read those files and no other weight
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from pydantic import Field, NonNegativeInt
 
 from quantgate.frozen import FrozenRecord
@@ -39,3 +41,13 @@ class SourceRecord(FrozenRecord):
     context_length: int | None = Field(None, description="max_position_embeddings, when the config has it")
     model_class: str = Field(description="the model class in gates.yaml this checkpoint falls in")
     tie_word_embeddings: bool
+
+    @property
+    def model_name(self) -> str:
+        """The name this checkpoint is registered under: its directory's name, without the cache tag
+        quantgate gives the embedded default (``smollm2-135m-instruct-<hash>-v3`` ->
+        ``smollm2-135m-instruct``)."""
+        from quantgate.embedded import MODEL_NAME
+
+        name = Path(self.path).name
+        return MODEL_NAME if name.startswith(MODEL_NAME) else name

@@ -293,7 +293,7 @@ def make_plan(
     """
     from quantgate.calibration import load_or_build
     from quantgate.config import check_target_names, load_gates, resolve_targets
-    from quantgate.embedded import default_checkpoint, model_name
+    from quantgate.embedded import default_checkpoint
     from quantgate.evaluate import PROFILES, DataDir, load_suites, require_available, sources
     from quantgate.intake import intake
     from quantgate.quantize import kv_decisions
@@ -334,7 +334,7 @@ def make_plan(
     out = out.resolve()
     plan = RunPlan(
         source=record,
-        model=model_name(record.path),
+        model=record.model_name,
         builds=builds,
         suites=[
             PlannedSuite(

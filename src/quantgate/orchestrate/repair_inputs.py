@@ -158,7 +158,7 @@ def _from_options(
 ) -> tuple[RepairInputs, Path, Path]:
     from quantgate.calibration import load_or_build
     from quantgate.config import Catalog, load_gates
-    from quantgate.embedded import default_checkpoint, model_name
+    from quantgate.embedded import default_checkpoint
     from quantgate.evaluate import DataDir, EvalContext, load_suites
     from quantgate.intake import intake
     from quantgate.paths import cache_dir, project_root
@@ -197,7 +197,7 @@ def _from_options(
         ctx=ctx,
         gates_path=gates_path,
         project_root=project,
-        model=(run_info.model if run_info else None) or model_name(record.path),
+        model=(run_info.model if run_info else None) or record.model_name,
         sequential=run_info is not None and run_info.design == "sequential",  # as the results were
     )
     return inputs, project, gates_path

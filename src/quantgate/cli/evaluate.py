@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
@@ -29,25 +29,34 @@ from quantgate.errors import UsageError
 from quantgate.escape import visible
 from quantgate.paths import cache_dir, project_root
 
+if TYPE_CHECKING:
+    from quantgate.evaluate import EvalRun
+
+
+# the options only ``eval`` takes (the shared ones are in ``options``)
+ArtifactsOpt = Annotated[
+    Path, typer.Option("--artifacts", help="Directory of built artifacts (quantgate build --out).")
+]
+ResultsOutOpt = Annotated[
+    Path, typer.Option("--out", help="Directory for results: <model>/<suite>.json, summary.json.")
+]
+ReferenceOnlyOpt = Annotated[
+    bool,
+    typer.Option(
+        "--reference-only", help="Evaluate the source alone (fills the reference cache); no artifacts."
+    ),
+]
+
 
 def eval_(
-    artifacts: Annotated[
-        Path, typer.Option("--artifacts", help="Directory of built artifacts (quantgate build --out).")
-    ],
-    out: Annotated[
-        Path, typer.Option("--out", help="Directory for results: <model>/<suite>.json, summary.json.")
-    ],
+    artifacts: ArtifactsOpt,
+    out: ResultsOutOpt,
     checkpoint: CheckpointOpt = None,
     profile: ProfileOpt = None,
     suites: SuitesOpt = None,
     targets: TargetsOpt = None,
     data_dir: DataDirOpt = None,
-    reference_only: Annotated[
-        bool,
-        typer.Option(
-            "--reference-only", help="Evaluate the source alone (fills the reference cache); no artifacts."
-        ),
-    ] = False,
+    reference_only: ReferenceOnlyOpt = False,
     gates: GatesOpt = None,
     cache: CacheOpt = None,
     root: RootOpt = None,
@@ -64,7 +73,6 @@ def eval_(
     from quantgate.intake import intake
     from quantgate.orchestrate import read_plan
     from quantgate.progress import RichProgress
-    from quantgate.report import print_table, text_table
 
     if plan_file is not None:
         refuse_beside_plan(
@@ -97,14 +105,8 @@ def eval_(
         loaded = load_suites(project / "eval_suites", split(suites))
         watch, floors = split(tenants), policy
         sequential = design(sequential)
-    if not reference_only and not artifacts.is_dir():
-        raise UsageError(
-            artifacts,
-            "--artifacts is an existing file, not a directory"
-            if artifacts.exists()
-            else "artifacts directory does not exist",
-            "pass the directory quantgate build --out wrote",
-        )
+    if not reference_only:
+        _require_dir(artifacts)
     # a run's step computes where its plan says, unless --device names a device
     where = run_plan.device if plan_file is not None and device == "auto" else resolve(device)
     out = out_dir(out, "--out")
@@ -133,6 +135,25 @@ def eval_(
             tenants=watch,
             device=where,
         )
+
+    _print_summary(run, profile, out)
+
+
+def _require_dir(artifacts: Path) -> None:
+    """``--artifacts`` must be the directory a build wrote (exit 2 before any work)."""
+    if not artifacts.is_dir():
+        raise UsageError(
+            artifacts,
+            "--artifacts is an existing file, not a directory"
+            if artifacts.exists()
+            else "artifacts directory does not exist",
+            "pass the directory quantgate build --out wrote",
+        )
+
+
+def _print_summary(run: EvalRun, profile: str, out: Path) -> None:
+    """Each summary metric per model (with its numerics mode), and where the results are."""
+    from quantgate.report import print_table, text_table
 
     keys = sorted({k for metrics in run.summary.values() for k in metrics})
     columns = ["metric", *(f"{name} ({run.numerics[name].get('mode', '?')})" for name in run.summary)]

@@ -8,7 +8,7 @@ if TYPE_CHECKING:
     from quantgate.evaluate.data import DataDir, require_available, sources
     from quantgate.evaluate.environment import switches as numerics_switches
     from quantgate.evaluate.merge import merge_evaluations
-    from quantgate.evaluate.runner import evaluate
+    from quantgate.evaluate.runner import EvalRun, evaluate
     from quantgate.evaluate.sequential import DEFAULT
     from quantgate.evaluate.suites import KINDS, PROFILES, EvalContext, LoadedSuite, SuiteKind, load_suites
 
@@ -18,6 +18,7 @@ __all__ = [
     "PROFILES",
     "DataDir",
     "EvalContext",
+    "EvalRun",
     "LoadedSuite",
     "SuiteKind",
     "evaluate",
@@ -30,6 +31,7 @@ __all__ = [
 __getattr__ = lazy_exports(
     __name__,
     {
+        "EvalRun": "runner",
         "numerics_switches": "environment:switches",
         "DEFAULT": "sequential",
         "DataDir": "data",

@@ -72,6 +72,8 @@ class RepairInputs:
     sequential: bool = False
     # what each tenant is served today, as the run's gate saw it: every variant is gated against it
     baselines: Baselines | None = None
+    # where variants are built and evaluated, and sensitivity measured: "cpu" or "cuda" (--device)
+    device: str = "cpu"
 
 
 def variant_dir(out: Path, target: str, k: int) -> Path:
@@ -185,6 +187,7 @@ def _repair_target(
         texts,
         inputs.ctx.cache_dir,
         progress,
+        device=inputs.device,
     )
     cached = time.perf_counter() - t0 < sens.seconds / 2
     ranked = sens.ranked(units)
@@ -254,7 +257,9 @@ def _probe(
     started = time.perf_counter()
     where = variant_dir(out, target, k)
     planned = planned_variant(inputs.planned[target], ranked[:k], n, parent_build_key)
-    built = build_planned(inputs.source, [planned], where / "artifacts", inputs.calibration, progress)[0]
+    built = build_planned(
+        inputs.source, [planned], where / "artifacts", inputs.calibration, progress, inputs.device
+    )[0]
     evaluate(
         Path(inputs.source.path),
         inputs.source.content_hash,
@@ -269,6 +274,7 @@ def _probe(
         sequential=inputs.sequential,
         gates=gates,
         tenants=failed,
+        device=inputs.device,
     )
     decision = _gate(where, failed, inputs)
     write_report_json(decision, where / "report", where / "eval")

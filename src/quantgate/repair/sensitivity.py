@@ -85,11 +85,14 @@ def measure(
     progress: Progress = SILENT,
     *,
     replay: bool = True,
+    device: str = "cpu",
 ) -> Sensitivity:
-    """Each group's sensitivity (cached under ``cache_dir/repair/`` when given)."""
+    """Each group's sensitivity (cached under ``cache_dir/repair/`` when given), both models on
+    ``device`` (a GPU's scores have their own cache key; the CPU's keys are unchanged)."""
     build_key = require_manifest(Path(artifact_dir)).build_key
     digest = texts_sha256(texts)
-    key = hashlib.sha256(f"{METHOD}:{source_hash}:{build_key}:{digest}".encode()).hexdigest()
+    where = "" if device == "cpu" else f":{device}"
+    key = hashlib.sha256(f"{METHOD}:{source_hash}:{build_key}:{digest}{where}".encode()).hexdigest()
     cached = Path(cache_dir) / "repair" / f"sensitivity-{key[:32]}.json" if cache_dir is not None else None
     if cached is not None and cached.is_file():
         found = Sensitivity.model_validate_json(cached.read_text())
@@ -97,9 +100,9 @@ def measure(
             progress.log(f"sensitivity of {len(units)} layer groups: cached ({cached})")
             return found
     started = time.perf_counter()
-    artifact = load_for_eval(Path(artifact_dir))
-    source = load_source_for_eval(Path(source_dir))
-    ids = _windows(artifact.tokenizer, texts)
+    artifact = load_for_eval(Path(artifact_dir), device=device)
+    source = load_source_for_eval(Path(source_dir), device=device)
+    ids = _windows(artifact.tokenizer, texts).to(device)
     with torch.inference_mode():
         reference = torch.log_softmax(source.model(ids, use_cache=False).logits.float(), dim=-1)
         kld_uniform = _kld(reference, artifact.model(ids, use_cache=False).logits)

@@ -67,3 +67,17 @@ def test_a_second_measurement_comes_from_the_cache(uniform, tmp_path):
     assert other.texts_sha256 != first.texts_sha256  # other texts: measured again
     assert len(list((tmp_path / "c" / "repair").glob("sensitivity-*.json"))) == 2
     assert cached.exists()
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not __import__("torch").cuda.is_available(), reason="needs CUDA")
+def test_on_the_gpu_sensitivity_has_its_own_cache_entry_and_ranks_like_the_cpu(uniform, tmp_path):
+    """Issue 27 item 1: repair measures on --device; a GPU's scores are never served as the CPU's."""
+    record, artifact, _ = uniform
+    units = quantized_units(artifact)
+    args = (artifact, Path(record.path), record.content_hash, units, TEXTS, tmp_path / "c")
+    cpu = sensitivity.measure(*args)
+    gpu = sensitivity.measure(*args, device="cuda")
+    assert len(list((tmp_path / "c" / "repair").glob("sensitivity-*.json"))) == 2
+    assert set(gpu.scores) == set(cpu.scores)
+    assert gpu.ranked(units)[0] == cpu.ranked(units)[0]

@@ -26,7 +26,7 @@ def test_cuda_without_a_gpu_is_refused_naming_the_option(monkeypatch):
         devices.resolve("tpu")
 
 
-@pytest.mark.parametrize("command", ["build", "eval"])
+@pytest.mark.parametrize("command", ["build", "eval", "repair"])
 def test_the_cli_refuses_cuda_without_a_gpu_before_any_work(command, tmp_path):
     import torch
 
@@ -34,7 +34,11 @@ def test_the_cli_refuses_cuda_without_a_gpu_before_any_work(command, tmp_path):
 
     if torch.cuda.is_available():
         pytest.skip("this machine has a GPU")
-    extra = ["--artifacts", str(tmp_path)] if command == "eval" else []
+    extra = {
+        "eval": ["--artifacts", str(tmp_path)],
+        "repair": ["--artifacts", str(tmp_path), "--results", str(tmp_path)],
+    }
+    extra = extra.get(command, [])
     done = quantgate(command, "--device", "cuda", "--out", str(tmp_path / "out"), *extra, timeout=300)
     assert done.returncode == 2, done.stderr
     assert "cuda was asked for but torch sees no CUDA device" in done.stderr + done.stdout

@@ -12,6 +12,7 @@ from quantgate.cli.options import (
     CalibrationOpt,
     CheckpointOpt,
     DataDirOpt,
+    DeviceOpt,
     GatesOpt,
     ResultsOpt,
     RootOpt,
@@ -59,6 +60,7 @@ def repair(
             help="The run's plan.json (default: plan.json beside --results when there; 'none': plan anew).",
         ),
     ] = None,
+    device: DeviceOpt = "auto",
 ) -> None:
     """Search, for each failed (target, tenant), the smallest mixed-precision variant that passes.
 
@@ -85,5 +87,6 @@ def repair(
             "--root": root,
         },
         plan_file=plan_file,
+        device=device,
     )
     raise typer.Exit(code)

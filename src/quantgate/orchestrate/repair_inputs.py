@@ -36,8 +36,11 @@ def repair_command(
     budget: int | None,
     options: dict[str, Any],
     plan_file: Path | None,
+    device: str = "auto",
 ) -> int:
-    """Run a repair as the command does; its exit code."""
+    """Run a repair as the command does; its exit code. ``device`` (``quantgate.devices``): where
+    variants are built and evaluated; with a run's plan and "auto", the plan's device."""
+    from quantgate.devices import resolve
     from quantgate.progress import RichProgress
 
     results, artifacts = Path(results).resolve(), Path(artifacts).resolve()
@@ -50,6 +53,7 @@ def repair_command(
         plan_file = None
     elif plan_file is None and (results.parent / "plan.json").is_file():
         plan_file = results.parent / "plan.json"
+    asked = None if plan_file is not None and device == "auto" else resolve(device)
     out = Path(out).resolve() if out is not None else results.parent / "repair"
     with RichProgress() as progress:
         inputs, project, gates_path = (
@@ -58,7 +62,12 @@ def repair_command(
             else _from_options(results, options, progress)
         )
         report, report_json = _report(results, artifacts, report_json, project, gates_path, out)
-        inputs = dataclasses.replace(inputs, baselines=run_baselines(report, results, project))
+        inputs = dataclasses.replace(
+            inputs,
+            baselines=run_baselines(report, results, project),
+            device=_device(asked, plan_file),
+        )
+        progress.log(f"device: {inputs.device}")
         outcome = repair(
             report,
             artifacts,
@@ -116,6 +125,15 @@ def _report(
         raise UsageError(given, "no report.json there", "pass the report.json quantgate gate wrote")
     decision = gate_results(results, gates_path, project, artifacts_dir=artifacts)
     return decision, write_report_json(decision, out / "report", results)
+
+
+def _device(asked: str | None, plan_file: Path | None) -> str:
+    """``--device`` as resolved, else (a run's repair step, ``auto``) the device its plan records."""
+    from quantgate.orchestrate.plan import read_plan
+
+    if asked is not None or plan_file is None:
+        return asked or "cpu"
+    return read_plan(plan_file).device
 
 
 def _from_plan(

@@ -32,7 +32,12 @@ from quantgate.progress import SILENT, Progress
 
 SIGNATURE = "manifest.sig"
 TICK_S = 0.05
-ORIGIN_AFTER_S = 1.0  # peers first: the listed peers get this long to connect and say what they have
+FLUSH_S = 60.0
+# peers first: the origin waits until every listed peer has answered (connected, or refused), at
+# most this long (libtorrent dials on its one-second tick, and a handshake is a few round trips)
+ORIGIN_AFTER_S = 4.0
+ORIGIN_RETRY_S = 5.0  # a piece handed over from the origin and still missing this long is read again
+HAVE_WAIT_S = 1.0  # a connected peer that has said nothing of its pieces for this long holds none
 ORIGIN_WITH_PEERS = 2  # origin reads in flight while peers are connected (they share the rest)
 ORIGIN_WINDOW = 64  # origin reads pick at random among this many missing pieces, in load order
 ORIGIN_BACKOFF_S = (0.5, 8.0)  # after a failed origin read, wait (doubling) before the next
@@ -84,6 +89,10 @@ class _Swarm:
         self.last_done, self.last_change = -1, time.monotonic()
         self.layout: dict[int, list[tuple[str, int, int]]] = {}
         self.started = time.monotonic()
+        self.failed: set[int] = set()  # pieces that failed their hash check once
+        self.answered: set[tuple[str, int]] = set()  # listed peers that connected or refused
+        self.handshaken: dict[tuple[str, int], float] = {}
+        self.added: dict[int, float] = {}  # piece -> when the origin's bytes were handed over
 
     # -- the loop ------------------------------------------------------------------------------
     def until(self, done: Callable[[], bool], wanted: list[int], on_bytes: Callable[[int], None]) -> None:
@@ -107,6 +116,20 @@ class _Swarm:
                 )
             self.node.session.wait_for_alert(int(TICK_S * 1000))
         self._alerts()
+        self._flush()
+
+    def _flush(self) -> None:
+        """Wait until what libtorrent has verified is on disk (it writes behind its hash checks)."""
+        import libtorrent as lt
+
+        self.handle.flush_cache()
+        deadline = time.monotonic() + FLUSH_S
+        while time.monotonic() < deadline:
+            self.node.session.wait_for_alert(int(TICK_S * 1000))
+            for alert in self.node.session.pop_alerts():
+                if isinstance(alert, lt.cache_flushed_alert) and alert.handle == self.handle:
+                    return
+        raise OSError(f"{self.where}: the pieces were not written to disk within {FLUSH_S:.0f} s")
 
     def _alerts(self) -> None:
         import libtorrent as lt
@@ -116,6 +139,7 @@ class _Swarm:
                 continue  # another torrent of this engine (a version it seeds)
             if isinstance(alert, lt.hash_failed_alert):
                 self.transfer.bad_pieces += 1
+                self.failed.add(alert.piece_index)  # the origin's to send now, whoever has it
                 if alert.piece_index in self.from_origin:
                     self.from_origin[alert.piece_index] += 1
                     if self.from_origin[alert.piece_index] >= ORIGIN_BAD_PIECES:
@@ -125,6 +149,9 @@ class _Swarm:
                         )
             elif isinstance(alert, lt.piece_finished_alert):
                 self.from_origin.pop(alert.piece_index, None)
+                self.failed.discard(alert.piece_index)
+            elif isinstance(alert, lt.peer_error_alert | lt.peer_disconnected_alert):
+                self.answered.add((str(alert.endpoint[0]), int(alert.endpoint[1])))
             elif isinstance(alert, lt.torrent_error_alert):
                 raise OSError(f"{self.where}: {alert.message()}")
 
@@ -147,22 +174,38 @@ class _Swarm:
             self.transfer.origin_bytes += len(data)
             if not self.handle.have_piece(piece):
                 self.from_origin.setdefault(piece, 0)
-                self.handle.add_piece(piece, data, 0)
+                self.added[piece] = time.monotonic()
+                # over whatever a peer sent of it so far (a lying peer's blocks included)
+                self.handle.add_piece(piece, data, lt.torrent_handle.overwrite_existing)
         now = time.monotonic()
-        if self.reader is None or now < self.backoff_until or now - self.started < ORIGIN_AFTER_S:
-            return
         peers = self.handle.get_peer_info()
         self.seen |= {(str(p.ip[0]), int(p.ip[1])) for p in peers if p.total_download}
+        pending = lt.peer_info.handshake | lt.peer_info.connecting
+        for p in peers:  # a peer has answered once it said what it holds (or had time to)
+            endpoint = (str(p.ip[0]), int(p.ip[1]))
+            if not p.flags & pending:
+                since = self.handshaken.setdefault(endpoint, now)
+                if p.flags & lt.peer_info.seed or p.num_pieces or now - since >= HAVE_WAIT_S:
+                    self.answered.add(endpoint)
+        waiting = now - self.started < ORIGIN_AFTER_S and not self.node.listed() <= self.answered
+        if self.reader is None or now < self.backoff_until or waiting:
+            return
         seeds = sum(1 for p in peers if p.flags & lt.peer_info.seed)
         limit = self.concurrency if not peers else ORIGIN_WITH_PEERS
-        if seeds or len(self.inflight) >= limit:
+        if len(self.inflight) >= limit:
             return
         availability = self.handle.piece_availability()
-        busy = {q["piece_index"] for q in self.handle.get_download_queue()} | set(self.inflight)
-        busy |= set(self.from_origin)  # added, being checked
-        missing = [
-            p for p in wanted if p not in busy and not self.handle.have_piece(p) and not availability[p]
-        ]
+        queued = {q["piece_index"] for q in self.handle.get_download_queue()}
+        recent = {p for p, at in self.added.items() if now - at < ORIGIN_RETRY_S}
+        busy = set(self.inflight) | (set(self.from_origin) & recent)  # read, or added and being checked
+
+        def from_origin(p: int) -> bool:  # a piece that failed its hash, or one no peer has
+            if p in busy or self.handle.have_piece(p):
+                return False
+            # a piece in libtorrent's queue is a peer's to send, unless no peer is left to send it
+            return p in self.failed or (not seeds and not availability[p] and (p not in queued or not peers))
+
+        missing = [p for p in wanted if from_origin(p)]
         window = missing[:ORIGIN_WINDOW]
         random.shuffle(window)
         for piece in window[: limit - len(self.inflight)]:
@@ -223,11 +266,12 @@ def fetch(
     concurrency: int,
     where: str,
     progress: Progress = SILENT,
-) -> tuple[Manifest, bytes, bytes, Transfer]:
+) -> tuple[Manifest, bytes, bytes | None, Transfer]:
     """The version's files into ``save_path/name`` (its staging directory).
 
     Returns the manifest ``verify_manifest(manifest path, signature)`` accepted, the signature,
-    the torrent's bytes (the node keeps them to seed the entry) and the ``Transfer``.
+    the torrent's bytes (the node keeps them to seed the entry; None when it cannot) and the
+    ``Transfer``.
     ``TorrentRefused`` when the swarm's torrent does not describe the signed manifest.
     """
     import libtorrent as lt
@@ -238,7 +282,9 @@ def fetch(
     else:
         params.info_hashes = lt.info_hash_t(lt.sha256_hash(bytes.fromhex(info_hash)))
     params.save_path = str(save_path)
-    params.flags |= lt.torrent_flags.default_dont_download
+    if torrent_data is not None:  # priorities are set below; by info-hash, every file stays wanted so
+        # that the torrent is never finished with nothing wanted, when libtorrent drops its seeds
+        params.flags |= lt.torrent_flags.default_dont_download
     params.flags &= ~(lt.torrent_flags.auto_managed | lt.torrent_flags.paused)
     handle = node.session.add_torrent(params)
     swarm = _Swarm(node, handle, reader, concurrency, node.fleet.stall_s, where)
@@ -273,7 +319,7 @@ def fetch(
         swarm.plan(found, pieces)
         with progress.task(f"pull {name[:12]} from peers", sum(s for _, s in rest)) as bar:
             swarm.until(_complete(handle, [i for i, _ in rest], [s for _, s in rest]), pieces, bar.advance)
-        torrent_bytes = torrent_data if torrent_data is not None else _bencoded(handle)
+        torrent_bytes = torrent_data if torrent_data is not None else _bencoded(found, staging)
         status = handle.status()
         swarm.transfer.peer_bytes = int(status.total_payload_download)
         swarm.transfer.peers = len(swarm.seen)
@@ -286,7 +332,10 @@ def fetch(
 
 
 def _want(handle, found: torrents.Torrent, rels: list[str]) -> None:
-    priorities = [0] * found.info.num_files()
+    """``rels`` first (the manifest and its signature highest), then every other file at the
+    lowest priority: wanted, so the torrent never counts as finished between the steps (libtorrent
+    drops its connections to seeds then), and peers may send them, which the merkle tree checks."""
+    priorities = [1] * found.info.num_files()
     for rank, rel in enumerate(rels):
         priorities[found.files[rel][0]] = 7 if rank < 2 else 4
     handle.prioritize_files(priorities)
@@ -300,11 +349,14 @@ def _wanted_pieces(found: torrents.Torrent, rels: list[str]) -> list[int]:
     return list(dict.fromkeys(ordered))
 
 
-def _bencoded(handle) -> bytes:
-    import libtorrent as lt
-
-    creator = lt.create_torrent(handle.torrent_file())
-    return lt.bencode(creator.generate())
+def _bencoded(found: torrents.Torrent, staging: Path) -> bytes | None:
+    """The torrent of a version fetched by its info-hash alone (libtorrent keeps no piece layers to
+    write out), made again from the verified files; None when it does not come out the same."""
+    try:
+        data = torrents.make(found.name, {rel: staging / rel for rel in found.files})
+        return data if torrents.info_hash(data) == found.info_hash else None
+    except (OSError, ValueError, RuntimeError):
+        return None
 
 
 def _remove(node: Node, handle) -> None:

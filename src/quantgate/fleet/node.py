@@ -39,12 +39,14 @@ def _settings(fleet: FleetSettings, listen: str) -> dict:
         "in_enc_policy": int(lt.enc_policy.pe_disabled),
         "allow_multiple_connections_per_ip": True,
         "unchoke_slots_limit": -1,  # every peer of the fleet is served, none waits for a slot
+        "min_reconnect_time": 1,  # a peer that dropped (or restarted) is dialled again within a second
         "upload_rate_limit": int(fleet.upload_mb_s * MB),
         "alert_mask": int(
             lt.alert_category.error
             | lt.alert_category.status
             | lt.alert_category.storage
             | lt.alert_category.peer
+            | lt.alert_category.piece_progress
         ),
         "user_agent": "quantgate",
     }
@@ -90,12 +92,21 @@ class Node:
         """The port this node's engine listens on."""
         return int(self.session.listen_port())
 
-    def connect_peers(self, handle, own_port: int | None = None) -> None:
+    def listed(self) -> set[tuple[str, int]]:
+        """The listed peers other than this node."""
+        own = {
+            ("127.0.0.1", self.port),
+            ("localhost", self.port),
+            (endpoints(self.fleet.listen)[0][0], self.port),
+        }
+        return set(self.fleet.peer_endpoints) - own
+
+    def connect_peers(self, handle) -> None:
         """Ask every listed peer that is not connected yet (at most every ``RECONNECT_S``)."""
         connected = {(p.ip[0], p.ip[1]) for p in handle.get_peer_info()}
         now = time.monotonic()
-        for peer in self.fleet.peer_endpoints:
-            if peer in connected or (peer[1] == self.port and peer[0] in ("127.0.0.1", "localhost")):
+        for peer in sorted(self.listed()):
+            if peer in connected:
                 continue
             if now - self._tried.get(peer, 0.0) >= RECONNECT_S:
                 self._tried[peer] = now

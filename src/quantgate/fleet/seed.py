@@ -36,14 +36,16 @@ class Seeder:
         """Add the entries installed since the last call and drop those gone; the entries seeded."""
         installed = {name for _, _, name in self.cache.entries()}
         for entry in sorted(set(self.handles) - installed):
-            self.node.session.remove_torrent(self.handles.pop(entry))
+            with contextlib.suppress(RuntimeError):  # already gone from the engine
+                self.node.session.remove_torrent(self.handles.pop(entry))
         for entry in sorted(installed - set(self.handles)):
             params = self._params(entry)
             if params is None:
                 continue
             self.handles[entry] = self.node.session.add_torrent(params)
         for handle in self.handles.values():
-            self.node.connect_peers(handle)
+            with contextlib.suppress(RuntimeError):  # removed by the engine since (an error)
+                self.node.connect_peers(handle)
         self.node.session.pop_alerts()
         return set(self.handles)
 
@@ -66,7 +68,7 @@ class Seeder:
         params = lt.add_torrent_params()
         params.ti = found.info
         params.save_path = str(self.cache.root)
-        params.flags |= lt.torrent_flags.seed_mode | lt.torrent_flags.upload_mode
+        params.flags |= lt.torrent_flags.seed_mode
         params.flags &= ~(lt.torrent_flags.auto_managed | lt.torrent_flags.paused)
         if SIGNATURE in found.files:  # the signature lives in the install record, not the entry
             sig = self.cache.signature_path(entry)

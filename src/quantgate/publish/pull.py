@@ -405,7 +405,14 @@ def _fetch(
             rel, problem = next(iter(sorted(bad.items())))
             more = f"; {len(bad) - 1} more file(s) too" if len(bad) > 1 else ""
             raise _tampered(rel, resolved, problem + more)
-        return cache.install(entry, staging, {"signature": signature.decode()})
+        path = cache.install(entry, staging, {"signature": signature.decode()})
+        if signed.torrent is not None:  # kept for `quantgate seed`, once the store's copy is the signed one
+            with contextlib.suppress(TamperedArtifactError):
+                torrent_data = _store_torrent(store, cache.staging(entry), resolved, signed.torrent)
+                if torrent_data is not None:
+                    cache.keep_torrent(entry, torrent_data)
+            cache.discard_staging(entry)
+        return path
 
 
 def _store_torrent(store: ArtifactStore, staging: Path, resolved: Resolved, info_hash: str) -> bytes | None:
@@ -486,7 +493,9 @@ def _fetch_from_fleet(
             "signature": signature.decode(),
             "peer_bytes": str(transfer.peer_bytes),
             "origin_bytes": str(transfer.origin_bytes),
+            "bad_pieces": str(transfer.bad_pieces),
         },
     )
-    cache.keep_torrent(entry, torrent_data)
+    if torrent_data is not None:
+        cache.keep_torrent(entry, torrent_data)
     return path

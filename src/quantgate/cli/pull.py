@@ -58,6 +58,14 @@ def pull(
             "--offline", help="No registry call: the version this node last resolved, from its cache."
         ),
     ] = False,
+    seed: Annotated[
+        bool,
+        typer.Option(
+            "--seed",
+            help="Then keep serving this node's cached versions to its fleet peers (quantgate seed), "
+            "until stopped.",
+        ),
+    ] = False,
     cache: CacheOpt = None,
     root: RootOpt = None,
 ) -> None:
@@ -86,4 +94,8 @@ def pull(
             offline=offline,
             link=link,
         )
-    print(path)
+    print(path, flush=True)
+    if seed:
+        from quantgate.cli.seed import serve
+
+        serve((cache or cache_dir()).resolve(), root)

@@ -1,0 +1,39 @@
+"""``quantgate seed``: serve this node's cached versions to its fleet peers (``quantgate.fleet``).
+
+Runs until SIGTERM or SIGINT, upload bounded by ``QUANTGATE_FLEET_UPLOAD_MB_S``; an entry
+installed by a pull is served within a rescan, an evicted one dropped.
+"""
+
+from __future__ import annotations
+
+import signal
+import sys
+import threading
+from pathlib import Path
+
+from quantgate.cli.options import CacheOpt, RootOpt
+from quantgate.paths import cache_dir, project_root
+
+
+def serve(cache: Path, root: Path | None) -> None:
+    """Seed the pull cache under ``cache`` until a signal (pull's ``--seed`` ends here too)."""
+    from quantgate.fleet.node import node
+    from quantgate.fleet.seed import seed as seed_cache
+    from quantgate.publish import RegistryConfig
+
+    cfg = RegistryConfig.from_env((root or project_root()).resolve())
+    stop = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: stop.set())
+    with node(cfg.fleet) as own:
+        print(
+            f"seeding {cache / 'pull'} on port {own.port} to {len(own.listed())} listed peer(s), "
+            f"at most {cfg.fleet.upload_mb_s:g} MB/s",
+            file=sys.stderr,
+        )
+        seed_cache(own, cache, cfg.cache_max_bytes, stop)
+
+
+def seed(cache: CacheOpt = None, root: RootOpt = None) -> None:
+    """Serve this node's cached versions to the peers QUANTGATE_FLEET_PEERS lists, until stopped."""
+    serve((cache or cache_dir()).resolve(), root)

@@ -304,6 +304,9 @@ def _build_all(
                         os.link(path, dest)
                 linked_from = twin.name
                 status = "linked"
+                # the same bytes: the same KV scales, computed as the twin's manifest says
+                twin_manifest = read_manifest(twin)
+                kv_info = twin_manifest.build.kv_calibration if twin_manifest is not None else None
                 source_files = finalize.verify_support_files(Path(source.path), tmp)
             else:
                 engine = engines[recipe.engine]

@@ -197,6 +197,11 @@ def test_stored_scale_is_absmax_over_448_of_the_served_numerics(overridden, cata
     manifest = json.loads((hopper / "manifest.json").read_text())
     assert manifest["build"]["kv_calibration"] == {"by": "quantgate", "canonical": True, "notes": []}
     assert manifest["build"]["device"] == "cpu"
+    # rocm-cdna3-fp8 links hopper-fp8's bytes: its manifest says how those scales were computed too
+    rocm = json.loads((results["rocm-cdna3-fp8"].path / "manifest.json").read_text())["build"]
+    assert (
+        rocm["linked_from"] == "hopper-fp8" and rocm["kv_calibration"] == manifest["build"]["kv_calibration"]
+    )
 
 
 def _reordered_linear(x, weight, bias=None):

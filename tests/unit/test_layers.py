@@ -33,7 +33,7 @@ def _lint(project: Path) -> subprocess.CompletedProcess[str]:
     """lint-imports over the ``quantgate`` found first on ``project/src``, with ``project``'s contracts."""
     env = {**os.environ, "PYTHONPATH": str(project / "src")}
     return subprocess.run(
-        [str(LINT_IMPORTS), "--no-cache", "--config", str(project / "pyproject.toml")],
+        [str(LINT_IMPORTS), "--no-cache", str(project / "pyproject.toml")],
         cwd=project,
         env=env,
         capture_output=True,

@@ -8,20 +8,24 @@ from __future__ import annotations
 import inspect
 import subprocess
 import sys
+from pathlib import Path
 from typing import get_type_hints
 
 import pytest
 
-from quantgate.cli import build, evaluate, gate, options, repair, run
+from quantgate.cli import build, commands, evaluate, gate, options, repair, run
 from quantgate.cli.commands import app
 
 pytestmark = pytest.mark.unit
 
-COMMANDS = {"build", "eval", "gate", "report", "publish", "pull", "repair", "run"}
+STEPS = {"build", "eval", "gate", "report", "publish", "pull", "repair", "run"}
+SUPPORT = {"__init__", "__main__", "commands", "options"}  # the package's modules that are no command
 
 
-def test_every_command_is_registered():
-    assert {c.name for c in app.registered_commands} == COMMANDS
+def test_every_command_module_is_registered():
+    modules = {p.stem for p in Path(commands.__file__).parent.glob("*.py")} - SUPPORT
+    assert {c.callback.__module__.rsplit(".", 1)[1] for c in app.registered_commands} == modules
+    assert STEPS <= {c.name for c in app.registered_commands}
 
 
 def _option_types(command) -> dict[str, object]:

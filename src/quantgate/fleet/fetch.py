@@ -206,9 +206,13 @@ class _Swarm:
             return p in self.failed or (not seeds and not availability[p] and (p not in queued or not peers))
 
         missing = [p for p in wanted if from_origin(p)]
-        window = missing[:ORIGIN_WINDOW]
+        # this node's share first (piece % nodes == its place in the sorted list): nodes listed
+        # together read different pieces from the origin and swap them; then the rest, at random
+        share, others = self.node.share()
+        own = [p for p in missing if p % others == share]
+        window = [p for p in missing if p % others != share][:ORIGIN_WINDOW]
         random.shuffle(window)
-        for piece in window[: limit - len(self.inflight)]:
+        for piece in (own + window)[: limit - len(self.inflight)]:
             self.inflight[piece] = self.pool.submit(self._read_piece, piece)
 
     def plan(self, found: torrents.Torrent, pieces: list[int]) -> None:

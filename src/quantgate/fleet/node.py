@@ -101,6 +101,13 @@ class Node:
         }
         return set(self.fleet.peer_endpoints) - own
 
+    def share(self) -> tuple[int, int]:
+        """(this node's place, how many nodes) in the sorted list of the listed peers and itself:
+        which pieces this node reads from the origin first."""
+        own = (endpoints(self.fleet.listen)[0][0], self.port)
+        everyone = sorted({*self.listed(), own})
+        return everyone.index(own), len(everyone)
+
     def connect_peers(self, handle) -> None:
         """Ask every listed peer that is not connected yet (at most every ``RECONNECT_S``)."""
         connected = {(p.ip[0], p.ip[1]) for p in handle.get_peer_info()}

@@ -39,6 +39,7 @@ from pydantic import ValidationError
 from quantgate.artifact import MANIFEST, MAX_MANIFEST_BYTES, Manifest
 from quantgate.errors import (
     DiskFullError,
+    QuantgateError,
     RegistryUnavailableError,
     SignatureError,
     TamperedArtifactError,
@@ -407,7 +408,8 @@ def _fetch(
             raise _tampered(rel, resolved, problem + more)
         path = cache.install(entry, staging, {"signature": signature.decode()})
         if signed.torrent is not None:  # kept for `quantgate seed`, once the store's copy is the signed one
-            with contextlib.suppress(TamperedArtifactError):
+            # (best effort: the artifact is installed; a store that fails now only means no seeding)
+            with contextlib.suppress(QuantgateError, OSError):
                 torrent_data = _store_torrent(store, cache.staging(entry), resolved, signed.torrent)
                 if torrent_data is not None:
                     cache.keep_torrent(entry, torrent_data)

@@ -96,8 +96,8 @@ def test_interrupted_upload_leaves_no_version_or_alias_and_a_rerun_completes_it(
     _with_faults(monkeypatch, counting)
     outcome = publish_report(report, artifacts, cfg).artifacts[0]
     assert outcome.created and outcome.run_id == run.info.run_id and outcome.aliases == ["approved-chat"]
-    # 3 files, report.json, report.md, manifest.json, manifest.sig: 2 were already there intact
-    assert counting.sent == 7 - 2
+    # 3 files, report.json, report.md, manifest.json, manifest.sig, manifest.torrent: 2 were already there intact
+    assert counting.sent == 8 - 2
     assert client.get_run(run.info.run_id).info.status == "FINISHED"
     path = pull(MODEL, "hopper-fp8", "chat", cfg, cache_dir=pull_cache)
     assert hash_files(path) == hash_files(artifacts / "hopper-fp8")

@@ -22,7 +22,7 @@ from typing import Any
 from pydantic import NonNegativeInt, ValidationError, field_validator
 
 from quantgate.config import KVCache, Numerics
-from quantgate.errors import InputError
+from quantgate.errors import InputError, first_problem
 from quantgate.frozen import FrozenRecord
 from quantgate.hashing import FileEntry, file_problem, sha256_files
 from quantgate.safe_path import path_problem
@@ -244,16 +244,7 @@ def load_manifest(directory: Path) -> Manifest:
     try:
         return Manifest.model_validate_json(data)
     except ValidationError as exc:
-        raise InputError(path, f"not a valid artifact manifest: {_first_problem(exc)}", fix) from None
-
-
-def _first_problem(exc: ValidationError) -> str:
-    """The first of pydantic's errors as ``field.sub: message`` (never the offending input)."""
-    errors = exc.errors(include_url=False, include_input=False, include_context=False)
-    first = errors[0]
-    where = ".".join(str(part) for part in first["loc"])
-    more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
-    return f"{where + ': ' if where else ''}{first['msg']}{more}"
+        raise InputError(path, f"not a valid artifact manifest: {first_problem(exc)}", fix) from None
 
 
 def verify_files(directory: Path, manifest: Manifest) -> list[str]:

@@ -12,6 +12,10 @@ artifact that failed (its build, its serving check or its gate), 75 for a failur
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from pydantic import ValidationError
 
 
 class QuantgateError(Exception):
@@ -203,3 +207,13 @@ class RegistryUnavailableError(TransientError):
     def __init__(self, where: str | Path, problem: str, fix: str) -> None:
         self.path, self.problem, self.fix = str(where), problem, fix
         super().__init__(f"{where}: {problem}. Fix: {fix}")
+
+
+def first_problem(exc: ValidationError) -> str:
+    """The first of pydantic's errors as ``field.sub: message`` (never the offending input), for a
+    one-line refusal of a file quantgate reads back (manifests, evaluation results)."""
+    errors = exc.errors(include_url=False, include_input=False, include_context=False)
+    first = errors[0]
+    where = ".".join(str(part) for part in first["loc"])
+    more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
+    return f"{where + ': ' if where else ''}{first['msg']}{more}"

@@ -22,7 +22,7 @@ from typing import Any, Literal
 from pydantic import Field, ValidationError
 
 from quantgate.atomic import write_json
-from quantgate.errors import InputError
+from quantgate.errors import InputError, first_problem
 from quantgate.frozen import FrozenRecord
 
 RESULTS_VERSION = 1
@@ -131,18 +131,12 @@ class Evaluation:
         return next((r.build_key for r in self.results.get(artifact, {}).values() if r.build_key), None)
 
 
-def _problem(exc: ValidationError) -> str:
-    first = exc.errors()[0]
-    where = ".".join(str(p) for p in first["loc"]) or "(top level)"
-    return f"{where}: {first['msg']}"
-
-
 def read_suite_result(path: Path) -> SuiteResultFile:
     """One ``<model>/<suite>.json``, validated; ``InputError`` naming the file and the field."""
     try:
         return SuiteResultFile.model_validate_json(Path(path).read_bytes())
     except ValidationError as exc:
-        raise InputError(path, f"not an evaluation result: {_problem(exc)}", "evaluate again") from exc
+        raise InputError(path, f"not an evaluation result: {first_problem(exc)}", "evaluate again") from exc
 
 
 def read_run_info(path: Path) -> RunInfo:
@@ -150,7 +144,9 @@ def read_run_info(path: Path) -> RunInfo:
     try:
         return RunInfo.model_validate_json(Path(path).read_bytes())
     except ValidationError as exc:
-        raise InputError(path, f"not an evaluation's run.json: {_problem(exc)}", "evaluate again") from exc
+        raise InputError(
+            path, f"not an evaluation's run.json: {first_problem(exc)}", "evaluate again"
+        ) from exc
 
 
 def read_evaluation(eval_dir: Path) -> Evaluation:

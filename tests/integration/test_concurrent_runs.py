@@ -19,25 +19,9 @@ from pathlib import Path
 import pytest
 
 from quantgate.orchestrate.out_lock import HOLDER
+from support.gates import LENIENT_HOPPER
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
-
-GATES = """\
-version: 1
-model_classes:
-  draft:
-    description: the tiny test model's class
-    match: {moe: false, max_params: 1.5e9}
-    targets: {required: [hopper-fp8]}
-    kv_cache: bf16
-tenants:
-  lenient:
-    description: every artifact of a working build passes
-    floors: [{suite: wikitext, metric: kld_mean, max: 10.0}]
-  support:
-    description: named by eval_suites/support-domain.yaml; judged on wikitext here
-    floors: [{suite: wikitext, metric: kld_mean, max: 10.0}]
-"""
 
 
 def _scaled_copy(source: Path, dest: Path) -> Path:
@@ -82,7 +66,7 @@ def _wait_until_started(run: subprocess.Popen, out: Path, seconds: float = 600) 
 
 
 def test_a_second_run_on_the_same_out_is_refused_and_the_first_is_its_own(tmp_path, _tiny_models):
-    (tmp_path / "gates.yaml").write_text(GATES)
+    (tmp_path / "gates.yaml").write_text(LENIENT_HOPPER)
     alpha = Path(shutil.copytree(_tiny_models["llama"], tmp_path / "alpha"))
     beta = _scaled_copy(_tiny_models["llama"], tmp_path / "beta")
     env = {

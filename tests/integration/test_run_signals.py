@@ -20,30 +20,14 @@ from pathlib import Path
 import pytest
 
 from quantgate.orchestrate.reaper import children
+from support.gates import LENIENT_HOPPER
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
-
-GATES = """\
-version: 1
-model_classes:
-  draft:
-    description: the tiny test model's class
-    match: {moe: false, max_params: 1.5e9}
-    targets: {required: [hopper-fp8]}
-    kv_cache: bf16
-tenants:
-  lenient:
-    description: every artifact of a working build passes
-    floors: [{suite: wikitext, metric: kld_mean, max: 10.0}]
-  support:
-    description: named by eval_suites/support-domain.yaml; judged on wikitext here
-    floors: [{suite: wikitext, metric: kld_mean, max: 10.0}]
-"""
 
 
 @pytest.fixture
 def run_env(tmp_path, _tiny_models):
-    (tmp_path / "gates.yaml").write_text(GATES)
+    (tmp_path / "gates.yaml").write_text(LENIENT_HOPPER)
     env = {
         **os.environ,
         "PREFECT_HOME": str(tmp_path / "prefect-home"),  # its own ephemeral server's database and leases

@@ -149,6 +149,14 @@ class Calibration(Frozen):
         "observer-only recipes it writes the same artifact faster, but holds the whole model on "
         "one device and cannot serve GPTQ-style layer-by-layer updates",
     )
+    compute_dtype: Literal["bfloat16", "float32"] = Field(
+        "bfloat16",
+        description="the dtype the source is loaded in for calibration; the artifact is stored in "
+        "bfloat16 either way. float32 for recipes whose cost is the calibration forward passes "
+        "(GPTQ): CPUs without native bf16 (no AVX512-BF16/AMX) run bf16 matmuls 4-5x slower than "
+        "float32, and float32 activations only make the Hessians more exact. One rule for every "
+        "machine, so a recipe's numerics never depend on the CPU it ran on",
+    )
 
 
 class Recipe(Frozen):

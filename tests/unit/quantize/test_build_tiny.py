@@ -195,6 +195,10 @@ def test_nvfp4_and_int4_formats(tiny_llama, tmp_path, catalog, repo_root, calibr
     scale = int4["model.layers.0.mlp.down_proj.weight_scale"]
     assert scale.shape == (64, 128 // 64)  # groups of 64 along the input dimension
     assert int4["model.layers.0.mlp.down_proj.weight_packed"].dtype == torch.int32  # 8 int4 per int32
+    # GPTQ calibrates in float32 (the recipe's compute_dtype); the artifact is stored in bf16 as the
+    # source is, and serves as one (a float32 config would make vLLM load every layer in float32)
+    assert scale.dtype == torch.bfloat16 and int4["model.embed_tokens.weight"].dtype == torch.bfloat16
+    assert json.loads((results[1].path / "config.json").read_text())["dtype"] == "bfloat16"
     config = json.loads((results[1].path / "config.json").read_text())["quantization_config"]
     assert config["format"] == "pack-quantized"
     assert config["config_groups"]["group_0"]["weights"]["group_size"] == 64

@@ -108,19 +108,20 @@ class OneshotEngine:
         check_group_sizes(source, recipe, ignore=list(args.get("ignore", [])))
         self.calibrates_kv_cache = not _caches_a_latent(source)
 
-    def _load(self, source: SourceRecord) -> tuple[Any, Any]:
-        if source.content_hash not in self._loaded:
+    def _load(self, source: SourceRecord, dtype: str) -> tuple[Any, Any]:
+        key = f"{source.content_hash}:{dtype}"
+        if key not in self._loaded:
             import torch
             from transformers import AutoModelForCausalLM, AutoTokenizer
 
-            model = AutoModelForCausalLM.from_pretrained(source.path, dtype=torch.bfloat16)
+            model = AutoModelForCausalLM.from_pretrained(source.path, dtype=getattr(torch, dtype))
             if source.moe:
                 _linearize(model)
             _latent_inputs_as_tokens(model)
             model.eval()
             tokenizer = AutoTokenizer.from_pretrained(source.path)
-            self._loaded = {source.content_hash: (model, tokenizer)}  # one source at a time
-        return self._loaded[source.content_hash]
+            self._loaded = {key: (model, tokenizer)}  # one source (in one dtype) at a time
+        return self._loaded[key]
 
     def _dataset(self, job: BuildJob, tokenizer: Any):
         from datasets import Dataset
@@ -146,7 +147,8 @@ class OneshotEngine:
         quiet()
         from llmcompressor import oneshot
 
-        base, tokenizer = self._load(job.source)
+        calibration = job.recipe.calibration
+        base, tokenizer = self._load(job.source, calibration.compute_dtype)
         dataset = self._dataset(job, tokenizer)
         # oneshot re-reads the config from the model's name_or_path (the source directory); a copy keeps it
         model = copy.deepcopy(base)
@@ -173,6 +175,13 @@ class OneshotEngine:
                 **extra,
             )
         with job.progress.task(f"{job.recipe.name}: writing compressed checkpoint", total=None):
+            if calibration.compute_dtype != "bfloat16":
+                # stored as every artifact is: the fake-quantized weights and their scales in bf16
+                # (an int4 level times its scale survives the cast: |q| <= 8 is far inside bf16's
+                # 2^-9 relative step, so compression recovers the same integers)
+                import torch
+
+                model.to(torch.bfloat16)
             model.save_pretrained(job.out_dir, save_compressed=True)
             tokenizer.save_pretrained(job.out_dir)
         del model

@@ -17,7 +17,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from quantgate.numerics.formats import ActivationFormat
+from quantgate.numerics.formats import ActivationFormat, work_dtype
 from quantgate.numerics.weights import DecodedWeight
 
 
@@ -59,9 +59,10 @@ class EmulatedLinear(nn.Module):
         self.register_buffer("bias", None if bias is None else bias.detach().float())
 
     def quantize_input(self, x: Tensor) -> Tensor:
-        """The activations the kernel multiplies, dequantized to float32 (x itself if weight-only)."""
+        """The activations the kernel multiplies, dequantized to float32 (x itself if weight-only;
+        float64 for a float64 input: the canonical pass, ``formats.work_dtype``)."""
         if self.activation is None:
-            return x.float()
+            return x.to(work_dtype(x))
         return self.activation.quantize(x, self.input_global_scale)
 
     @torch.no_grad()

@@ -6,9 +6,13 @@ function plus ``@register_activation(name)`` or ``@register_kv_cache(name)``; no
 is edited. Weight formats (how bytes on disk decode) live in ``weights.py`` under the same
 pattern.
 
-Arithmetic is float32 throughout, because that is what the serving kernels do: the dynamic
-scale, its reciprocal and the scaled value are float32 before the cast to the narrow type.
-The cast itself is torch's round-to-nearest-even, after an explicit clamp (torch's float8
+Arithmetic is float32, because that is what the serving kernels do: the dynamic scale, its
+reciprocal and the scaled value are float32 before the cast to the narrow type. A float64 input
+is the exception (``work_dtype``): the build's canonical KV pass (``quantize/canonical.py``) needs
+the same bits on any device, and float32 steps do not give them (measured on the H200: a per-token
+FP8 quantization of float64 inputs 1 ulp apart gave outputs 3e-7 apart in 3,840 of 5,888 values,
+and the KV scales followed; in float64 the CPU's and the GPU's scales are the same bits). The cast
+itself is torch's round-to-nearest-even, after an explicit clamp (torch's float8
 casts do not saturate: an e4m3fnuz value beyond +-240 becomes NaN).
 """
 
@@ -115,17 +119,23 @@ def kv_cache_formats() -> list[str]:
 _FP8_DYNAMIC = {"type": "float", "num_bits": 8, "strategy": "token", "dynamic": True}
 
 
+def work_dtype(x: Tensor) -> torch.dtype:
+    """float32, as the kernels compute; float64 for a float64 input (the canonical pass)."""
+    return torch.float64 if x.dtype == torch.float64 else torch.float32
+
+
 def fp8_per_token(x: Tensor, dtype: torch.dtype, qmax: float) -> Tensor:
     """Dynamic per-token FP8 fake quantization, as vLLM's ``QuantFP8`` reference does it.
 
     scale = max(amax(|x|) / qmax, 1 / (qmax * 512)) per row (the floor guards all-zero rows
     exactly as vLLM does), q = cast(clamp(x * (1 / scale), +-qmax)), result q * scale.
     """
-    x = x.float()
+    work = work_dtype(x)
+    x = x.to(work)
     amax = x.abs().amax(dim=-1, keepdim=True)
     scale = (amax / qmax).clamp(min=1.0 / (qmax * 512.0))
     q = (x * scale.reciprocal()).clamp(-qmax, qmax).to(dtype)
-    return q.float() * scale
+    return q.to(work) * scale
 
 
 @register_activation(
@@ -183,8 +193,8 @@ def nvfp4_calibrated(x: Tensor, global_scale: Tensor | None = None) -> Tensor:
 
     if global_scale is None:
         raise ValueError("nvfp4_calibrated needs the module's calibrated input_global_scale")
-    x = x.float()
-    global_scale = global_scale.float()
+    x = x.to(work_dtype(x))
+    global_scale = global_scale.to(x.dtype)
     args = _nvfp4_args()
     scale, zero_point = compute_dynamic_scales_and_zp(
         value=x, args=args, module=None, global_scale=global_scale
@@ -202,9 +212,10 @@ def fp8_kv(x: Tensor, scale: Tensor | float, dtype: torch.dtype, qmax: float) ->
     (``reshape_and_cache_flash``: ``key / k_scale`` then a saturating cast; attention
     dequantizes with the same scale.) Returns x's dtype: attention here runs in the model's dtype.
     """
-    s = scale.float() if isinstance(scale, Tensor) else torch.tensor(float(scale))
-    q = (x.float() / s).clamp(-qmax, qmax).to(dtype)
-    return (q.float() * s).to(x.dtype)
+    work = work_dtype(x)
+    s = scale.to(work) if isinstance(scale, Tensor) else torch.tensor(float(scale), dtype=work)
+    q = (x.to(work) / s).clamp(-qmax, qmax).to(dtype)
+    return (q.to(work) * s).to(x.dtype)
 
 
 @register_kv_cache(

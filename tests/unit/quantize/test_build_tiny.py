@@ -198,8 +198,9 @@ def test_nvfp4_and_int4_formats(tiny_llama, tmp_path, catalog, repo_root, calibr
     # GPTQ calibrates in float32 (the recipe's compute_dtype); the artifact is stored in bf16 as the
     # source is, and serves as one (a float32 config would make vLLM load every layer in float32)
     assert scale.dtype == torch.bfloat16 and int4["model.embed_tokens.weight"].dtype == torch.bfloat16
-    assert json.loads((results[1].path / "config.json").read_text())["dtype"] == "bfloat16"
-    config = json.loads((results[1].path / "config.json").read_text())["quantization_config"]
+    int4_config = json.loads((results[1].path / "config.json").read_text())
+    assert int4_config["dtype"] == "bfloat16"
+    config = int4_config["quantization_config"]
     assert config["format"] == "pack-quantized"
     assert config["config_groups"]["group_0"]["weights"]["group_size"] == 64
     for r in results:

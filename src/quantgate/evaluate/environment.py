@@ -56,8 +56,11 @@ def switches() -> dict[str, str]:
 
     ``kernels`` is the instruction set ATen dispatches to: the CPU's best, or less where
     ``$ATEN_CPU_CAPABILITY`` caps it (``avx2`` on an AVX-512 machine gives another machine's numbers).
+    ``cpu_bf16_gemm`` is how a CPU evaluation multiplies bf16 linears (``numerics.cpu_gemm``).
     """
     import torch
+
+    from quantgate.numerics import CPU_BF16_GEMM
 
     return {
         "compile": fusion.setting(),
@@ -65,6 +68,7 @@ def switches() -> dict[str, str]:
         "cpu": ",".join(cpu_features()) or "unknown",
         "kernels": torch.backends.cpu.get_cpu_capability(),
         "machine": platform.machine(),
+        "cpu_bf16_gemm": CPU_BF16_GEMM,
     }
 
 

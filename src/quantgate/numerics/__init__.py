@@ -8,6 +8,7 @@ measures W8A16 where the hardware runs W8A8, and reports which numerics it used.
 - ``formats``: activation and KV cache formats (pure tensor functions, one registry);
 - ``weights``: how each on-disk weight format decodes, exactly;
 - ``emulated``: ``EmulatedLinear``, a quantized Linear computed as its kernel computes it;
+- ``cpu_gemm``: ``Float32GemmLinear``, a bf16 Linear on the CPU computed as a GPU's bf16 GEMM;
 - ``moe``: ``EmulatedExperts``, a mixture-of-experts layer's per-expert weights in place of
   transformers' fused experts, computed as vLLM's fused-MoE kernels compute them;
 - ``kvcache``: FP8 KV cache emulation after RoPE, through transformers' attention dispatch;
@@ -17,6 +18,7 @@ measures W8A16 where the hardware runs W8A8, and reports which numerics it used.
 from typing import TYPE_CHECKING
 
 from quantgate.exports import lazy_exports
+from quantgate.numerics.cpu_gemm import CPU_BF16_GEMM, Float32GemmLinear
 from quantgate.numerics.emulated import EmulatedLinear
 from quantgate.numerics.formats import (
     activation_format,
@@ -37,10 +39,12 @@ if TYPE_CHECKING:
     from quantgate.numerics.moe import expert_key
 
 __all__ = [
+    "CPU_BF16_GEMM",
     "DecodedWeight",
     "EmulatedExperts",
     "EmulatedLinear",
     "EvalModel",
+    "Float32GemmLinear",
     "NumericsReport",
     "ObserveKV",
     "activation_format",

@@ -5,13 +5,15 @@ torch's fused ``scaled_dot_product_attention`` kernel spends as long on a 512-to
 of a small model's projections do (profiled on the default model: 0.86 s of attention against
 1.1 s of matmuls for 4,096 tokens). Splitting the queries into blocks lets every block attend
 only to the keys at or before its last position, so the blocks above the diagonal are never
-computed, and each block's scores (heads x block x keys, float32) stay in cache; the two
-products run as bf16 GEMMs. Measured in ``bench/eval_throughput.py`` (BENCHMARKS.md).
+computed, and each block's scores (heads x block x keys, float32) stay in cache. Measured in
+``bench/eval_throughput.py`` (BENCHMARKS.md).
 
 What it computes is sdpa's contract, term for term: the same mask semantics (boolean "may
-attend" or additive float), grouped-query heads, scaling, float32 softmax. The one numerical
-difference is where rounding happens: probabilities are rounded to the model's dtype before
-the product with V (as the fused kernels do for bf16). Everything this path does not cover
+attend" or additive float), grouped-query heads, scaling, float32 softmax. Its rounding is a
+GPU flash kernel's: both products take their bf16 operands widened (exactly) to float32 and
+accumulate in float32, the scores stay float32, and the probabilities are rounded to the
+model's dtype before the product with V (``cpu_gemm``: on a CPU without native bf16, ATen's
+bf16 batched GEMM was 71 % of a source pass, and it rounded the scores to bf16 first). Everything this path does not cover
 (decoding steps, where queries and keys differ in length; dropout; position biases; devices
 other than CPU; short prompts, where tiling has nothing to save) goes to transformers' sdpa
 function unchanged, so generation behaves exactly as it did.
@@ -84,12 +86,13 @@ def _tiled(query, key, value, attention_mask, scaling, causal: bool) -> torch.Te
     for b in range(batch):
         # heads sharing a KV head are contiguous (transformers' repeat_kv), so a group's queries
         # stack into one [group * block, D] matrix against its single K and V
-        q_b = query[b].reshape(kv_heads, group, length, dim)
+        q_b = query[b].float().reshape(kv_heads, group, length, dim)
+        key_b, value_b = key[b].float(), value[b].float()
         for start in range(0, length, _BLOCK):
             stop = min(length, start + _BLOCK)
             keys = stop if causal else length
             q = q_b[:, :, start:stop].reshape(kv_heads, group * (stop - start), dim)
-            scores = torch.matmul(q, key[b, :, :keys].transpose(-1, -2)).float().mul_(scale)
+            scores = torch.matmul(q, key_b[:, :keys].transpose(-1, -2)).mul_(scale)
             scores = scores.view(kv_heads, group, stop - start, keys)
             if causal:  # only the diagonal block has keys after some of its queries
                 above = positions[start:stop, None] < positions[None, start:stop]
@@ -100,8 +103,11 @@ def _tiled(query, key, value, attention_mask, scaling, causal: bool) -> torch.Te
                     scores.masked_fill_(~mask, lowest)
                 else:
                     scores.add_(mask.float()).clamp_(min=lowest)
-            probs = torch.softmax(scores, dim=-1).to(value.dtype).view(kv_heads, group * (stop - start), keys)
-            ctx = torch.matmul(probs, value[b, :, :keys]).view(kv_heads * group, stop - start, v_dim)
+            # probabilities in the model's dtype, as the kernel multiplies them; the context is
+            # stored in it when it is written to ``out``
+            probs = torch.softmax(scores, dim=-1).to(value.dtype).float()
+            probs = probs.view(kv_heads, group * (stop - start), keys)
+            ctx = torch.matmul(probs, value_b[:, :keys]).view(kv_heads * group, stop - start, v_dim)
             out[b, start:stop] = ctx.transpose(0, 1)
     return out
 

@@ -59,6 +59,7 @@ from quantgate.numerics.artifact import (
     read_quantized_tensors,
     split_groups,
 )
+from quantgate.numerics.cpu_gemm import use_float32_gemm
 from quantgate.numerics.emulated import EmulatedLinear
 from quantgate.numerics.formats import ActivationFormat, activation_format, kv_cache_format
 from quantgate.numerics.kvcache import attention_modules, install_kv_cache, latent_attention
@@ -437,6 +438,7 @@ def load_for_eval(
         act_note = "activations: none (weight-only format), bf16 inputs multiplied in fp32"
 
     model.to(device)
+    use_float32_gemm(model, device)
     ran_native = apply_native(model, device) if native else None
     linears: dict[str, Literal["native", "emulated"]] = {
         name: "native" if isinstance(m, NativeFP8Linear) else "emulated"
@@ -483,6 +485,7 @@ def load_source_for_eval(checkpoint_dir: Path, *, device: str | torch.device = "
     model, tokenizer, _ = _load_hf(Path(checkpoint_dir))  # intake checked its tensors
     generation_note = pin_greedy(model)
     model.to(device)
+    widened = use_float32_gemm(model, device)
     return EvalModel(
         model=model,
         tokenizer=tokenizer,
@@ -494,6 +497,10 @@ def load_source_for_eval(checkpoint_dir: Path, *, device: str | torch.device = "
             kv_cache="bf16",
             mode="source",
             device=str(device),
-            notes=("source: bf16 weights and activations, transformers' own modules", generation_note),
+            notes=(
+                "source: bf16 weights and activations, transformers' own modules"
+                + (f"; {widened} linears' bf16 GEMMs accumulate in float32 on the CPU" if widened else ""),
+                generation_note,
+            ),
         ),
     )

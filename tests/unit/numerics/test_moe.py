@@ -23,7 +23,7 @@ from quantgate.errors import InputError, ServingError
 from quantgate.evaluate.data import DataDir
 from quantgate.evaluate.runner import evaluate
 from quantgate.evaluate.suites import EvalContext, load_suite
-from quantgate.numerics import EmulatedLinear, load_for_eval, load_source_for_eval
+from quantgate.numerics import EmulatedLinear, Float32GemmLinear, load_for_eval, load_source_for_eval
 from quantgate.numerics.artifact import read_kv_scales
 from quantgate.numerics.load import read_quantized_tensors
 from quantgate.numerics.moe import EmulatedExperts, ExpertWeights, expert_key, vllm_expert_names
@@ -330,7 +330,9 @@ def test_qwen2_moe_shared_expert_is_quantized_and_its_gate_is_not(moe_artifacts)
     model = load_for_eval(_built(moe_artifacts, "qwen2_moe").artifacts["hopper-fp8"]).model
     assert isinstance(model.get_submodule("model.layers.0.mlp.shared_expert.up_proj"), EmulatedLinear)
     gate = model.get_submodule("model.layers.0.mlp.shared_expert_gate")
-    assert type(gate) is torch.nn.Linear and gate.weight.dtype == torch.bfloat16
+    # a bf16 Linear, multiplied on the CPU as a GPU's bf16 GEMM (numerics.cpu_gemm)
+    assert isinstance(gate, Float32GemmLinear)
+    assert torch.equal(gate.weight, gate.weight.to(torch.bfloat16).float())
 
 
 def test_deepseek_nvfp4_keeps_kv_b_proj_bf16_and_its_other_projections_nvfp4(moe_artifacts, catalog):

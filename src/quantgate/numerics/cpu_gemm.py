@@ -39,8 +39,12 @@ class Float32GemmLinear(nn.Module):
         self.register_buffer("bias", None if linear.bias is None else linear.bias.detach().float())
 
     def forward(self, x: Tensor) -> Tensor:
-        """``x W^T + b`` accumulated in float32, stored in ``x``'s dtype."""
-        return F.linear(x.float(), self.weight, self.bias).to(x.dtype)
+        """``x W^T + b`` accumulated in float32, stored in ``x``'s dtype.
+
+        A caller may cast the whole model (GSM8K through lm-eval's HF wrapper met a bf16 weight
+        here): the weight's values are bf16's, so widening them again is exact."""
+        bias = None if self.bias is None else self.bias.float()
+        return F.linear(x.float(), self.weight.float(), bias).to(x.dtype)
 
     def extra_repr(self) -> str:
         """Shape and arithmetic, for ``print(model)``."""

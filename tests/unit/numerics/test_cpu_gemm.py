@@ -28,6 +28,17 @@ def test_a_bf16_linear_is_a_float32_gemm_rounded_once_to_bf16():
     assert (got != exact.to(torch.bfloat16)).float().mean() < 1e-3
 
 
+def test_a_model_cast_to_bf16_afterwards_computes_the_same():
+    """GSM8K through lm-eval's HF wrapper met this module's weight in bf16 (stop 33's CI clone run)."""
+    linear = nn.Linear(64, 32).to(torch.bfloat16)
+    x = torch.randn(3, 64).to(torch.bfloat16)
+    widened = Float32GemmLinear(linear)
+    before = widened(x)
+    widened.to(torch.bfloat16)
+    assert widened.weight.dtype == torch.bfloat16
+    assert torch.equal(widened(x), before)
+
+
 def test_the_source_on_the_cpu_has_no_bf16_linear_left_and_says_so(tiny_source):
     loaded = load_source_for_eval(tiny_source)
     kinds = {type(m) for m in loaded.model.modules()}

@@ -79,7 +79,9 @@ def _same_function(original: nn.Module, replacement: nn.Module, width: int) -> b
 
 def layer_to_float64(layer: nn.Module) -> tuple[str, ...]:
     """Put ``layer`` (materialized, any device) in float64, norms replaced by ``RMSNorm64``; returns
-    what could not be made float64, one note each (empty: the layer computes canonically)."""
+    what could not be made float64, one note each (empty: the layer computes canonically).
+
+    Quantized linears keep their decoded float32 weights and compute in float64."""
     from quantgate.numerics import EmulatedLinear
 
     notes: list[str] = []
@@ -100,10 +102,18 @@ def layer_to_float64(layer: nn.Module) -> tuple[str, ...]:
                 notes.append(f"{kind} ({name}) is not a Llama-form RMSNorm: it computes in its own dtype")
         elif kind == "EmulatedExperts":
             notes.append(f"fused experts ({name}) compute their gate and up products in float32")
-    layer.to(DTYPE)
     for module in layer.modules():
         if isinstance(module, EmulatedLinear):
+            # its float32 weights widen exactly, one product at a time (``matmul``): a float64
+            # copy of the whole layer would add half again to the memory-bounded pass's peak
             module.compute_dtype = DTYPE
+            continue
+        for name, param in list(module.named_parameters(recurse=False)):
+            if param.is_floating_point():
+                setattr(module, name, nn.Parameter(param.detach().to(DTYPE), requires_grad=False))
+        for name, buffer in list(module.named_buffers(recurse=False)):
+            if buffer.is_floating_point():
+                setattr(module, name, buffer.to(DTYPE))
     return tuple(notes)
 
 

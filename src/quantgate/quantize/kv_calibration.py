@@ -45,6 +45,7 @@ from typing import TYPE_CHECKING, Any
 
 from quantgate.config import ActivationNumerics, KVCache, Target, WeightNumerics
 from quantgate.errors import BuildError, CalibrationError
+from quantgate.memory import map_large_allocations
 from quantgate.quantize.canonical import Arithmetic
 
 if TYPE_CHECKING:
@@ -52,7 +53,7 @@ if TYPE_CHECKING:
 
     from quantgate.calibration import CalibrationSet
     from quantgate.config import Gates
-    from quantgate.progress import Progress
+from quantgate.progress import Progress
 
 # what the recipe passes to llm-compressor and what config.json declares
 KV_CACHE_SCHEME: dict[str, Any] = {
@@ -173,15 +174,14 @@ def calibrate(
             "input_ids"
         ]
     ]
-    captured = _first_layer_inputs(model, layers, ids)
-    inputs, notes = _canonical_inputs(model, captured, device)
+    inputs, notes = _canonical_inputs(model, _first_layer_inputs(model, layers, ids), device)
     wfmt, act = _ocp_numerics(target)
     per_layer = _by_layer(tensors, layers_name, len(layers))
     # what exists now (the skeleton's modules and names) is left out of every collection below, so
     # collecting after a layer costs what that layer made, not what the model holds
     gc.collect()
     gc.freeze()
-    _map_large_allocations()
+    map_large_allocations()
     try:
         with torch.inference_mode():
             for i in range(len(layers)):
@@ -340,26 +340,6 @@ def _fill(
                 f"{artifact_dir}: {prefix}{sub_name} has computed buffers {stale}, which the KV calibration "
                 "pass cannot rebuild layer by layer"
             )
-
-
-_M_MMAP_THRESHOLD = -3  # glibc's mallopt parameter
-_MMAP_THRESHOLD_BYTES = 4 << 20
-
-
-def _map_large_allocations() -> None:
-    """Serve every allocation of 4 MiB or more from its own mapping, returned to the system on free.
-
-    glibc raises its mmap threshold each time a mapped block is freed (up to 32 MiB), after which a
-    layer's activations and temporaries (6-25 MB each in float64) come from the heap, where the
-    layers' interleaved frees leave holes no trim can return: the 1.6 GB memory-cap build's KV pass
-    grew from 1.07 to 1.53 GB over its 20 layers. A fixed threshold keeps it flat at 1.03 GB
-    (measured, the pass alone)."""
-    import ctypes
-
-    try:
-        ctypes.CDLL("libc.so.6").mallopt(_M_MMAP_THRESHOLD, _MMAP_THRESHOLD_BYTES)
-    except (OSError, AttributeError):  # not glibc: its allocator decides
-        pass
 
 
 def _release_memory() -> None:

@@ -47,7 +47,7 @@ from quantgate.atomic import install_dir, remove_stale, staged_dir
 from quantgate.config import Catalog, Frozen, KVCache, Recipe, Target
 from quantgate.errors import BuildError, CalibrationError, InputError, QuantgateError
 from quantgate.intake import SourceRecord
-from quantgate.memory import peak_rss_bytes
+from quantgate.memory import map_large_allocations, peak_rss_bytes
 from quantgate.progress import SILENT, Progress
 from quantgate.quantize import expert_names, finalize, kv_calibration
 from quantgate.quantize.engines import BuildJob, Engine, engine_class
@@ -193,6 +193,7 @@ def build_planned(
     installed before it stay (each is whole).
     """
     _require_dir_possible(out)
+    map_large_allocations()
     engines = preflight(source, planned)
     if calibration is None:
         for p in planned:

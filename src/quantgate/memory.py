@@ -37,8 +37,9 @@ def map_large_allocations() -> None:
     layer's activations and temporaries (6-25 MB each in float64) come from the heap, where the
     layers' interleaved frees leave holes no trim can return: the 1.6 GB memory-cap build's KV pass
     grew from 1.07 to 1.53 GB over its 20 layers. A fixed threshold keeps it flat at 1.03 GB
-    (measured, the pass alone). A build sets it before its first tensor (``build_planned``), so
-    intake's and the streaming engines' frees leave no holes either; process-wide and idempotent."""
+    (measured, the pass alone). A build sets it before its first tensor (``build_planned``, the
+    one way into the KV pass), so the streaming engines' frees leave no holes either; it is
+    process-wide and idempotent."""
     import ctypes
 
     try:

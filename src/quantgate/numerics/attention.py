@@ -13,10 +13,10 @@ attend" or additive float), grouped-query heads, scaling, float32 softmax. Its r
 GPU flash kernel's: both products take their bf16 operands widened (exactly) to float32 and
 accumulate in float32, the scores stay float32, and the probabilities are rounded to the
 model's dtype before the product with V (``cpu_gemm``: on a CPU without native bf16, ATen's
-bf16 batched GEMM was 71 % of a source pass, and it rounded the scores to bf16 first). Everything this path does not cover
-(decoding steps, where queries and keys differ in length; dropout; position biases; devices
-other than CPU; short prompts, where tiling has nothing to save) goes to transformers' sdpa
-function unchanged, so generation behaves exactly as it did.
+bf16 batched GEMM was 71 % of a source pass, and it rounded the scores to bf16 first).
+Everything this path does not cover (decoding steps, where queries and keys differ in length;
+dropout; position biases; devices other than CPU; short prompts, where tiling has nothing to
+save) goes to transformers' sdpa function unchanged, so generation behaves exactly as it did.
 
 Registered with transformers as ``quantgate_tiled`` (with sdpa's mask function), so models load
 with ``attn_implementation="quantgate_tiled"`` and the FP8 KV-cache emulation can wrap it like

@@ -45,7 +45,6 @@ from typing import TYPE_CHECKING, Any
 
 from quantgate.config import ActivationNumerics, KVCache, Target, WeightNumerics
 from quantgate.errors import BuildError, CalibrationError
-from quantgate.memory import map_large_allocations
 from quantgate.quantize.canonical import Arithmetic
 
 if TYPE_CHECKING:
@@ -53,7 +52,7 @@ if TYPE_CHECKING:
 
     from quantgate.calibration import CalibrationSet
     from quantgate.config import Gates
-from quantgate.progress import Progress
+    from quantgate.progress import Progress
 
 # what the recipe passes to llm-compressor and what config.json declares
 KV_CACHE_SCHEME: dict[str, Any] = {
@@ -181,7 +180,6 @@ def calibrate(
     # collecting after a layer costs what that layer made, not what the model holds
     gc.collect()
     gc.freeze()
-    map_large_allocations()
     try:
         with torch.inference_mode():
             for i in range(len(layers)):

@@ -18,7 +18,7 @@ from quantgate.publish import RegistryConfig, publish_report, pull
 from quantgate.publish.cache import PullCache
 from quantgate.publish.config import TransferSettings
 from support.artifacts import MODEL, write_artifact, write_report
-from support.fleet import FlippingProxy, node_process, wait_for, write_job
+from support.fleet import PeerProxy, node_process, wait_for, write_job
 from support.servers import TEST_CREDENTIALS, free_port, moto_s3
 
 pytestmark = pytest.mark.integration
@@ -84,7 +84,7 @@ def test_a_peer_flipping_bytes_is_caught_and_the_pieces_fetched_again(fleet, tmp
     job, _, ready = _job(tmp_path, "a", cfg, seeder, "pull+seed")
     with node_process(job, tmp_path / "a.log") as proc:
         wait_for(ready, proc, TIMEOUT_S, tmp_path / "a.log")
-        liar = FlippingProxy(("127.0.0.1", port))  # the only peer node b knows
+        liar = PeerProxy(("127.0.0.1", port), flip=True)  # the only peer node b knows
         try:
             b = FleetSettings(peers=f"127.0.0.1:{liar.port}", listen=f"127.0.0.1:{free_port()}")
             path = pull(
@@ -98,13 +98,10 @@ def test_a_peer_flipping_bytes_is_caught_and_the_pieces_fetched_again(fleet, tmp
     assert _same(source, path)  # every file re-hashed against the signed manifest before install
 
 
-def _wait_until_held(staging: Path, size: int, result: Path) -> None:
-    """Until the pull's staging holds ``size`` bytes of shards (on disk: the files are sparse)."""
+def _wait_until_sent(proxy: PeerProxy, size: int, result: Path) -> None:
+    """Until the seeder has sent ``size`` block bytes through ``proxy`` (or the pull ended)."""
     deadline = time.monotonic() + TIMEOUT_S
-    while time.monotonic() < deadline and not result.exists():
-        shards = staging.rglob("*.safetensors") if staging.exists() else []
-        if sum(p.stat().st_blocks * 512 for p in shards) >= size:
-            return
+    while time.monotonic() < deadline and not result.exists() and proxy.block_bytes < size:
         time.sleep(0.05)
 
 
@@ -113,14 +110,18 @@ def test_a_seeding_peer_killed_mid_transfer_costs_only_time(fleet, tmp_path):
     port = free_port()
     slow = FleetSettings(listen=f"127.0.0.1:{port}", upload_mb_s=1.0)
     job, _, ready = _job(tmp_path, "a", cfg, slow, "pull+seed")
-    b = FleetSettings(peers=f"127.0.0.1:{port}", listen=f"127.0.0.1:{free_port()}")
-    b_job, b_result, _ = _job(tmp_path, "b", cfg, b, "pull")
     with node_process(job, tmp_path / "a.log") as seeder:
         wait_for(ready, seeder, TIMEOUT_S, tmp_path / "a.log")
-        with node_process(b_job, tmp_path / "b.log") as puller:
-            _wait_until_held(tmp_path / "b" / "pull" / ".partial", 1_000_000, b_result)
-            os.killpg(seeder.pid, signal.SIGKILL)
-            done = wait_for(b_result, puller, TIMEOUT_S, tmp_path / "b.log")
+        wire = PeerProxy(("127.0.0.1", port))  # node b's only peer: what the seeder sent, counted
+        b = FleetSettings(peers=f"127.0.0.1:{wire.port}", listen=f"127.0.0.1:{free_port()}")
+        b_job, b_result, _ = _job(tmp_path, "b", cfg, b, "pull")
+        try:
+            with node_process(b_job, tmp_path / "b.log") as puller:
+                _wait_until_sent(wire, 1_000_000, b_result)
+                os.killpg(seeder.pid, signal.SIGKILL)
+                done = wait_for(b_result, puller, TIMEOUT_S, tmp_path / "b.log")
+        finally:
+            wire.close()
     assert done["exit_code"] == 0, done
     assert 0 < done["peer_bytes"] < sum(len(v) for v in FILES.values())  # the seeder died mid-way
     assert done["origin_bytes"] > 0  # the origin sent the rest

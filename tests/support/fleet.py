@@ -110,18 +110,21 @@ def _main(job_path: str) -> int:
     return 0
 
 
-class FlippingProxy:
-    """A TCP proxy to one peer that flips the first byte of every block the peer sends.
+class PeerProxy:
+    """A TCP proxy to one peer that counts the block bytes the peer sends (``block_bytes``) and,
+    with ``flip``, flips the first byte of every block (``flipped`` counts them).
 
     Plaintext only (the fleet's engine disables protocol encryption): the peer's stream is the
     68-byte handshake, then length-prefixed messages, of which ``piece`` (7) carries a block.
     """
 
-    def __init__(self, upstream: tuple[str, int]) -> None:
+    def __init__(self, upstream: tuple[str, int], flip: bool = False) -> None:
         self.upstream = upstream
+        self.flip = flip
         self.server = socket.create_server(("127.0.0.1", 0))
         self.port = self.server.getsockname()[1]
         self.flipped = 0
+        self.block_bytes = 0
         self._stop = threading.Event()
         threading.Thread(target=self._accept, daemon=True).start()
 
@@ -138,7 +141,7 @@ class FlippingProxy:
                 client.close()
                 continue
             threading.Thread(target=self._pipe, args=(client, peer), daemon=True).start()
-            threading.Thread(target=self._flip, args=(peer, client), daemon=True).start()
+            threading.Thread(target=self._blocks, args=(peer, client), daemon=True).start()
 
     def _pipe(self, src: socket.socket, dst: socket.socket) -> None:
         with contextlib.suppress(OSError):
@@ -157,15 +160,17 @@ class FlippingProxy:
             data += chunk
         return data
 
-    def _flip(self, src: socket.socket, dst: socket.socket) -> None:
+    def _blocks(self, src: socket.socket, dst: socket.socket) -> None:
         with contextlib.suppress(OSError):
             dst.sendall(self._read(src, 68))  # the handshake
             while True:
                 (length,) = struct.unpack(">I", self._read(src, 4))
                 body = bytearray(self._read(src, length)) if length else bytearray()
                 if length > 9 and body[0] == PIECE:
-                    body[9] ^= 0xFF  # the block's first byte
-                    self.flipped += 1
+                    self.block_bytes += length - 9  # id, piece index, offset, then the block
+                    if self.flip:
+                        body[9] ^= 0xFF  # the block's first byte
+                        self.flipped += 1
                 dst.sendall(struct.pack(">I", length) + bytes(body))
         for sock in (src, dst):
             with contextlib.suppress(OSError):

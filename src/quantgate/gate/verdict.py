@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -19,6 +20,7 @@ import numpy as np
 from quantgate.config import Floor, Gates, Tenant
 from quantgate.gate import floor as floor_step
 from quantgate.gate.floor import INTERVAL_NAME, Before
+from quantgate.metrics import Metric
 from quantgate.report_schema import STATUS_TEXT, BaselineRef, FloorResult, Status, Verdict
 from quantgate.results import SuiteResultFile
 from quantgate.stats import sequence
@@ -192,6 +194,83 @@ def _describe(
     )
 
 
+@dataclass(frozen=True)
+class _FloorContext:
+    """What every result of one floor carries: the floor, the confidence the tenant asked for (a
+    sequential evaluation's early looks spend part of it, the result still names it) and the
+    bound's measured machine-to-machine spread."""
+
+    floor: Floor
+    confidence: float
+    spread: float | None
+
+    @property
+    def label(self) -> str:
+        return f"{self.floor.suite} {self.floor.metric}" + _LABELS.get(self.floor.kind, "")
+
+    def result(
+        self, status: Status, reason: str, *, upper: bool = True, limit: float | None = None, **fields: Any
+    ) -> FloorResult:
+        """The report's record of this floor: its margin and, within the spread, the marginal mark;
+        undefined numbers absent, never NaN."""
+        floor, spread = self.floor, self.spread
+        bound = fields.pop("bound", None)
+        at = floor.value if limit is None else limit
+        margin = None
+        if bound is not None and math.isfinite(bound) and status in ("pass", "fail"):
+            margin = at - bound if upper else bound - at
+        if status in ("insufficient_evidence", "violation") and floor.advisory:
+            reason += " (advisory: does not fail the verdict)"
+        marginal = margin is not None and spread is not None and abs(margin) <= spread
+        if margin is not None and spread is not None and marginal:
+            reason += (
+                f" [MARGINAL: the bound is {_fmt(abs(margin))} from the floor, within the measured "
+                f"machine-to-machine spread {_fmt(spread)}; another machine may decide otherwise]"
+            )
+        finite = {
+            k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in fields.items()
+        }
+        return FloorResult(
+            suite=floor.suite,
+            metric=floor.metric,
+            kind_of_floor=floor.kind,
+            floor=floor.value,
+            confidence=self.confidence,
+            advisory=floor.advisory,
+            bound=bound if bound is not None and math.isfinite(bound) else None,
+            margin=margin,
+            passed=_PASSED.get(status),
+            informative=status in ("pass", "fail"),
+            status=status,
+            reason=f"{self.label}: {reason}",
+            spread=spread,
+            marginal=marginal,
+            **({"items": 0, "interval": None, "estimate": None} | finite),
+        )
+
+
+_PASSED: dict[str, bool] = {"pass": True, "fail": False, "missing": False, "error": False, "not_run": False}
+
+
+@dataclass(frozen=True)
+class _Records:
+    """One floor's checked records, as the next step decides on them: the suite's measure, the
+    paired records, the confidence left for this floor and what the sequential design used."""
+
+    suite: SuiteKind
+    measure: Metric
+    source: SuiteResultFile
+    artifact: SuiteResultFile
+    confidence: float
+    used: str = ""
+
+    def statistic(self, artifact: dict, source: dict) -> float:
+        """The floor's statistic on paired columns (``_checked`` admits only measures that have one)."""
+        assert self.measure.statistic is not None
+        with np.errstate(divide="ignore", invalid="ignore"):
+            return float(self.measure.statistic(artifact, source, -1))
+
+
 def evaluate_floor(
     floor: Floor,
     suite: SuiteKind | None,
@@ -215,55 +294,31 @@ def evaluate_floor(
     - Marginal: ``spread`` is how far this bound moves between machines (measured, ``gates.yaml``
       ``numerics_spread``). A pass or fail whose bound is within it of the floor keeps its status
       and is marked ``marginal``, its reason saying so.
+
+    Three steps, each a value in and a value out, any of which may end with the floor's result:
+    ``_checked`` (the records exist and every item was evaluated), ``_after_early_looks`` (what a
+    sequential evaluation decided or left), ``_decided`` (the fixed design's bound).
     """
+    context = _FloorContext(floor, confidence, spread)
+    checked = _checked(context, suite, source, artifact)
+    if isinstance(checked, FloorResult):
+        return checked
+    records = _after_early_looks(context, checked)
+    if isinstance(records, FloorResult):
+        return records
+    return _decided(context, records, before)
+
+
+def _checked(
+    context: _FloorContext,
+    suite: SuiteKind | None,
+    source: SuiteResultFile | Mapping[str, Any] | None,
+    artifact: SuiteResultFile | Mapping[str, Any] | None,
+) -> _Records | FloorResult:
+    """The floor's measure and both records, or why the floor cannot be measured: missing, an
+    error, or not run."""
+    floor, result = context.floor, context.result
     measure = suite.metrics().get(floor.metric) if suite is not None else None
-    kind = floor.kind
-    label = f"{floor.suite} {floor.metric}" + _LABELS.get(kind, "")
-    base: dict[str, Any] = {
-        "suite": floor.suite,
-        "metric": floor.metric,
-        "kind_of_floor": kind,
-        "floor": floor.value,
-        "confidence": confidence,
-        "advisory": floor.advisory,
-    }
-
-    def result(
-        status: Status, reason: str, *, upper: bool = True, limit: float | None = None, **fields
-    ) -> FloorResult:
-        bound = fields.pop("bound", None)
-        margin = None
-        at = floor.value if limit is None else limit
-        if bound is not None and math.isfinite(bound) and status in ("pass", "fail"):
-            margin = at - bound if upper else bound - at
-        passed = {"pass": True, "fail": False, "missing": False, "error": False, "not_run": False}.get(status)
-        if status in ("insufficient_evidence", "violation") and floor.advisory:
-            reason += " (advisory: does not fail the verdict)"
-        marginal = margin is not None and spread is not None and abs(margin) <= spread
-        if marginal:
-            assert margin is not None and spread is not None
-            reason += (
-                f" [MARGINAL: the bound is {_fmt(abs(margin))} from the floor, within the measured "
-                f"machine-to-machine spread {_fmt(spread)}; another machine may decide otherwise]"
-            )
-        finite: dict[
-            str, Any
-        ] = {  # report.json holds numbers or nothing: an undefined estimate or end is absent
-            k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in fields.items()
-        }
-        return FloorResult(
-            **base,
-            bound=bound if bound is not None and math.isfinite(bound) else None,
-            margin=margin,
-            passed=passed,
-            informative=status in ("pass", "fail"),
-            status=status,
-            reason=f"{label}: {reason}",
-            spread=spread,
-            marginal=marginal,
-            **({"items": 0, "interval": None, "estimate": None} | finite),
-        )
-
     if suite is None or measure is None or measure.statistic is None:
         kind_name = suite.spec.kind if suite is not None else "unknown: no such suite in the project"
         return result(
@@ -273,64 +328,82 @@ def evaluate_floor(
         return result("missing", "missing: suite not evaluated for the source")
     if artifact is None:
         return result("missing", "missing: suite not evaluated for the artifact")
-    source, artifact = as_result(source), as_result(artifact)
-    if artifact.skipped:
-        return _not_run(floor, measure, suite, source, artifact.skipped, confidence, result)
-    errors = _errors(suite, source, artifact)
+    src, art = as_result(source), as_result(artifact)
+    if art.skipped:
+        return _not_run(floor, measure, suite, src, art.skipped, context.confidence, result)
+    errors = _errors(suite, src, art)
     if errors:
         return result("error", f"error: {errors}; a floor on items that were not evaluated cannot pass")
-    for who, res in (("source", source), ("artifact", artifact)):
-        reported = res.metrics
-        if floor.metric in reported and reported.get(floor.metric) is None:
+    for who, res in (("source", src), ("artifact", art)):
+        if floor.metric in res.metrics and res.metrics.get(floor.metric) is None:
             return result("missing", f"missing: the {who}'s reported {floor.metric} is None")
-    design = artifact.sequential
-    used = ""
-    if design is not None:  # evaluated sequentially (evaluate/sequential.py): its items, its confidence
-        used = f"; sequential: {design.items_used} of {design.items_total} items, stopped: {design.stopped}"
-        early = None
-        if design.stopped == "decided":
-            decided = sequence.check(floor, suite, source.samples, artifact.samples, confidence)
-            if not isinstance(decided, str) and decided.decision != "undecided":
-                early = decided
-            else:
-                used += f" (this floor on those items with the fixed design: {decided if isinstance(decided, str) else 'undecided'})"
-            items = {str(r.get("item")) for r in artifact.samples}
-            source = source.model_copy(
-                update={"samples": [r for r in source.samples if str(r.get("item")) in items]}
-            )
-        if early is not None:
-            aligned = _aligned(suite, source, artifact, None)
-            estimate = None
-            if not isinstance(aligned, str):
-                with np.errstate(divide="ignore", invalid="ignore"):
-                    estimate = float(measure.statistic(aligned[0], aligned[1], -1))
-            return _sequential_result(result, floor, early, confidence, label_used=used, estimate=estimate)
-        confidence = sequence.final_confidence(confidence)
-    if kind == "max_regression":
-        if before is None:
-            aligned = _aligned(suite, source, artifact, None)
-            est = (
-                ""
-                if isinstance(aligned, str)
-                else f"; this artifact's {floor.metric} is {_fmt(float(measure.statistic(aligned[0], aligned[1], -1)))}"
-            )
-            return result(
-                "no_baseline",
-                f"no approved version to compare with (a first release, or the approved version is this "
-                f"artifact){est}: neither pass nor fail",
-            )
-        if before.problem is not None:
-            return result(
-                "insufficient_evidence",
-                f"insufficient evidence: cannot compare with {before.label}: {before.problem}",
-                evidence=f"approved version not comparable: {before.problem}",
-            )
-    old = (
-        as_result(before.records)
-        if before is not None and before.problem is None and before.records
-        else None
+    return _Records(suite, measure, src, art, context.confidence)
+
+
+def _after_early_looks(context: _FloorContext, records: _Records) -> _Records | FloorResult:
+    """A sequentially evaluated artifact (evaluate/sequential.py): the floor its confidence
+    sequence decided, or the records the fixed design bounds at the confidence left after the
+    early looks (the source trimmed to the items the artifact used)."""
+    design = records.artifact.sequential
+    if design is None:
+        return records
+    used = f"; sequential: {design.items_used} of {design.items_total} items, stopped: {design.stopped}"
+    final = sequence.final_confidence(records.confidence)
+    if design.stopped != "decided":
+        return replace(records, confidence=final, used=used)
+    floor, suite, artifact = context.floor, records.suite, records.artifact
+    decided = sequence.check(floor, suite, records.source.samples, artifact.samples, records.confidence)
+    items = {str(r.get("item")) for r in artifact.samples}
+    source = records.source.model_copy(
+        update={"samples": [r for r in records.source.samples if str(r.get("item")) in items]}
     )
-    aligned = _aligned(suite, source, artifact, old)
+    if isinstance(decided, str) or decided.decision == "undecided":
+        note = decided if isinstance(decided, str) else "undecided"
+        used += f" (this floor on those items with the fixed design: {note})"
+        return replace(records, source=source, confidence=final, used=used)
+    aligned = _aligned(suite, source, artifact, None)
+    estimate = None if isinstance(aligned, str) else records.statistic(aligned[0], aligned[1])
+    return _sequential_result(
+        context.result, floor, decided, records.confidence, label_used=used, estimate=estimate
+    )
+
+
+def _regression_refused(
+    context: _FloorContext, records: _Records, before: Before | None
+) -> FloorResult | None:
+    """A ``max_regression`` floor with nothing to regress from: no approved version (neither pass
+    nor fail), or one that cannot be compared (insufficient evidence); None when it can be."""
+    if before is None:
+        aligned = _aligned(records.suite, records.source, records.artifact, None)
+        value = (
+            ""
+            if isinstance(aligned, str)
+            else f"; this artifact's {context.floor.metric} is {_fmt(records.statistic(aligned[0], aligned[1]))}"
+        )
+        return context.result(
+            "no_baseline",
+            f"no approved version to compare with (a first release, or the approved version is this "
+            f"artifact){value}: neither pass nor fail",
+        )
+    if before.problem is not None:
+        return context.result(
+            "insufficient_evidence",
+            f"insufficient evidence: cannot compare with {before.label}: {before.problem}",
+            evidence=f"approved version not comparable: {before.problem}",
+        )
+    return None
+
+
+def _decided(context: _FloorContext, records: _Records, before: Before | None) -> FloorResult:
+    """The fixed design: the records paired by item (with the approved version's, when there are
+    any), the floor planned on the source, measured on the artifact, decided and described."""
+    floor, result, measure = context.floor, context.result, records.measure
+    kind = floor.kind
+    if kind == "max_regression" and (refused := _regression_refused(context, records, before)):
+        return refused
+    comparable = before is not None and before.problem is None
+    old = as_result(before.records) if before is not None and comparable and before.records else None
+    aligned = _aligned(records.suite, records.source, records.artifact, old)
     if isinstance(aligned, str) and old is not None and aligned.startswith("the approved version"):
         if kind == "max_regression":
             return result(
@@ -338,26 +411,22 @@ def evaluate_floor(
                 f"insufficient evidence: cannot compare with {before.label if before else 'it'}: {aligned}",
                 evidence=f"approved version not comparable: {aligned}",
             )
-        aligned = _aligned(suite, source, artifact, None)  # before/after by its reported value
+        aligned = _aligned(records.suite, records.source, records.artifact, None)  # by its reported value
     if isinstance(aligned, str):
         return result("missing", f"missing: {aligned}")
     a, s, o, n = aligned
-    was = before.value if before is not None and before.problem is None else None
+    was = before.value if before is not None and comparable else None
     if o is not None and kind != "max_regression":  # the same statistic on its records: exact before/after
-        with np.errstate(divide="ignore", invalid="ignore"):
-            was = float(measure.statistic(o, s, -1))
+        was = records.statistic(o, s)
     try:
-        p = floor_step.plan(floor, measure, s, confidence=confidence, before=before, old=o)
-    except KeyError as exc:
-        return result("missing", f"missing: per-item records lack field {exc}", items=n)
-    if isinstance(p, str):
-        return result(
-            "insufficient_evidence",
-            f"insufficient evidence: {p}; nothing here can tell a good artifact from a broken one",
-            items=n,
-            evidence=p,
-        )
-    try:
+        p = floor_step.plan(floor, measure, s, confidence=records.confidence, before=before, old=o)
+        if isinstance(p, str):
+            return result(
+                "insufficient_evidence",
+                f"insufficient evidence: {p}; nothing here can tell a good artifact from a broken one",
+                items=n,
+                evidence=p,
+            )
         m = floor_step.measure(p, a, s, o)
     except KeyError as exc:
         return result("missing", f"missing: per-item records lack field {exc}", items=n)
@@ -368,9 +437,9 @@ def evaluate_floor(
         p,
         m.interval,
         d,
-        confidence=confidence,
-        label=label,
-        used=used,
+        confidence=records.confidence,
+        label=context.label,
+        used=records.used,
         result=result,
         was=was,
         measure_how=measure.how,
@@ -378,8 +447,14 @@ def evaluate_floor(
 
 
 def _not_run(
-    floor: Floor, measure, suite: SuiteKind, source: SuiteResultFile, why: str, confidence: float, result
-):
+    floor: Floor,
+    measure: Metric,
+    suite: SuiteKind,
+    source: SuiteResultFile,
+    why: str,
+    confidence: float,
+    result: Callable[..., FloorResult],
+) -> FloorResult:
     """A floor on a suite evaluation skipped: what its plan says where its power was known from the
     source alone (it could not change the verdict), else ``not_run``, which fails as missing data would."""
     if floor.kind != "max_regression":
@@ -418,14 +493,14 @@ def _as_columns(suite: SuiteKind, result: SuiteResultFile) -> dict:
 
 
 def _sequential_result(
-    result,
+    result: Callable[..., FloorResult],
     floor: Floor,
     decided: sequence.Sequential,
     confidence: float,
     *,
     label_used: str,
     estimate: float | None,
-):
+) -> FloorResult:
     """A floor decided early by the confidence sequence: its decision, both ends, the items it took.
 
     A pass has the conservative end on the floor's side; a fail has even the other end beyond it.

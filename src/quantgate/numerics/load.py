@@ -64,7 +64,7 @@ from quantgate.numerics.emulated import EmulatedLinear
 from quantgate.numerics.formats import ActivationFormat, activation_format, kv_cache_format
 from quantgate.numerics.kvcache import attention_modules, install_kv_cache, latent_attention
 from quantgate.numerics.moe import EmulatedExperts
-from quantgate.numerics.native import NativeFP8Linear, apply_native
+from quantgate.numerics.native import NativeFP8Linear, NativeResult, apply_native
 from quantgate.numerics.weights import WeightFormat, weight_format
 
 _ACCUMULATION_NOTE = (
@@ -301,6 +301,40 @@ def _kept_numerics(artifact_dir: Path, activations: bool) -> _Kept | None:
     )
 
 
+KVScales = dict[str, tuple[torch.Tensor, torch.Tensor]]  # attention module -> (k_scale, v_scale)
+
+
+@dataclass(frozen=True)
+class _LoadPlan:
+    """What an artifact is loaded as, checked against its config.json before a tensor is read:
+    its numerics, the formats its modules are decoded in, and its KV cache."""
+
+    artifact_dir: Path
+    numerics: _Numerics
+    weights: WeightFormat
+    declared_activations: ActivationFormat | None  # what the target computes
+    activations: ActivationFormat | None  # what is emulated (None: unquantized, on request or weight-only)
+    kept: _Kept | None  # a repaired variant's modules in another format
+    kv_scheme: dict[str, Any] | None  # config.json's kv_cache_scheme
+    kv_name: str | None  # the FP8 KV format emulated; None: bf16
+    kv_scales_on_disk: KVScales  # by the tensor names on disk
+
+
+@dataclass(frozen=True)
+class _Loaded:
+    """The model as ``_apply`` left it, and what the description of its numerics needs."""
+
+    model: nn.Module
+    tokenizer: Any
+    modules_replaced: int
+    experts: tuple[EmulatedExperts, ...]
+    generation_note: str
+    kv_scales: KVScales | None  # by attention module in memory; None: none stored
+    latent: bool  # multi-head latent attention: its FP8 cache is not emulated on prefill
+    kv_layers: int
+    native: NativeResult | None
+
+
 def load_for_eval(
     artifact_dir: Path,
     target: Target | None = None,
@@ -313,14 +347,23 @@ def load_for_eval(
     """The artifact as its target computes it (emulated). ``activations=False`` keeps the same
     weights with unquantized activations (the W*A16 view, for comparison); ``kv_cache=False``
     keeps the KV cache in bf16. On a CUDA device with FP8 tensor cores, FP8 W8A8 linears run on
-    the hardware's kernel (``native.py``, mode ``native``) unless ``native=False``."""
-    artifact_dir = Path(artifact_dir)
+    the hardware's kernel (``native.py``, mode ``native``) unless ``native=False``.
+
+    Three steps, each a value in and a value out: plan (what the artifact is, checked against
+    its config), apply (decode, load, swap modules, install the KV cache, place on the device),
+    describe (the report's account of what was computed)."""
+    plan = _plan_load(Path(artifact_dir), target, activations=activations, kv_cache=kv_cache)
+    loaded = _apply(plan, device, native=native)
+    return EvalModel(model=loaded.model, tokenizer=loaded.tokenizer, numerics=_describe(plan, loaded, device))
+
+
+def _plan_load(artifact_dir: Path, target: Target | None, *, activations: bool, kv_cache: bool) -> _LoadPlan:
+    """The artifact's numerics and formats, refused where its config.json disagrees with them."""
     n = _resolve(artifact_dir, target)
     wfmt = weight_format(n.weights.value)
     declared_act = (
         None if n.activations == ActivationNumerics.NONE else activation_format(n.activations.value)
     )
-    act = declared_act if activations else None
     config_path = artifact_dir / "config.json"
     qconfig = quantization_config(artifact_dir)
     kept = _kept_numerics(artifact_dir, activations)
@@ -356,8 +399,23 @@ def load_for_eval(
             "serve the FP8 KV cache at scale 1.0",
             "rebuild the artifact",
         )
-    kv_name = _kv_format_name(n) if kv_cache else None
+    return _LoadPlan(
+        artifact_dir=artifact_dir,
+        numerics=n,
+        weights=wfmt,
+        declared_activations=declared_act,
+        activations=declared_act if activations else None,
+        kept=kept,
+        kv_scheme=kv_scheme,
+        kv_name=_kv_format_name(n) if kv_cache else None,
+        kv_scales_on_disk=stored,
+    )
 
+
+def _apply(plan: _LoadPlan, device: str | torch.device, *, native: bool) -> _Loaded:
+    """The model with every quantized module decoded and swapped in, its KV cache emulated and
+    placed on ``device`` (FP8 W8A8 linears on the hardware's kernel where it has one)."""
+    artifact_dir, kept = plan.artifact_dir, plan.kept
     raw = read_quantized_tensors(artifact_dir)
     if not raw:
         raise InputError(
@@ -368,7 +426,10 @@ def load_for_eval(
     # everything is decoded and matched against a meta-device skeleton first, so a mismatch is
     # reported as such rather than as whatever transformers makes of unexpected tensors
     emulated = emulated_modules(
-        artifact_dir, {m: t for m, t in raw.items() if kept is None or m not in kept.modules}, wfmt, act
+        artifact_dir,
+        {m: t for m, t in raw.items() if kept is None or m not in kept.modules},
+        plan.weights,
+        plan.activations,
     )
     if kept is not None and kept.weights is not None:
         kept_raw = {m: t for m, t in raw.items() if m in kept.modules}
@@ -381,101 +442,127 @@ def load_for_eval(
         setattr(model.get_submodule(parent), child, module)
     _drop_decompression_hook(model)
     _refuse_leftovers(artifact_dir, model)
-    experts = [m for m in emulated.values() if isinstance(m, EmulatedExperts)]
-    moe_notes = _moe_notes(experts)
-
-    kv_layers = 0
-    kv_note = "KV cache: bf16"
-    kv_report = kv_name or "bf16"
+    stored = plan.kv_scales_on_disk
     scales = _kv_scales_in_memory(artifact_dir, model, stored) if stored else None
-    k_range = _range([k for k, _ in scales.values()]) if scales else None
-    v_range = _range([v for _, v in scales.values()]) if scales else None
-    if kv_name is not None:
-        kv_report = (
+    latent = plan.kv_name is not None and latent_attention(model)
+    kv_layers = _install_kv(plan, model, scales, device) if plan.kv_name is not None and not latent else 0
+    model.to(device)
+    use_float32_gemm(model, device)
+    return _Loaded(
+        model=model,
+        tokenizer=tokenizer,
+        modules_replaced=len(raw),
+        experts=tuple(m for m in emulated.values() if isinstance(m, EmulatedExperts)),
+        generation_note=generation_note,
+        kv_scales=scales,
+        latent=latent,
+        kv_layers=kv_layers,
+        native=apply_native(model, device) if native else None,
+    )
+
+
+def _install_kv(
+    plan: _LoadPlan, model: nn.Module, scales: KVScales | None, device: str | torch.device
+) -> int:
+    """The FP8 KV cache's hooks on every attention layer, at the stored scales; the layers hooked."""
+    assert plan.kv_name is not None
+    try:
+        # the hooks hold the scales outside the module tree, so model.to(device) would not move them
+        on_device = {k: (a.to(device), b.to(device)) for k, (a, b) in scales.items()} if scales else scales
+        return install_kv_cache(model, kv_cache_format(plan.kv_name), on_device)
+    except ValueError as exc:
+        raise InputError(
+            plan.artifact_dir, f"cannot emulate the FP8 KV cache: {exc}", "pass kv_cache=False"
+        ) from None
+
+
+def _kv_description(plan: _LoadPlan, loaded: _Loaded) -> tuple[str, str]:
+    """The report's KV column (format, calibrated or not, scale ranges) and its note."""
+    kv_name, scales, n = plan.kv_name, loaded.kv_scales, plan.numerics
+    if kv_name is None:
+        note = (
+            f"KV cache: bf16 on request (the target stores {n.kv_cache.value})"
+            if n.kv_cache != KVCache.BF16
+            else "KV cache: bf16"
+        )
+        return "bf16", note
+    if scales:
+        k_range, v_range = _ranges(scales)
+        report = (
             f"{kv_name}, calibrated per-tensor scales (k {k_range[0]:.3g}-{k_range[1]:.3g}, "
             f"v {v_range[0]:.3g}-{v_range[1]:.3g})"
-            if k_range is not None and v_range is not None
-            else f"{kv_name}, scale 1.0 (uncalibrated: no kv_cache_scheme in the artifact)"
         )
-    if kv_name is not None and latent_attention(model):
+    else:
+        report = f"{kv_name}, scale 1.0 (uncalibrated: no kv_cache_scheme in the artifact)"
+    if loaded.latent:
         # vLLM's MLA caches one latent (kv_c_normed, k_pe) per token; its prefill expands the new
         # tokens' fresh latents and reads the FP8 cache only for context already cached (decode,
         # prefix hits): attention/backends/mla/common.py, _forward_prefill
-        kv_report = f"{kv_report}; latent (MLA): read only when decoding, not emulated"
-        kv_note = (
+        return f"{report}; latent (MLA): read only when decoding, not emulated", (
             f"KV cache: multi-head latent attention stores its latent in {kv_name}; teacher-forced "
             "scoring is a prefill, which attends over the fresh bf16 latents as vLLM's MLA prefill does, "
             "but decoding steps of generation suites read bf16 latents here, not the FP8 cache"
         )
-    elif kv_name is not None:
-        kv_fmt = kv_cache_format(kv_name)
-        try:
-            # the hooks hold the scales outside the module tree, so model.to(device) would not move them
-            on_device = (
-                {k: (a.to(device), b.to(device)) for k, (a, b) in scales.items()} if scales else scales
-            )
-            kv_layers = install_kv_cache(model, kv_fmt, on_device)
-        except ValueError as exc:
-            raise InputError(
-                artifact_dir, f"cannot emulate the FP8 KV cache: {exc}", "pass kv_cache=False"
-            ) from None
-        kv_note = kv_fmt.note + (
-            "; applied after RoPE to K and V at each layer's stored k_scale / v_scale"
-            if scales
-            else "; applied after RoPE to K and V at scale 1.0: the artifact declares no calibrated scales"
-        )
-    elif n.kv_cache != KVCache.BF16:
-        kv_note = f"KV cache: bf16 on request (the target stores {n.kv_cache.value})"
+    note = kv_cache_format(kv_name).note + (
+        "; applied after RoPE to K and V at each layer's stored k_scale / v_scale"
+        if scales
+        else "; applied after RoPE to K and V at scale 1.0: the artifact declares no calibrated scales"
+    )
+    return report, note
 
-    if act is not None:
-        act_note = act.note
-    elif declared_act is not None:
-        act_note = (
+
+def _ranges(scales: KVScales) -> tuple[tuple[float, float], tuple[float, float]]:
+    return _range([k for k, _ in scales.values()]), _range([v for _, v in scales.values()])
+
+
+def _activation_note(plan: _LoadPlan) -> str:
+    if plan.activations is not None:
+        return plan.activations.note
+    if plan.declared_activations is not None:
+        return (
             f"activations: left unquantized on request; this is the weight-only view of the artifact, "
-            f"not what {n.hardware} computes ({declared_act.name})"
+            f"not what {plan.numerics.hardware} computes ({plan.declared_activations.name})"
         )
-    else:
-        act_note = "activations: none (weight-only format), bf16 inputs multiplied in fp32"
+    return "activations: none (weight-only format), bf16 inputs multiplied in fp32"
 
-    model.to(device)
-    use_float32_gemm(model, device)
-    ran_native = apply_native(model, device) if native else None
+
+def _describe(plan: _LoadPlan, loaded: _Loaded, device: str | torch.device) -> NumericsReport:
+    """What the loaded model computes, module by module, for the report."""
+    n, kv_name, ran_native = plan.numerics, plan.kv_name, loaded.native
+    kv_report, kv_note = _kv_description(plan, loaded)
+    k_range, v_range = _ranges(loaded.kv_scales) if kv_name is not None and loaded.kv_scales else (None, None)
     linears: dict[str, Literal["native", "emulated"]] = {
         name: "native" if isinstance(m, NativeFP8Linear) else "emulated"
-        for name, m in model.named_modules()
+        for name, m in loaded.model.named_modules()
         if isinstance(m, NativeFP8Linear | EmulatedLinear | EmulatedExperts)
     }
-    return EvalModel(
-        model=model,
-        tokenizer=tokenizer,
-        numerics=NumericsReport(
-            target=n.target,
-            hardware=n.hardware,
-            weights=wfmt.name,
-            activations=act.name if act is not None else "none",
-            kv_cache=kv_report,
-            mode="native" if ran_native is not None and ran_native.whole else "emulated",
-            device=str(device),
-            native_on=n.native_on,
-            linears=linears,
-            modules_replaced=len(raw),
-            moe_layers=len(experts),
-            kv_cache_layers=kv_layers,
-            kv_cache_format=kv_name or "bf16",
-            kv_cache_scheme=kv_scheme.get("strategy") if kv_scheme is not None else None,
-            kv_cache_calibrated=(scales is not None) if kv_name is not None else None,
-            k_scale_range=k_range if kv_name is not None else None,
-            v_scale_range=v_range if kv_name is not None else None,
-            notes=(
-                ran_native.note if ran_native is not None else _ACCUMULATION_NOTE,
-                wfmt.note,
-                act_note,
-                kv_note
-                + ("; its FP8 rounding stays emulated" if ran_native is not None and kv_layers else ""),
-                *moe_notes,
-                *((kept.note,) if kept is not None else ()),
-                generation_note,
-            ),
+    return NumericsReport(
+        target=n.target,
+        hardware=n.hardware,
+        weights=plan.weights.name,
+        activations=plan.activations.name if plan.activations is not None else "none",
+        kv_cache=kv_report,
+        mode="native" if ran_native is not None and ran_native.whole else "emulated",
+        device=str(device),
+        native_on=n.native_on,
+        linears=linears,
+        modules_replaced=loaded.modules_replaced,
+        moe_layers=len(loaded.experts),
+        kv_cache_layers=loaded.kv_layers,
+        kv_cache_format=kv_name or "bf16",
+        kv_cache_scheme=plan.kv_scheme.get("strategy") if plan.kv_scheme is not None else None,
+        kv_cache_calibrated=(loaded.kv_scales is not None) if kv_name is not None else None,
+        k_scale_range=k_range,
+        v_scale_range=v_range,
+        notes=(
+            ran_native.note if ran_native is not None else _ACCUMULATION_NOTE,
+            plan.weights.note,
+            _activation_note(plan),
+            kv_note
+            + ("; its FP8 rounding stays emulated" if ran_native is not None and loaded.kv_layers else ""),
+            *_moe_notes(list(loaded.experts)),
+            *((plan.kept.note,) if plan.kept is not None else ()),
+            loaded.generation_note,
         ),
     )
 

@@ -14,6 +14,20 @@ from support.models import write_tiny_model
 REPO = Path(__file__).resolve().parents[1]
 
 
+DEFAULT_MODEL_GROUP = "default-model"
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Groups for pytest-xdist's ``--dist loadgroup`` (pyproject's addopts): a module's tests run
+    on one worker, so its module-scoped fixtures (a Prefect server, a repair run) are made once;
+    every test of the converted default model runs on one worker, so that model and its four
+    artifacts (session fixtures, minutes to build) are made once per run, not once per worker."""
+    for item in items:
+        fixtures = getattr(item, "fixturenames", ())
+        group = DEFAULT_MODEL_GROUP if "default_model" in fixtures else item.nodeid.split("::")[0]
+        item.add_marker(pytest.mark.xdist_group(group))
+
+
 @pytest.fixture(scope="session")
 def repo_root() -> Path:
     return REPO

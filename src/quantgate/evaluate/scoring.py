@@ -32,6 +32,16 @@ class Reference:
         """The reference as plain tensors and lists (what the reference cache stores)."""
         return {"topk_ids": self.topk_ids, "topk_logp": self.topk_logp, "target_logp": self.target_logp}
 
+    def own_scores(self) -> list[Scores]:
+        """The source scored against its own reference, without running it again: its NLL is
+        the reference's target log-probability negated (the same two numbers subtracted the
+        other way round: the same bits a scoring pass gives), KL 0 and top-1 agreement at every
+        position by definition (a scoring pass of the source gives exactly these)."""
+        return [
+            Scores(nll=-t, kld=torch.zeros_like(t), agree=torch.ones_like(t, dtype=torch.bool))
+            for t in self.target_logp
+        ]
+
     @classmethod
     def from_state(cls, state: dict) -> Reference:
         """The inverse of ``to_state``."""

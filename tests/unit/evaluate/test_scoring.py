@@ -50,6 +50,20 @@ def test_measures_equal_the_full_softmax_computation_on_ragged_batches(tiny_llam
     assert torch.cat([s.kld for s in scores]).mean() > 0
 
 
+def test_the_sources_own_scores_from_its_reference_are_a_scoring_pass_bit_for_bit(tiny_llama):
+    """The source is not run a second time to score itself: what the reference holds gives the
+    same bits (NLL, KL 0, agreement everywhere)."""
+    source = AutoModelForCausalLM.from_pretrained(tiny_llama, dtype=torch.bfloat16).eval()
+    g = torch.Generator().manual_seed(2)
+    seqs = [torch.randint(3, 500, (n,), generator=g).tolist() for n in (300, 17, 64)]
+    ref = build_reference(source, seqs, k=8, batch_size=2, pad_id=0)
+    passed, own = score(source, seqs, ref, batch_size=2, pad_id=0), ref.own_scores()
+    for a, b in zip(passed, own, strict=True):
+        assert torch.equal(a.nll, b.nll) and a.nll.dtype == b.nll.dtype
+        assert torch.equal(a.kld, b.kld) and torch.equal(a.agree, b.agree)
+    assert float(torch.cat([s.nll for s in own]).mean()) > 0
+
+
 def test_fused_pass_agrees_with_the_eager_one(tiny_llama, monkeypatch):
     """QUANTGATE_COMPILE=1: the decoder's MLP and norms and the log-sum-exp run through
     torch.compile, and the measures are the eager ones to float rounding."""

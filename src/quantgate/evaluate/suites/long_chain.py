@@ -13,7 +13,7 @@ the deepest bin any trace reaches (``depth_tokens``, ``depth_agreement``), so th
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import Field, NonNegativeInt, PositiveInt
 
@@ -28,6 +28,9 @@ from quantgate.metrics import (
     weighted_mean,
     weighted_sums,
 )
+
+if TYPE_CHECKING:
+    from quantgate.evaluate.scoring import Scores
 
 KLD_RANGE = (0.0, 1.0)  # a trace's mean KL, declared for sequential evaluation (as text.KLD_RANGE)
 
@@ -188,7 +191,7 @@ class LongChainSuite(SuiteKind):
             pad_id=source.tokenizer.pad_token_id or 0,
         )
         state = {"prompts": prompts, "traces": traces, "reference": ref.to_state()}
-        return state, self._result(ctx, source, state, free_running=traces)
+        return state, self._result(ctx, source, state, free_running=traces, scores=ref.own_scores())
 
     def score(self, ctx: EvalContext, model, reference: dict) -> SuiteResult:
         """Run ``model`` free from the same prompts, then teacher-force it on the source's traces."""
@@ -206,18 +209,28 @@ class LongChainSuite(SuiteKind):
         )
         return self._result(ctx, model, reference, free_running=generated)
 
-    def _result(self, ctx: EvalContext, model, reference: dict, free_running: list[list[int]]) -> SuiteResult:
+    def _result(
+        self,
+        ctx: EvalContext,
+        model,
+        reference: dict,
+        free_running: list[list[int]],
+        scores: list[Scores] | None = None,
+    ) -> SuiteResult:
+        """``model`` teacher-forced on the source's traces (``scores``: already known, the
+        source's own) and its free-running traces compared with them."""
         import torch
 
         from quantgate.evaluate.scoring import Reference, score
 
         sizes = self.spec.sizes(ctx.profile)
         prompts, traces = reference["prompts"], reference["traces"]
-        seqs = [p + t for p, t in zip(prompts, traces, strict=True)]
-        ref = Reference.from_state(reference["reference"])
-        scores = score(
-            model.model, seqs, ref, batch_size=sizes.batch_size, pad_id=model.tokenizer.pad_token_id or 0
-        )
+        if scores is None:
+            seqs = [p + t for p, t in zip(prompts, traces, strict=True)]
+            ref = Reference.from_state(reference["reference"])
+            scores = score(
+                model.model, seqs, ref, batch_size=sizes.batch_size, pad_id=model.tokenizer.pad_token_id or 0
+            )
         width = sizes.trace_tokens / sizes.bins
         kld_bins: list[list[float]] = [[] for _ in range(sizes.bins)]
         agree_bins: list[list[float]] = [[] for _ in range(sizes.bins)]

@@ -16,7 +16,7 @@ import math
 import random
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import Field, PositiveInt
 
@@ -35,6 +35,9 @@ from quantgate.metrics import (
     weighted_mean,
     weighted_sums,
 )
+
+if TYPE_CHECKING:
+    from quantgate.evaluate.scoring import Scores
 
 KLD_Q = 0.99  # the quantile kld_p99 reports
 # Declared per-window ranges for sequential evaluation (stats/sequence.py), assumptions stated: a
@@ -206,7 +209,7 @@ class TextSuite(SuiteKind):
                 on_batch=task.advance,
             )
         state = {"sequences": seqs, "reference": ref.to_state()}
-        return state, self.score(ctx, source, state)
+        return state, self._result(state, ref.own_scores())
 
     def score(self, ctx: EvalContext, model, reference: dict) -> SuiteResult:
         """Teacher-force ``model`` on the reference's windows and score it against the source."""
@@ -219,6 +222,10 @@ class TextSuite(SuiteKind):
             scores = score(
                 model.model, seqs, ref, batch_size=sizes.batch_size, pad_id=pad, on_batch=task.advance
             )
+        return self._result(reference, scores)
+
+    def _result(self, reference: dict, scores: list[Scores]) -> SuiteResult:
+        """The suite's metrics and per-window records from per-position scores."""
         metrics, samples = summarize(
             self.spec.name, scores, items=reference.get("items"), tail_items=reference.get("tail_items")
         )

@@ -81,7 +81,7 @@ class ThrottledProxy:
 
 
 def _round(name: str, nodes: int, cfg, fleet_on: bool, work: Path, proxy: ThrottledProxy) -> dict:
-    from quantgate.fleet.settings import FleetSettings
+    from quantgate.fleet import FleetSettings
     from support.fleet import node_process, wait_for, write_job
     from support.servers import free_port
 

@@ -14,18 +14,46 @@ from support.models import write_tiny_model
 REPO = Path(__file__).resolve().parents[1]
 
 
-DEFAULT_MODEL_GROUP = "default-model"
+# The modules whose tests use the converted default model and its four artifacts (session
+# fixtures, minutes to make): one worker runs them all, so they are made once per run.
+DEFAULT_MODEL_MODULES = frozenset(
+    f"tests/integration/{name}.py"
+    for name in (
+        "test_damaged_artifacts",
+        "test_default_model",
+        "test_eval_default",
+        "test_registry_roundtrip",
+    )
+)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log):
+    """``--dist loadscope`` (pyproject's addopts) with the default model's modules as one scope:
+    a module's tests run on one worker (its module fixtures, a Prefect or MLflow server, are made
+    once), and so do all of ``DEFAULT_MODEL_MODULES``. (xdist's own ``loadgroup`` cannot do it
+    under pytest 9.2, whose node ids it can no longer rename.)"""
+    if config.getvalue("dist") != "loadscope":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    class DefaultModelOnOneWorker(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            module = nodeid.split("::", 1)[0]
+            return "default-model" if module in DEFAULT_MODEL_MODULES else module
+
+    return DefaultModelOnOneWorker(config, log)
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Groups for pytest-xdist's ``--dist loadgroup`` (pyproject's addopts): a module's tests run
-    on one worker, so its module-scoped fixtures (a Prefect server, a repair run) are made once;
-    every test of the converted default model runs on one worker, so that model and its four
-    artifacts (session fixtures, minutes to build) are made once per run, not once per worker."""
+    """A test of the default model outside ``DEFAULT_MODEL_MODULES`` would convert and build it
+    again on another worker: refused, naming the list to add its module to."""
     for item in items:
-        fixtures = getattr(item, "fixturenames", ())
-        group = DEFAULT_MODEL_GROUP if "default_model" in fixtures else item.nodeid.split("::")[0]
-        item.add_marker(pytest.mark.xdist_group(group))
+        module = item.nodeid.split("::", 1)[0]
+        if "default_model" in getattr(item, "fixturenames", ()) and module not in DEFAULT_MODEL_MODULES:
+            raise pytest.UsageError(
+                f"{module} uses the default model: add it to DEFAULT_MODEL_MODULES in tests/conftest.py"
+            )
 
 
 @pytest.fixture(scope="session")

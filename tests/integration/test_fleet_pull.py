@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from quantgate.fleet.settings import FleetSettings
+from quantgate.fleet import FleetSettings
 from quantgate.publish import RegistryConfig, publish_report, pull
 from quantgate.publish.cache import PullCache
 from quantgate.publish.config import TransferSettings

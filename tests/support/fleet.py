@@ -70,10 +70,8 @@ def wait_for(path: Path, proc: subprocess.Popen | None, timeout_s: float, log: P
 
 def _main(job_path: str) -> int:
     from quantgate.errors import QuantgateError
-    from quantgate.fleet.node import node
-    from quantgate.fleet.seed import seed
-    from quantgate.fleet.settings import FleetSettings
-    from quantgate.publish import RegistryConfig, pull
+    from quantgate.fleet import FleetSettings, open_node, seed_cache
+    from quantgate.publish import PullCache, RegistryConfig, pull
 
     job = json.loads(Path(job_path).read_text())
     cfg = RegistryConfig.model_validate_json(job["registry"])
@@ -103,10 +101,10 @@ def _main(job_path: str) -> int:
             return int(result["exit_code"])
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
-    with node(fleet) as own:
+    with open_node(fleet) as own:
         if job.get("ready"):
             Path(job["ready"]).write_text(json.dumps({"port": own.port}))
-        seed(own, cache, cfg.cache_max_bytes, stop, rescan_s=0.5)
+        seed_cache(own, PullCache(cache / "pull", cfg.cache_max_bytes), stop, rescan_s=0.5)
     return 0
 
 

@@ -25,7 +25,7 @@ LINT_IMPORTS = Path(sys.executable).with_name("lint-imports")
 STAGES = sorted(
     p.parent.name
     for p in (ROOT / "src" / "quantgate").glob("*/__init__.py")
-    if p.parent.name not in ("stats", "fleet")  # stats: a library of public modules; fleet: issue 28
+    if p.parent.name != "stats"  # a library of public modules
 )
 
 

@@ -17,21 +17,20 @@ from quantgate.paths import cache_dir, project_root
 
 def serve(cache: Path, root: Path | None) -> None:
     """Seed the pull cache under ``cache`` until a signal (pull's ``--seed`` ends here too)."""
-    from quantgate.fleet.node import node
-    from quantgate.fleet.seed import seed as seed_cache
-    from quantgate.publish import RegistryConfig
+    from quantgate.fleet import open_node, seed_cache
+    from quantgate.publish import PullCache, RegistryConfig
 
     cfg = RegistryConfig.from_env((root or project_root()).resolve())
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
-    with node(cfg.fleet) as own:
+    with open_node(cfg.fleet) as own:
         print(
             f"seeding {cache / 'pull'} on port {own.port} to {len(own.listed())} listed peer(s), "
             f"at most {cfg.fleet.upload_mb_s:g} MB/s",
             file=sys.stderr,
         )
-        seed_cache(own, cache, cfg.cache_max_bytes, stop)
+        seed_cache(own, PullCache(cache / "pull", cfg.cache_max_bytes), stop)
 
 
 def seed(cache: CacheOpt = None, root: RootOpt = None) -> None:

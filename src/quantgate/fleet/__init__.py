@@ -7,4 +7,62 @@ registry's signature; ``pull`` fetches from the peers the ``peers`` setting list
 load order (``order``), and verifies every file against the signed manifest before it installs,
 as it always did (``fetch``); ``seed`` serves the node's cached versions to its peers with a
 bounded upload rate. The trust model and how a node joins: ``artifacts_registry/README.md``.
+
+The fleet sits below publish (which makes and pulls versions through these names) and imports
+nothing of it; its public names are those below (a name that is also a module's, ``node``,
+``fetch``, ``seed``, is exported under another, since an imported submodule would shadow it).
 """
+
+from typing import TYPE_CHECKING
+
+from quantgate.exports import lazy_exports
+
+if TYPE_CHECKING:
+    from quantgate.fleet.fetch import TorrentRefused
+    from quantgate.fleet.fetch import fetch as fetch_version
+    from quantgate.fleet.node import Node
+    from quantgate.fleet.node import node as open_node
+    from quantgate.fleet.origin import RangeReader
+    from quantgate.fleet.seed import SeedableCache, Seeder
+    from quantgate.fleet.seed import seed as seed_cache
+    from quantgate.fleet.settings import FleetSettings
+    from quantgate.fleet.torrent import MAX_TORRENT_BYTES, TORRENT
+    from quantgate.fleet.torrent import info_hash as torrent_info_hash
+    from quantgate.fleet.torrent import load as load_torrent
+    from quantgate.fleet.torrent import make as make_torrent
+
+__all__ = [
+    "MAX_TORRENT_BYTES",
+    "TORRENT",
+    "FleetSettings",
+    "Node",
+    "RangeReader",
+    "SeedableCache",
+    "Seeder",
+    "TorrentRefused",
+    "fetch_version",
+    "load_torrent",
+    "make_torrent",
+    "open_node",
+    "seed_cache",
+    "torrent_info_hash",
+]
+__getattr__ = lazy_exports(
+    __name__,
+    {
+        "MAX_TORRENT_BYTES": "torrent",
+        "TORRENT": "torrent",
+        "FleetSettings": "settings",
+        "Node": "node",
+        "RangeReader": "origin",
+        "SeedableCache": "seed",
+        "Seeder": "seed",
+        "TorrentRefused": "fetch",
+        "fetch_version": "fetch:fetch",
+        "load_torrent": "torrent:load",
+        "make_torrent": "torrent:make",
+        "open_node": "node:node",
+        "seed_cache": "seed:seed",
+        "torrent_info_hash": "torrent:info_hash",
+    },
+)

@@ -7,6 +7,9 @@ rescan. Entries are added in libtorrent's seed mode, which trusts nothing it has
 each piece is hashed against its merkle tree the first time a peer asks for it, so a cached
 file altered on disk is never served as the version (peers check every block anyway). The
 signature the manifest was installed with is served from the install record.
+
+The cache is what a pull installs into (``quantgate.publish.PullCache``), seen through the few
+names ``SeedableCache`` lists: the fleet sits below publish and imports nothing of it.
 """
 
 from __future__ import annotations
@@ -14,21 +17,40 @@ from __future__ import annotations
 import contextlib
 import threading
 from pathlib import Path
+from typing import Any, Protocol
 
 from quantgate.artifact import MANIFEST
 from quantgate.atomic import write_bytes
 from quantgate.fleet import torrent as torrents
 from quantgate.fleet.node import Node
-from quantgate.publish import ENTRY, PullCache
 
 RESCAN_S = 2.0
 SIGNATURE = "manifest.sig"
 
 
+class SeedableCache(Protocol):
+    """What the seeder reads of a pull cache: where its entries live, which are installed (named
+    by their manifest's sha256), and each one's install record, torrent and signature paths."""
+
+    root: Path
+
+    def entries(self) -> list[tuple[float, int, str]]:
+        """(last use, bytes, entry) of every installed entry."""
+
+    def record(self, entry_id: str) -> dict[str, Any] | None:
+        """The entry's install record (its ``signature`` among it), None when it has none."""
+
+    def torrent_path(self, entry_id: str) -> Path:
+        """Where the entry's torrent lies, beside its record."""
+
+    def signature_path(self, entry_id: str) -> Path:
+        """Where the seeder writes the entry's manifest signature to serve it."""
+
+
 class Seeder:
     """The torrents of one cache's entries in one node's engine."""
 
-    def __init__(self, node: Node, cache: PullCache) -> None:
+    def __init__(self, node: Node, cache: SeedableCache) -> None:
         self.node, self.cache = node, cache
         self.handles: dict[str, object] = {}  # entry -> torrent handle
 
@@ -54,8 +76,6 @@ class Seeder:
         torrent (pulled from the origin alone, or by an older quantgate) or no valid record."""
         import libtorrent as lt
 
-        if not ENTRY.match(entry):
-            return None
         record = self.cache.record(entry) or {}
         signature = record.get("signature")
         try:
@@ -77,11 +97,9 @@ class Seeder:
         return params
 
 
-def seed(
-    node: Node, cache_root: Path, max_bytes: int, stop: threading.Event, rescan_s: float = RESCAN_S
-) -> None:
-    """Seed the cache under ``cache_root`` until ``stop`` is set (a signal, or the caller)."""
-    seeder = Seeder(node, PullCache(Path(cache_root) / "pull", max_bytes))
+def seed(node: Node, cache: SeedableCache, stop: threading.Event, rescan_s: float = RESCAN_S) -> None:
+    """Seed ``cache``'s installed entries until ``stop`` is set (a signal, or the caller)."""
+    seeder = Seeder(node, cache)
     while not stop.is_set():
         with contextlib.suppress(OSError):
             seeder.sync()

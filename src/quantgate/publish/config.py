@@ -24,7 +24,7 @@ from typing import Literal, TypedDict, Unpack
 from pydantic import Field, PositiveFloat, PositiveInt
 
 from quantgate.config import expanded, load_model, overridden, path_setting, setting
-from quantgate.fleet.settings import FleetSettings
+from quantgate.fleet import FleetSettings
 from quantgate.frozen import Frozen
 from quantgate.units import GB
 

@@ -147,6 +147,15 @@ class LocalStore:
                 problems.append(f"{rel}: {problem} (in {self.uri})")
         return problems
 
+    def read_range(self, rel: str, offset: int, length: int) -> bytes:
+        """Exactly ``length`` bytes of ``rel`` from ``offset`` (the fleet's origin reads)."""
+        with open(self.root / rel, "rb") as fh:
+            fh.seek(offset)
+            data = fh.read(length)
+        if len(data) != length:
+            raise OSError(f"{self.root / rel}: {len(data)} bytes at {offset}, asked for {length}")
+        return data
+
     def download(self, files: dict[str, int], dest: Path, on_file: OnFile, on_bytes: OnBytes) -> None:
         """Copy each file into ``dest`` atomically; FileNotFoundError(rel) for one not there."""
         for rel, size in files.items():

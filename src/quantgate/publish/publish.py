@@ -42,7 +42,7 @@ from quantgate.errors import (
     UnsafePathError,
     UploadIncompleteError,
 )
-from quantgate.fleet import torrent as torrents
+from quantgate.fleet import TORRENT, make_torrent, torrent_info_hash
 from quantgate.frozen import FrozenRecord
 from quantgate.hashing import content_hash, sha256_file
 from quantgate.progress import SILENT, Progress
@@ -192,7 +192,7 @@ def _check_names(directory: Path, manifest: Manifest) -> None:
     root = directory.resolve()
     for rel in manifest.files:
         safe_relpath(rel, str(where))
-        if rel in (MANIFEST, signing.SIGNATURE, torrents.TORRENT):
+        if rel in (MANIFEST, signing.SIGNATURE, TORRENT):
             raise UnsafePathError(
                 where, f"file name {rel!r} is reserved for quantgate's own files", "rebuild the artifact"
             )
@@ -414,8 +414,8 @@ def _torrent(job: _Job, manifest: Path, signature: Path, tmp: Path) -> Path:
     signature, under the manifest's sha256 (the fleet's cache entry), written beside them."""
     files = {rel: job.directory / rel for rel in job.manifest.files}
     files |= {MANIFEST: manifest, signing.SIGNATURE: signature}
-    path = tmp / torrents.TORRENT
-    path.write_bytes(torrents.make(job.manifest_sha256, files))
+    path = tmp / TORRENT
+    path.write_bytes(make_torrent(job.manifest_sha256, files))
     return path
 
 
@@ -443,7 +443,7 @@ def _upload_and_register(job: _Job, mlflow_client, cfg: RegistryConfig, progress
         swarm = _torrent(job, manifest, signature, Path(tmp))
         for path in (manifest, signature, swarm):
             files[f"{naming.ARTIFACT_PATH}/{path.name}"] = (path, store.digest(path))
-        info_hash = torrents.info_hash(swarm.read_bytes())
+        info_hash = torrent_info_hash(swarm.read_bytes())
         total = sum(d.bytes for _, d in files.values())
         progress.log(
             f"{job.name}: {'resuming' if resumed else 'uploading'} {len(files)} files to {store.uri}"

@@ -47,11 +47,15 @@ from quantgate.errors import (
     UnsafePathError,
     UsageError,
 )
-from quantgate.fleet import torrent as torrents
-from quantgate.fleet.fetch import TorrentRefused
-from quantgate.fleet.fetch import fetch as fleet_fetch
-from quantgate.fleet.node import node as fleet_node
-from quantgate.fleet.origin import RangeReader, range_reader
+from quantgate.fleet import (
+    MAX_TORRENT_BYTES,
+    TORRENT,
+    RangeReader,
+    TorrentRefused,
+    fetch_version,
+    load_torrent,
+    open_node,
+)
 from quantgate.hashing import FileEntry, content_hash, file_problem, per_file, sha256_file
 from quantgate.paths import cache_dir as default_cache_dir
 from quantgate.progress import SILENT, Progress
@@ -61,7 +65,7 @@ from quantgate.publish.cache import ENTRY, PullCache
 from quantgate.publish.config import RegistryConfig
 from quantgate.publish.dest import materialize
 from quantgate.publish.resolve import Resolved, resolve
-from quantgate.publish.store import ArtifactStore, open_store
+from quantgate.publish.store import ArtifactStore, open_store, range_reader
 from quantgate.safe_path import safe_relpath
 
 HASH_THREADS = 2  # hashing overlaps the downloads still in flight
@@ -156,7 +160,7 @@ def _approved(resolved: Resolved, asked: _Asked, cfg: RegistryConfig) -> Approva
     tagged = resolved.tags.get(naming.TORRENT)
     if tagged is not None and tagged != signed.torrent:
         raise _tampered(
-            torrents.TORRENT,
+            TORRENT,
             resolved,
             f"is named by a torrent info-hash ({tagged[:16]}...) that the signed approval "
             + (
@@ -342,7 +346,7 @@ def _checked_manifest(
             safe_relpath(rel, f"{resolved.source}/{MANIFEST}")
         except UnsafePathError as exc:
             raise _tampered(MANIFEST, resolved, exc.problem) from None
-        if rel in (MANIFEST, signing.SIGNATURE, torrents.TORRENT):
+        if rel in (MANIFEST, signing.SIGNATURE, TORRENT):
             raise _tampered(MANIFEST, resolved, f"file name {rel!r} is reserved")
     if content_hash(manifest.files) != signed.content_hash:
         raise _tampered(MANIFEST, resolved, "does not match the version's content hash")
@@ -421,17 +425,17 @@ def _store_torrent(store: ArtifactStore, staging: Path, resolved: Resolved, info
     """The version's torrent from the store, checked against the signed info-hash (exit 2
     otherwise); None when the store cannot be reached or lost it (the peers have it then)."""
     try:
-        found = _bounded_download(store, torrents.TORRENT, staging, torrents.MAX_TORRENT_BYTES, resolved)
+        found = _bounded_download(store, TORRENT, staging, MAX_TORRENT_BYTES, resolved)
     except RegistryUnavailableError:
         return None
     if not found:
         return None
-    data = (staging / torrents.TORRENT).read_bytes()
-    (staging / torrents.TORRENT).unlink()
+    data = (staging / TORRENT).read_bytes()
+    (staging / TORRENT).unlink()
     try:
-        torrents.load(data, info_hash, staging.name)
+        load_torrent(data, info_hash, staging.name)
     except ValueError as exc:
-        raise _tampered(torrents.TORRENT, resolved, f"is not the signed torrent: it {exc}") from None
+        raise _tampered(TORRENT, resolved, f"is not the signed torrent: it {exc}") from None
     return data
 
 
@@ -458,8 +462,8 @@ def _fetch_from_fleet(
         return manifest
 
     try:
-        with fleet_node(cfg.fleet) as node:
-            manifest, signature, torrent_data, transfer = fleet_fetch(
+        with open_node(cfg.fleet) as node:
+            manifest, signature, torrent_data, transfer = fetch_version(
                 node,
                 info_hash=info_hash,
                 name=entry,
@@ -472,7 +476,7 @@ def _fetch_from_fleet(
                 progress=progress,
             )
     except TorrentRefused as exc:
-        raise _tampered(torrents.TORRENT, resolved, f"swarm refused: it {exc}") from None
+        raise _tampered(TORRENT, resolved, f"swarm refused: it {exc}") from None
     (staging / signing.SIGNATURE).unlink(missing_ok=True)  # kept in the install record only
     for stray in [p for p in staging.rglob("*") if p.is_file() or p.is_symlink()]:
         if stray.is_symlink() or stray.relative_to(staging).as_posix() not in {*manifest.files, MANIFEST}:

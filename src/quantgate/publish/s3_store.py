@@ -144,6 +144,18 @@ class S3Store:
         """The object key of ``rel`` under the prefix."""
         return f"{self.prefix}/{rel}" if self.prefix else rel
 
+    def read_range(self, rel: str, offset: int, length: int) -> bytes:
+        """Exactly ``length`` bytes of ``rel`` from ``offset``, one ranged GET (the fleet's origin
+        reads)."""
+        with s3_errors(self.uri):
+            body = self.client.get_object(
+                Bucket=self.bucket, Key=self.key(rel), Range=f"bytes={offset}-{offset + length - 1}"
+            )["Body"]
+            data = body.read()
+        if len(data) != length:
+            raise OSError(f"{self.uri}/{rel}: {len(data)} bytes at {offset}, asked for {length}")
+        return data
+
     def _part_size(self, size: int) -> int | None:
         """The part size s3transfer will use for ``size`` bytes; None for a single PUT."""
         from s3transfer.utils import ChunksizeAdjuster

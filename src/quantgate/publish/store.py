@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Protocol
 from urllib.parse import urlparse
 
+from quantgate.fleet import RangeReader
 from quantgate.publish.config import RegistryConfig
 
 OnBytes = Callable[[int], None]
@@ -71,6 +72,15 @@ def open_store(uri: str, cfg: RegistryConfig) -> ArtifactStore:
     from quantgate.publish.mlflow_store import MlflowStore
 
     return MlflowStore(uri, cfg)
+
+
+def range_reader(store: ArtifactStore) -> RangeReader | None:
+    """The store's reader of byte ranges, which the fleet's origin reads pieces with; None for a
+    store that cannot read ranges (MLflow's artifact repository: its versions pull whole files)."""
+    from quantgate.publish.local_store import LocalStore
+    from quantgate.publish.s3_store import S3Store
+
+    return store.read_range if isinstance(store, S3Store | LocalStore) else None
 
 
 def join(uri: str, rel: str) -> str:

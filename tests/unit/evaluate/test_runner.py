@@ -47,7 +47,9 @@ def test_the_source_reference_is_computed_once_and_reused(setup, tmp_path):
     record, suites, ctx = setup
     source = Path(record.path)
     first = evaluate(source, record.content_hash, tmp_path / "artifacts", tmp_path / "e1", suites, ctx)
-    assert first.source_forward_passes == 2  # 4 windows at batch 2, once: its own scores come from the reference
+    assert (
+        first.source_forward_passes == 2
+    )  # 4 windows at batch 2, once: its own scores come from the reference
     second = evaluate(source, record.content_hash, tmp_path / "artifacts", tmp_path / "e2", suites, ctx)
     assert second.source_forward_passes == 0
     assert second.reference_hits == ["tiny-text"]

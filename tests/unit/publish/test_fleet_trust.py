@@ -12,10 +12,15 @@ import pytest
 from mlflow import MlflowClient
 
 from quantgate.errors import TamperedArtifactError
-from quantgate.fleet import torrent as torrents
-from quantgate.fleet.node import node
-from quantgate.fleet.seed import Seeder
-from quantgate.fleet.settings import FleetSettings
+from quantgate.fleet import (
+    TORRENT,
+    FleetSettings,
+    Seeder,
+    load_torrent,
+    make_torrent,
+    open_node,
+    torrent_info_hash,
+)
 from quantgate.publish import approval, naming, pull
 from quantgate.publish.cache import PullCache
 from quantgate.publish.local_store import local_path
@@ -35,9 +40,9 @@ def _with_peers(registry):
 def test_publish_signs_the_torrent_info_hash_and_stores_the_torrent(published, registry):
     tags = MlflowClient(registry.tracking_uri).get_model_version(NAME, published.version).tags
     signed = approval.from_tags(tags, "test", registry)
-    data = (local_path(published.source) / torrents.TORRENT).read_bytes()
-    assert signed.torrent == tags[naming.TORRENT] == torrents.info_hash(data)
-    found = torrents.load(data, signed.torrent, published.manifest_sha256)
+    data = (local_path(published.source) / TORRENT).read_bytes()
+    assert signed.torrent == tags[naming.TORRENT] == torrent_info_hash(data)
+    found = load_torrent(data, signed.torrent, published.manifest_sha256)
     assert set(found.files) == {
         "model.safetensors",
         "config.json",
@@ -87,11 +92,11 @@ def test_a_foreign_torrent_in_the_store_is_refused(published, registry, pull_cac
     other = write_artifact(
         tmp_path / "other", "hopper-fp8", {"model.safetensors": os.urandom(1000), "x.json": b"{}"}
     )
-    foreign = torrents.make(
+    foreign = make_torrent(
         published.manifest_sha256,
         {"model.safetensors": other / "model.safetensors", "manifest.json": other / "manifest.json"},
     )
-    (local_path(published.source) / torrents.TORRENT).write_bytes(foreign)
+    (local_path(published.source) / TORRENT).write_bytes(foreign)
     with pytest.raises(TamperedArtifactError, match="not the signed torrent") as err:
         pull(MODEL, "hopper-fp8", "chat", _with_peers(registry), cache_dir=pull_cache)
     assert err.value.exit_code == 2 and installed_entries(pull_cache) == []
@@ -101,7 +106,7 @@ def test_the_seeder_serves_installed_versions_and_drops_evicted_ones(published, 
     cfg = _with_peers(registry)
     path = pull(MODEL, "hopper-fp8", "chat", cfg, cache_dir=pull_cache)
     cache = PullCache(pull_cache / "pull", cfg.cache_max_bytes)
-    with node(cfg.fleet) as own:
+    with open_node(cfg.fleet) as own:
         seeder = Seeder(own, cache)
         assert seeder.sync() == {path.name}
         assert cache.signature_path(path.name).is_file()  # the signature its peers are served

@@ -221,16 +221,10 @@ class LongChainSuite(SuiteKind):
         source's own) and its free-running traces compared with them."""
         import torch
 
-        from quantgate.evaluate.scoring import Reference, score
-
         sizes = self.spec.sizes(ctx.profile)
         prompts, traces = reference["prompts"], reference["traces"]
         if scores is None:
-            seqs = [p + t for p, t in zip(prompts, traces, strict=True)]
-            ref = Reference.from_state(reference["reference"])
-            scores = score(
-                model.model, seqs, ref, batch_size=sizes.batch_size, pad_id=model.tokenizer.pad_token_id or 0
-            )
+            scores = _teacher_forced(model, reference, sizes.batch_size)
         width = sizes.trace_tokens / sizes.bins
         kld_bins: list[list[float]] = [[] for _ in range(sizes.bins)]
         agree_bins: list[list[float]] = [[] for _ in range(sizes.bins)]
@@ -293,3 +287,12 @@ class LongChainSuite(SuiteKind):
             metrics[f"acceptance_k{k}"] = accepted_per_step(agree_all.bool().tolist(), k)
         notes = [f"bins of {width:.0f} trace tokens; bin {sizes.bins} is the deepest"]
         return SuiteResult(self.spec.name, "long_chain", metrics, samples, notes)
+
+
+def _teacher_forced(model, reference: dict, batch_size: int) -> list[Scores]:
+    """``model`` scored on the source's traces (prompt and trace), against the source's reference."""
+    from quantgate.evaluate.scoring import Reference, score
+
+    seqs = [p + t for p, t in zip(reference["prompts"], reference["traces"], strict=True)]
+    ref = Reference.from_state(reference["reference"])
+    return score(model.model, seqs, ref, batch_size=batch_size, pad_id=model.tokenizer.pad_token_id or 0)

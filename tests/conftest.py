@@ -8,7 +8,22 @@ from pathlib import Path
 
 import pytest
 
-from quantgate.config.targets import Catalog
+
+def _share_the_cores() -> None:
+    """Under pytest-xdist, each worker (and every process it starts: the CLI commands under test)
+    computes on its share of the cores, never more threads than cores in all. Measured here (2
+    cores): two processes of 2 OpenMP threads each ran a decode-sized loop 26x slower than one
+    alone, their idle threads spinning for the cores the other needs; 1 thread each, 2.8x. An
+    ``OMP_NUM_THREADS`` already set is kept. Evaluations key their caches by thread count
+    (``evaluate.environment``), so no number computed under one count is paired with another."""
+    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "0"))
+    if workers > 1 and "OMP_NUM_THREADS" not in os.environ:
+        os.environ["OMP_NUM_THREADS"] = str(max(1, len(os.sched_getaffinity(0)) // workers))
+
+
+_share_the_cores()
+
+from quantgate.config.targets import Catalog  # after the thread count is set
 from support.models import write_tiny_model
 
 REPO = Path(__file__).resolve().parents[1]

@@ -11,9 +11,10 @@ import pytest
 
 def _share_the_cores() -> None:
     """Under pytest-xdist, each worker (and every process it starts: the CLI commands under test)
-    computes on its share of the cores, never more threads than cores in all. Measured here (2
-    cores): two processes of 2 OpenMP threads each ran a decode-sized loop 26x slower than one
-    alone, their idle threads spinning for the cores the other needs; 1 thread each, 2.8x. An
+    computes on its share of the cores, never more threads than cores in all. Measured on 2 cores
+    (bench/omp_oversubscription.py, BENCHMARKS.md): a decode-sized loop took 2.08 s alone, 26.1 s
+    in each of two 2-thread processes at once (idle OpenMP threads spin for the cores the other
+    needs), 4.7 s in each at 1 thread. An
     ``OMP_NUM_THREADS`` already set is kept. Evaluations key their caches by thread count
     (``evaluate.environment``), so no number computed under one count is paired with another."""
     workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "0"))

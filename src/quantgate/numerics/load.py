@@ -302,6 +302,7 @@ def _kept_numerics(artifact_dir: Path, activations: bool) -> _Kept | None:
 
 
 KVScales = dict[str, tuple[torch.Tensor, torch.Tensor]]  # attention module -> (k_scale, v_scale)
+ScaleRanges = tuple[tuple[float, float], tuple[float, float]]  # (smallest, largest) k_scale, then v_scale
 
 
 @dataclass(frozen=True)
@@ -476,8 +477,8 @@ def _install_kv(
         ) from None
 
 
-def _kv_description(plan: _LoadPlan, loaded: _Loaded) -> tuple[str, str]:
-    """The report's KV column (format, calibrated or not, scale ranges) and its note."""
+def _kv_description(plan: _LoadPlan, loaded: _Loaded, ranges: ScaleRanges | None) -> tuple[str, str]:
+    """The report's KV column (format, calibrated or not, the stored scales' ``ranges``) and its note."""
     kv_name, scales, n = plan.kv_name, loaded.kv_scales, plan.numerics
     if kv_name is None:
         note = (
@@ -486,8 +487,8 @@ def _kv_description(plan: _LoadPlan, loaded: _Loaded) -> tuple[str, str]:
             else "KV cache: bf16"
         )
         return "bf16", note
-    if scales:
-        k_range, v_range = _ranges(scales)
+    if ranges is not None:
+        k_range, v_range = ranges
         report = (
             f"{kv_name}, calibrated per-tensor scales (k {k_range[0]:.3g}-{k_range[1]:.3g}, "
             f"v {v_range[0]:.3g}-{v_range[1]:.3g})"
@@ -511,7 +512,7 @@ def _kv_description(plan: _LoadPlan, loaded: _Loaded) -> tuple[str, str]:
     return report, note
 
 
-def _ranges(scales: KVScales) -> tuple[tuple[float, float], tuple[float, float]]:
+def _ranges(scales: KVScales) -> ScaleRanges:
     return _range([k for k, _ in scales.values()]), _range([v for _, v in scales.values()])
 
 
@@ -529,8 +530,9 @@ def _activation_note(plan: _LoadPlan) -> str:
 def _describe(plan: _LoadPlan, loaded: _Loaded, device: str | torch.device) -> NumericsReport:
     """What the loaded model computes, module by module, for the report."""
     n, kv_name, ran_native = plan.numerics, plan.kv_name, loaded.native
-    kv_report, kv_note = _kv_description(plan, loaded)
-    k_range, v_range = _ranges(loaded.kv_scales) if kv_name is not None and loaded.kv_scales else (None, None)
+    ranges = _ranges(loaded.kv_scales) if kv_name is not None and loaded.kv_scales else None
+    kv_report, kv_note = _kv_description(plan, loaded, ranges)
+    k_range, v_range = ranges if ranges is not None else (None, None)
     linears: dict[str, Literal["native", "emulated"]] = {
         name: "native" if isinstance(m, NativeFP8Linear) else "emulated"
         for name, m in loaded.model.named_modules()

@@ -1,25 +1,28 @@
 """Extension from outside the package (issue 26 item 7): a build engine, a suite kind and a numerics
-format, each written in a module of its own that quantgate's tree does not hold, are found by name
-the way quantgate's own are, and a recipe naming the outside engine is valid configuration."""
+format, each written in a module of its own that quantgate's tree does not hold and named only by
+its distribution's entry points, are found by name the way quantgate's own are (nothing imports
+the plugin by hand), and a recipe naming the outside engine is valid configuration. A plugin that
+breaks its extension point's protocol is refused by name when it is loaded."""
 
 from __future__ import annotations
 
-import importlib
 import shutil
 import sys
 
 import pytest
+import torch
 
 from quantgate.config import Catalog
-from quantgate.extensions import ENGINES, SUITE_KINDS
-from quantgate.numerics import kv_cache_format
-from quantgate.numerics.formats import KV_CACHES
-from quantgate.quantize.engines import engine_class
+from quantgate.errors import ConfigFileError
+from quantgate.extensions import ACTIVATION_FORMATS, ENGINES, KV_CACHE_FORMATS, SUITE_KINDS, WEIGHT_FORMATS
+from quantgate.numerics import kv_cache_format, kv_cache_formats
+from quantgate.quantize.engines import engine_class, register
 
 pytestmark = pytest.mark.unit
 
 PLUGIN = '''
-"""An engine, a suite kind and a KV cache format from outside quantgate."""
+"""Engines, suite kinds and KV cache formats from outside quantgate; the Broken ones and
+int4_kv break their extension point's protocol."""
 import torch
 
 from quantgate.evaluate.suites import SuiteKind
@@ -53,9 +56,35 @@ class RubricKind(SuiteKind):
 @register_kv_cache("acme-int8")
 def int8_kv(x, scale):
     return torch.round(x / scale).clamp(-128, 127) * scale
+
+
+class BrokenEngine:  # no build
+    def preflight(self, source, recipe):
+        pass
+
+
+class BrokenKind:  # a suite kind must derive from SuiteKind
+    def score(self, ctx, model, reference):
+        raise NotImplementedError
+
+
+def int4_kv(x, scale):  # not registered: a bare function is no KV cache format
+    return x
 '''
 
-ENTRY_POINTS = "[quantgate.engines]\nacme.int3 = acme_plugin:Int3Engine\n\n[quantgate.suite_kinds]\nacme_rubric = acme_plugin:RubricKind\n"
+ENTRY_POINTS = """
+[quantgate.engines]
+acme.int3 = acme_plugin:Int3Engine
+acme.broken = acme_plugin:BrokenEngine
+
+[quantgate.suite_kinds]
+acme_rubric = acme_plugin:RubricKind
+acme_broken = acme_plugin:BrokenKind
+
+[quantgate.kv_cache_formats]
+acme-int8 = acme_plugin:int8_kv
+acme-int4 = acme_plugin:int4_kv
+"""
 
 
 @pytest.fixture
@@ -69,7 +98,7 @@ def installed(tmp_path, monkeypatch):
     (info / "METADATA").write_text("Metadata-Version: 2.1\nName: acme-plugin\nVersion: 0.1\n")
     (info / "entry_points.txt").write_text(ENTRY_POINTS)
     monkeypatch.syspath_prepend(str(site))
-    for registry in (ENGINES, SUITE_KINDS, KV_CACHES):  # forgotten after the test
+    for registry in (ENGINES, SUITE_KINDS, KV_CACHE_FORMATS):  # forgotten after the test
         monkeypatch.setattr(registry, "_entries", dict(registry._entries))
     sys.modules.pop("acme_plugin", None)  # each test imports it afresh, registering anew
     yield
@@ -95,6 +124,46 @@ def test_a_suite_kind_from_outside_is_found_by_name(installed):
     assert SUITE_KINDS.get("acme_rubric").__name__ == "RubricKind"
 
 
-def test_a_numerics_format_from_outside_registers_on_import(installed):
-    importlib.import_module("acme_plugin")
-    assert kv_cache_format("acme-int8").name == "acme-int8"
+def test_a_numerics_format_from_outside_is_found_by_name_without_importing_its_module(installed):
+    assert "acme-int8" in kv_cache_formats()
+    assert "acme_plugin" not in sys.modules  # its name came from the entry point alone
+    fmt = kv_cache_format("acme-int8")
+    assert fmt.name == "acme-int8" and "acme_plugin" in sys.modules
+    assert fmt.quantize(torch.tensor([1.26, 300.0]), 0.5).tolist() == [1.5, 63.5]
+
+
+def test_a_plugin_that_breaks_its_protocol_is_refused_by_name(installed):
+    with pytest.raises(ConfigFileError) as info:
+        engine_class("acme.broken")
+    message = str(info.value)
+    assert "engine 'acme.broken'" in message and "acme_plugin:BrokenEngine" in message
+    assert "does not implement build(), which quantgate.quantize.engines.Engine requires" in message
+    assert "acme.broken" not in ENGINES._entries
+    with pytest.raises(
+        ConfigFileError, match="suite kind 'acme_broken' is the class BrokenKind, not a subclass of"
+    ):
+        SUITE_KINDS.get("acme_broken")
+    with pytest.raises(
+        ConfigFileError, match="KV cache format 'acme-int4' is a function, not a KVCacheFormat"
+    ):
+        kv_cache_format("acme-int4")
+
+
+def test_an_engine_registered_by_decorator_is_checked_too(installed):
+    class Half:
+        def build(self, job): ...
+
+    with pytest.raises(ConfigFileError, match="engine 'acme.half' does not implement preflight()"):
+        register("acme.half")(Half)
+
+
+def test_quantgate_s_own_formats_are_declared_by_their_decorators_like_its_engines():
+    for registry, module in [
+        (WEIGHT_FORMATS, "weights"),
+        (ACTIVATION_FORMATS, "formats"),
+        (KV_CACHE_FORMATS, "formats"),
+    ]:
+        assert registry.names() and all(
+            registry._lazy[name] == f"quantgate.numerics.{module}" for name in registry.names()
+        )
+        assert all(registry.get(name).name == name for name in registry.names())

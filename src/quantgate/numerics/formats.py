@@ -2,9 +2,11 @@
 
 Each format is a pure tensor function, registered under the name a target YAML uses
 (``numerics.activations``) or under the name of a KV-cache element type. A new format is one
-function plus ``@register_activation(name)`` or ``@register_kv_cache(name)``; nothing central
-is edited. Weight formats (how bytes on disk decode) live in ``weights.py`` under the same
-pattern.
+function plus ``@register_activation(name)`` or ``@register_kv_cache(name)``, in a module of
+this package or, from outside, in a module that an installed distribution names under the
+``quantgate.activation_formats`` / ``quantgate.kv_cache_formats`` entry point; nothing central is
+edited (the registries are ``quantgate.extensions``', shared with engines and suite kinds).
+Weight formats (how bytes on disk decode) live in ``weights.py`` under the same pattern.
 
 Arithmetic is float32, because that is what the serving kernels do: the dynamic scale, its
 reciprocal and the scaled value are float32 before the cast to the narrow type. A float64 input
@@ -25,7 +27,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from quantgate.registry import Registry
+from quantgate.extensions import ACTIVATION_FORMATS, KV_CACHE_FORMATS
 
 FP8_E4M3FN_MAX = 448.0  # torch.finfo(torch.float8_e4m3fn).max
 FP8_E4M3FNUZ_MAX = 240.0  # torch.finfo(torch.float8_e4m3fnuz).max
@@ -68,17 +70,13 @@ class KVCacheFormat:
         return self.fn(x, scale)
 
 
-ACTIVATIONS: Registry[ActivationFormat] = Registry("activation format", how_to_add="@register_activation")
-KV_CACHES: Registry[KVCacheFormat] = Registry("KV cache format", how_to_add="@register_kv_cache")
-
-
 def register_activation(
     name: str, *, expects: dict[str, Any], needs_global_scale: bool = False, note: str = ""
 ):
     """Decorator: register a function ``(x, global_scale) -> dequantized x`` as activation format ``name``."""
 
     def decorator(fn: Callable[[Tensor, Tensor | None], Tensor]):
-        ACTIVATIONS.add(name, ActivationFormat(name, fn, needs_global_scale, dict(expects), note))
+        ACTIVATION_FORMATS.add(name, ActivationFormat(name, fn, needs_global_scale, dict(expects), note))
         return fn
 
     return decorator
@@ -88,7 +86,7 @@ def register_kv_cache(name: str, *, note: str = ""):
     """Decorator: register a function ``(x, scale) -> x as the KV cache stores it`` as KV cache format ``name``."""
 
     def decorator(fn: Callable[[Tensor, Tensor | float], Tensor]):
-        KV_CACHES.add(name, KVCacheFormat(name, fn, note))
+        KV_CACHE_FORMATS.add(name, KVCacheFormat(name, fn, note))
         return fn
 
     return decorator
@@ -96,22 +94,22 @@ def register_kv_cache(name: str, *, note: str = ""):
 
 def activation_format(name: str) -> ActivationFormat:
     """The registered activation format ``name`` (an unknown name suggests the nearest)."""
-    return ACTIVATIONS.get(name, "quantgate.numerics")
+    return ACTIVATION_FORMATS.get(name, "quantgate.numerics")
 
 
 def kv_cache_format(name: str) -> KVCacheFormat:
     """The registered KV cache format ``name`` (an unknown name suggests the nearest)."""
-    return KV_CACHES.get(name, "quantgate.numerics")
+    return KV_CACHE_FORMATS.get(name, "quantgate.numerics")
 
 
 def activation_formats() -> list[str]:
     """Names of the registered activation formats."""
-    return ACTIVATIONS.names()
+    return ACTIVATION_FORMATS.names()
 
 
 def kv_cache_formats() -> list[str]:
     """Names of the registered KV cache formats."""
-    return KV_CACHES.names()
+    return KV_CACHE_FORMATS.names()
 
 
 # ---------------------------------------------------------------------------- FP8 per token

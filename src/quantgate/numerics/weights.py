@@ -7,7 +7,9 @@ or E2M1 value has at most 4 significant bits, a bf16 or E4M3 scale at most 8), s
 lost to a bf16 rounding of ``w * scale`` that no kernel performs. A per-tensor global scale
 (NVFP4) is kept apart and applied after the matmul, where the kernel applies it.
 
-A new format is one function plus ``@register_weights(name, disk_format=..., tensors=...)``.
+A new format is one function plus ``@register_weights(name, disk_format=..., required=...)``, in
+a module of this package or, from outside, in a module that an installed distribution names under
+the ``quantgate.weight_formats`` entry point (``quantgate.extensions.WEIGHT_FORMATS``).
 Unpacking follows compressed-tensors' own layout (its helpers and value tables), so the bit
 layout is the writer's.
 """
@@ -22,7 +24,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from quantgate.registry import Registry
+from quantgate.extensions import WEIGHT_FORMATS
 
 
 @dataclass(frozen=True)
@@ -52,9 +54,6 @@ class WeightDecodeError(ValueError):
     """The tensors of one module do not fit its declared format (load.py names the file)."""
 
 
-WEIGHTS: Registry[WeightFormat] = Registry("weight format", how_to_add="@register_weights")
-
-
 def register_weights(
     name: str,
     *,
@@ -66,7 +65,9 @@ def register_weights(
     """Decorator: register a decoder ``tensors -> DecodedWeight`` as weight format ``name``."""
 
     def decorator(fn: Callable[[dict[str, Tensor]], DecodedWeight]):
-        WEIGHTS.add(name, WeightFormat(name, disk_format, frozenset(required), frozenset(optional), fn, note))
+        WEIGHT_FORMATS.add(
+            name, WeightFormat(name, disk_format, frozenset(required), frozenset(optional), fn, note)
+        )
         return fn
 
     return decorator
@@ -74,12 +75,12 @@ def register_weights(
 
 def weight_format(name: str) -> WeightFormat:
     """The registered weight format ``name`` (an unknown name suggests the nearest)."""
-    return WEIGHTS.get(name, "quantgate.numerics")
+    return WEIGHT_FORMATS.get(name, "quantgate.numerics")
 
 
 def weight_formats() -> list[str]:
     """Names of the registered weight formats."""
-    return WEIGHTS.names()
+    return WEIGHT_FORMATS.names()
 
 
 def _broadcast_scale(scale: Tensor, out_features: int) -> Tensor:

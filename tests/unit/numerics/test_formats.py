@@ -191,4 +191,4 @@ def test_a_new_format_is_one_function_and_a_decorator():
         with pytest.raises(ValueError, match="already registered"):
             register_activation("test_identity", expects={})(identity)
     finally:
-        formats_module.ACTIVATIONS._entries.pop("test_identity", None)
+        formats_module.ACTIVATION_FORMATS._entries.pop("test_identity", None)

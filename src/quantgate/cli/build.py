@@ -1,9 +1,10 @@
-"""``quantgate build``: intake the source checkpoint (or read a run's plan) and build its artifacts."""
+"""``quantgate build``: plan the builds as a run does (``orchestrate.resolve_plan``: intake, targets,
+recipes, KV decisions, calibration set), or read a run's plan, and build its artifacts."""
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import Annotated
 
 import typer
 
@@ -20,13 +21,6 @@ from quantgate.cli.options import (
     refuse_beside_plan,
     split,
 )
-from quantgate.paths import cache_dir, project_root
-
-if TYPE_CHECKING:
-    from quantgate.calibration import CalibrationSet
-    from quantgate.intake import SourceRecord
-    from quantgate.progress import Progress
-    from quantgate.quantize import PlannedBuild
 
 
 def build(
@@ -42,7 +36,7 @@ def build(
 ) -> None:
     """Validate the source checkpoint, then build one artifact per target."""
     from quantgate.devices import resolve
-    from quantgate.orchestrate import read_plan
+    from quantgate.orchestrate import read_plan, resolve_plan
     from quantgate.progress import RichProgress
     from quantgate.quantize import build_planned
     from quantgate.report import print_table, text_table
@@ -63,13 +57,22 @@ def build(
                 }
             )
             run_plan = read_plan(plan_file)
-            planned = run_plan.select(split(targets))
-            record = run_plan.confirmed_source(progress)
-            calib = run_plan.calibration_set() if any(p.needs_calibration for p in planned) else None
-        else:
-            record, planned, calib = _plan_build(
-                checkpoint, split(targets), gates, calibration, cache, root, progress
+        else:  # planned as a run plans, its builds only: no suite, no evaluation data
+            run_plan = resolve_plan(
+                checkpoint=checkpoint,
+                out=out,
+                targets=split(targets),
+                root=root,
+                gates=gates,
+                cache=cache,
+                calibration=calibration,
+                progress=progress,
+                needs=["builds"],
             )
+        planned = run_plan.select(split(targets))
+        # a plan read from disk describes a checkpoint that may have changed since; one resolved now does not
+        record = run_plan.confirmed_source(progress) if plan_file is not None else run_plan.source
+        calib = run_plan.calibration_set() if any(p.needs_calibration for p in planned) else None
         if calib is not None:
             progress.log(
                 f"calibration set {calib.name}: {len(calib.records)} samples, sha256 {calib.sha256[:12]}"
@@ -92,40 +95,3 @@ def build(
     ]
     columns = ("target", "status", "format", "size", "vs source", "seconds", "path")
     print_table(text_table(f"quantgate build: {record.model_class} {record.architecture}", columns, rows))
-
-
-def _plan_build(
-    checkpoint: Path | None,
-    targets: list[str] | None,
-    gates: Path | None,
-    calibration: Path | None,
-    cache: Path | None,
-    root: Path | None,
-    progress: Progress,
-) -> tuple[SourceRecord, list[PlannedBuild], CalibrationSet | None]:
-    """Intake, the model class's targets (or ``--targets``) and their recipes, the calibration set."""
-    from quantgate.calibration import load_or_build
-    from quantgate.config import Catalog, check_target_names, load_gates, resolve_targets
-    from quantgate.embedded import default_checkpoint
-    from quantgate.intake import intake
-    from quantgate.quantize import kv_decisions, plan
-
-    project = (root or project_root()).resolve()
-    catalog = Catalog(project)
-    policy = load_gates(gates or project / "gates.yaml", catalog)
-    cache_path = (cache or cache_dir()).resolve()
-    if targets:  # a typo in --targets fails before minutes of conversion and hashing
-        check_target_names(targets, catalog)
-    source_dir = checkpoint or default_checkpoint(cache_path, progress)
-    record = intake(source_dir, policy, progress, cache=cache_path / "intake")
-    names = resolve_targets(policy, record.model_class, targets, catalog)
-    # the class's KV policy, or each target's own under --targets (kv_calibration.kv_decisions)
-    planned = plan(
-        catalog, names, kv_decisions(policy, record.model_class, targets, [catalog.target(n) for n in names])
-    )
-    calib = None
-    if any(p.needs_calibration for p in planned):
-        calib = load_or_build(
-            calibration or project / "calibration_sets" / "default.yaml", cache_path / "calibration"
-        )
-    return record, planned, calib

@@ -27,7 +27,6 @@ from quantgate.cli.options import (
 )
 from quantgate.errors import UsageError
 from quantgate.escape import visible
-from quantgate.paths import cache_dir, project_root
 
 if TYPE_CHECKING:
     from quantgate.evaluate import EvalRun
@@ -68,10 +67,8 @@ def eval_(
     """Evaluate the source once and every artifact against it, in each target's numerics."""
     from quantgate.config import Catalog, load_gates
     from quantgate.devices import resolve
-    from quantgate.embedded import default_checkpoint
-    from quantgate.evaluate import PROFILES, DataDir, EvalContext, evaluate, load_suites
-    from quantgate.intake import intake
-    from quantgate.orchestrate import read_plan
+    from quantgate.evaluate import DataDir, EvalContext, evaluate
+    from quantgate.orchestrate import read_plan, resolve_plan
     from quantgate.progress import RichProgress
 
     if plan_file is not None:
@@ -88,55 +85,53 @@ def eval_(
         )
         run_plan = read_plan(plan_file)
         run_plan.select(split(targets))  # a target the plan does not have is a typo
-        if sequential is None:  # the plan's design: the one its run evaluated with
-            sequential = run_plan.sequential
-        watch = run_plan.tenants if tenants is None else split(tenants)
-        floors = load_gates(Path(run_plan.gates), Catalog(Path(run_plan.root)))
-        profile, project, cache_path = run_plan.profile, Path(run_plan.root), Path(run_plan.cache_dir)
-        data_dir = Path(run_plan.data_dir) if run_plan.data_dir else None
-        loaded, model = run_plan.loaded_suites(), run_plan.model
-    else:
-        profile = profile or "smoke"
-        if profile not in PROFILES:
-            raise UsageError("--profile", f"unknown profile '{profile}'", f"use one of {', '.join(PROFILES)}")
-        project = (root or project_root()).resolve()
-        policy = load_gates(gates or project / "gates.yaml", Catalog(project))
-        cache_path = (cache or cache_dir()).resolve()
-        loaded = load_suites(project / "eval_suites", split(suites))
-        watch, floors = split(tenants), policy
-        sequential = design(sequential)
     if not reference_only:
         _require_dir(artifacts)
     # a run's step computes where its plan says, unless --device names a device
-    where = run_plan.device if plan_file is not None and device == "auto" else resolve(device)
+    asked = None if plan_file is not None and device == "auto" else resolve(device)
     out = out_dir(out, "--out")
     with RichProgress() as progress:
         if plan_file is not None:
             record = run_plan.confirmed_source(progress)
-        else:
-            source_dir = checkpoint or default_checkpoint(cache_path, progress)
-            record = intake(source_dir, policy, progress, cache=cache_path / "intake")
-            model = record.model_name
-        ctx = EvalContext(profile, DataDir.resolve(data_dir, project), project, cache_path, progress)
+        else:  # planned as a run plans, its suites only: the artifacts are what --artifacts holds
+            run_plan = resolve_plan(
+                checkpoint=checkpoint,
+                out=out,
+                tenants=split(tenants),
+                suites=split(suites),
+                profile=profile or "smoke",
+                root=root,
+                gates=gates,
+                cache=cache,
+                data_dir=data_dir,
+                sequential=design(sequential),
+                progress=progress,
+                needs=["suites"],
+            )
+            record = run_plan.source
+        project = Path(run_plan.root)
+        data = DataDir.resolve(Path(run_plan.data_dir) if run_plan.data_dir else None, project)
+        ctx = EvalContext(run_plan.profile, data, project, Path(run_plan.cache_dir), progress)
         run = evaluate(
             Path(record.path),
             record.content_hash,
             artifacts,
             out,
-            loaded,
+            run_plan.loaded_suites(),
             ctx,
             split(targets),
-            model=model,
+            model=run_plan.model,
             model_class=record.model_class,
             source_bytes=record.bytes,
             reference_only=reference_only,
-            sequential=sequential,
-            gates=floors,
-            tenants=watch,
-            device=where,
+            # the plan's design and tenants (the ones its run evaluated with) unless given here
+            sequential=run_plan.sequential if sequential is None else sequential,
+            gates=load_gates(Path(run_plan.gates), Catalog(project)),
+            tenants=run_plan.tenants if tenants is None else split(tenants),
+            device=asked or run_plan.device,
         )
 
-    _print_summary(run, profile, out)
+    _print_summary(run, run_plan.profile, out)
 
 
 def _require_dir(artifacts: Path) -> None:

@@ -10,13 +10,14 @@ from typing import TYPE_CHECKING
 from quantgate.exports import lazy_exports
 
 if TYPE_CHECKING:
-    from quantgate.orchestrate.plan import read_plan
+    from quantgate.orchestrate.plan import read_plan, resolve_plan
     from quantgate.orchestrate.repair_inputs import repair_command
     from quantgate.orchestrate.run import run_flow
 
 __all__ = [
     "read_plan",
     "repair_command",
+    "resolve_plan",
     "run_flow",
 ]
 __getattr__ = lazy_exports(
@@ -24,6 +25,7 @@ __getattr__ = lazy_exports(
     {
         "read_plan": "plan",
         "repair_command": "repair_inputs",
+        "resolve_plan": "plan",
         "run_flow": "run",
     },
 )

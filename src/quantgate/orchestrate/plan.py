@@ -1,5 +1,10 @@
 """The plan of one run, made once and written to ``<out>/plan.json`` for every heavy step to read.
 
+``resolve_plan`` is the one place a run's inputs are resolved (options, configs, intake) into a
+``RunPlan``: the flow's ``make_plan`` writes what it returns, and ``quantgate build``, ``eval`` and
+``repair`` without a plan use the plan it returns as they would read one, so a command resolves
+its targets, recipes, KV decisions and suites the way a run does.
+
 Heavy steps stay processes (``steps.py``) but read the plan instead of re-deriving it, so
 intake runs once per run; a step checks only what it reads from disk (the checkpoint by stat,
 the calibration set by sha256, its tool versions), and a mismatch is an ``InputError``, never a
@@ -21,6 +26,7 @@ import hashlib
 import json
 import os
 import uuid
+from collections.abc import Collection
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -103,7 +109,7 @@ class RunPlan(Frozen):
     # where the steps compute (--device, resolved when planning): in the evaluation keys; "cpu" for
     # plans written before it was recorded
     device: Literal["cpu", "cuda"] = "cpu"
-    stamp: str
+    stamp: str  # the output directory's id (``output_stamp``); "" in a plan resolved but not written
     # the run that planned (its flow run id); "" for plans made outside a flow, which no step refuses
     run_id: str = ""
 
@@ -267,72 +273,86 @@ def write_plan(plan: RunPlan) -> Path:
     return plan.file
 
 
-def make_plan(
+Part = Literal["builds", "suites"]
+EVERY_PART: tuple[Part, ...] = ("builds", "suites")
+
+
+def resolve_plan(
     *,
     checkpoint: Path | None,
-    targets: list[str] | None,
-    tenants: list[str] | None,
-    suites: list[str] | None,
-    profile: str,
-    root: Path,
-    gates: Path | None,
-    cache: Path,
-    data_dir: Path | None,
-    calibration: Path | None,
     out: Path,
-    step_timeout_s: float,
+    targets: list[str] | None = None,
+    tenants: list[str] | None = None,
+    suites: list[str] | None = None,
+    profile: str = "smoke",
+    root: Path | None = None,
+    gates: Path | None = None,
+    cache: Path | None = None,
+    data_dir: Path | None = None,
+    calibration: Path | None = None,
+    step_timeout_s: float = 0.0,
     max_heavy: int = 1,
     progress: Progress = SILENT,
     sequential: bool = SEQUENTIAL_DEFAULT,
     run_id: str = "",
     device: Literal["cpu", "cuda"] = "cpu",
+    needs: Collection[Part] = EVERY_PART,
 ) -> RunPlan:
-    """Validate every input, take the source in and hash what the cache keys need; write plan.json.
+    """A run's inputs resolved into its typed plan: the one place they are, for ``quantgate run``'s
+    flow (``make_plan``), ``quantgate build`` and ``eval`` without ``--plan`` and ``repair`` without
+    a run's plan. Every input is validated (configs first, then intake, so a typo costs no hashing)
+    and the source taken in; nothing is written in ``out`` (the plan has no ``stamp`` until
+    ``make_plan`` gives the directory one).
 
-    Raises ``InputError`` early, before anything is written in ``out``.
+    ``needs``: the parts the caller reads. ``builds``: the targets (the model class's, or
+    ``targets``), their recipes, KV decisions and the calibration set calibrated ones use;
+    ``suites``: the suite specs and every data set they read. A part left out stays empty in the
+    plan (no builds, no calibration, no suites) and its inputs are neither read nor required: a
+    build needs no evaluation data, an evaluation no calibration set. Default root, cache: the
+    project's and ``$QUANTGATE_CACHE``'s (``quantgate.paths``).
     """
     from quantgate.calibration import load_or_build
     from quantgate.config import check_target_names, load_gates, resolve_targets
     from quantgate.embedded import default_checkpoint
     from quantgate.evaluate import PROFILES, DataDir, load_suites, require_available, sources
     from quantgate.intake import intake
+    from quantgate.paths import cache_dir, project_root
     from quantgate.quantize import kv_decisions
     from quantgate.quantize import plan as plan_builds
 
     if profile not in PROFILES:
         raise UsageError("--profile", f"unknown profile '{profile}'", f"use one of {', '.join(PROFILES)}")
-    root = root.resolve()
+    root = (root or project_root()).resolve()
+    cache = (cache or cache_dir()).resolve()
     catalog = Catalog(root)
-    gates = (gates or root / "gates.yaml").resolve()
+    gates = gates or root / "gates.yaml"
     policy = load_gates(gates, catalog)  # model classes and tenant floors, validated before any build starts
-    if targets:
+    if targets and "builds" in needs:  # a typo in --targets fails before minutes of conversion and hashing
         check_target_names(targets, catalog)
-    loaded = load_suites(root / "eval_suites", suites)
-    data = DataDir.resolve(data_dir, root)
-    for suite in loaded:  # every data set the evaluations will read, before any build
-        for source in sources(suite.spec):
-            require_available(data, source)
-    source_dir = Path(checkpoint).resolve() if checkpoint else default_checkpoint(cache, progress)
+    loaded, data_path = [], None
+    if "suites" in needs:
+        loaded = load_suites(root / "eval_suites", suites)
+        data = DataDir.resolve(data_dir, root)
+        for suite in loaded:  # every data set the evaluations will read, before any build
+            for source in sources(suite.spec):
+                require_available(data, source)
+        data_path = str(data.candidates[0]) if data_dir else None  # --data-dir, ~ expanded
+    source_dir = checkpoint or default_checkpoint(cache, progress)
     record = intake(source_dir, policy, progress, cache=cache / "intake")
-    names = resolve_targets(policy, record.model_class, targets, catalog)
-    # the KV cache of each build, decided once here: the class's policy, or each target's own under --targets
-    kv = kv_decisions(policy, record.model_class, targets, [catalog.target(n) for n in names])
-    builds = plan_builds(catalog, names, kv)
-    calib = None
-    if any(b.needs_calibration for b in builds):
-        spec = (calibration or root / "calibration_sets" / "default.yaml").resolve()
-        calib = PlannedCalibration(spec=str(spec), sha256=load_or_build(spec, cache / "calibration").sha256)
-    target_hashes = {
-        b.target.name: digest(
-            (catalog.targets_dir / f"{b.target.name}.yaml").read_bytes().hex(),
-            b.recipe_sha256,
-            calib.sha256 if calib and b.needs_calibration else None,
-            b.kv_cache.value,
+    builds, calib = [], None
+    if "builds" in needs:
+        names = resolve_targets(policy, record.model_class, targets, catalog)
+        # the KV cache of each build, decided once here: the class's policy, or each target's own under --targets
+        builds = plan_builds(
+            catalog,
+            names,
+            kv_decisions(policy, record.model_class, targets, [catalog.target(n) for n in names]),
         )
-        for b in builds
-    }
-    out = out.resolve()
-    plan = RunPlan(
+        if any(b.needs_calibration for b in builds):
+            spec = calibration or root / "calibration_sets" / "default.yaml"
+            found = load_or_build(spec, cache / "calibration")
+            calib = PlannedCalibration(spec=str(Path(spec).resolve()), sha256=found.sha256)
+    return RunPlan(
         source=record,
         model=record.model_name,
         builds=builds,
@@ -347,21 +367,36 @@ def make_plan(
         profile=profile,
         sequential=sequential,
         root=str(root),
-        gates=str(gates),
-        cache_dir=str(cache.resolve()),
-        data_dir=str(data_dir.resolve()) if data_dir else None,
-        out=str(out),
+        gates=str(Path(gates).resolve()),
+        cache_dir=str(cache),
+        data_dir=data_path,
+        out=str(out.resolve()),
         step_timeout_s=step_timeout_s,
         max_heavy=max_heavy,
-        target_hashes=target_hashes,
+        target_hashes={
+            b.target.name: digest(
+                (catalog.targets_dir / f"{b.target.name}.yaml").read_bytes().hex(),
+                b.recipe_sha256,
+                calib.sha256 if calib and b.needs_calibration else None,
+                b.kv_cache.value,
+            )
+            for b in builds
+        },
         suites_hash=digest({s.spec.name: s.spec_hash for s in loaded}),
-        gates_hash=hashlib.sha256(gates.read_bytes()).hexdigest(),
+        gates_hash=hashlib.sha256(Path(gates).read_bytes()).hexdigest(),
         tools_hash=digest(tool_versions()),
         eval_env=numerics_switches(),
         device=device,
-        stamp=output_stamp(out),
+        stamp="",
         run_id=run_id,
     )
+
+
+def make_plan(*, progress: Progress = SILENT, **options: Any) -> RunPlan:
+    """A run's plan: ``resolve_plan`` with every part (``options`` are its own), the output directory
+    stamped and ``<out>/plan.json`` written. Bad input raises before anything is written in ``out``."""
+    plan = resolve_plan(progress=progress, **options)
+    plan = plan.model_copy(update={"stamp": output_stamp(Path(plan.out))})
     write_plan(plan)
-    progress.log(f"plan: {len(builds)} targets, {len(loaded)} suites -> {plan.file}")
+    progress.log(f"plan: {len(plan.builds)} targets, {len(plan.suites)} suites -> {plan.file}")
     return plan

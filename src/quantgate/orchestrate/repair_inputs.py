@@ -4,8 +4,9 @@ the flow calls, and reads no plan.
 
 With a plan (``quantgate run`` writes ``plan.json`` beside ``eval/``) everything comes from it:
 the confirmed source, the uniform builds' recipes and KV decisions, the calibration set, the suites
-and profile. Without one, the source is taken in again (``--checkpoint``, default: the embedded
-model) and the recipes, calibration set and suites are the project's current files.
+and profile. Without one, the options are resolved into a plan as a run resolves them
+(``plan.resolve_plan``: the source taken in again, ``--checkpoint`` or the embedded model, and the
+project's current recipes, calibration set and suites), and that plan is read the same way.
 """
 
 from __future__ import annotations
@@ -23,6 +24,8 @@ from quantgate.results import RUN_JSON, read_evaluation, read_run_info
 
 if TYPE_CHECKING:
     from quantgate.gate import Baselines
+    from quantgate.intake import SourceRecord
+    from quantgate.orchestrate.plan import RunPlan
 
 
 def repair_command(
@@ -139,7 +142,6 @@ def _device(asked: str | None, plan_file: Path | None) -> str:
 def _from_plan(
     plan_file: Path, options: dict[str, Any], progress: Progress
 ) -> tuple[RepairInputs, Path, Path]:
-    from quantgate.evaluate import DataDir, EvalContext
     from quantgate.orchestrate.plan import read_plan
 
     for option, value in options.items():
@@ -148,6 +150,46 @@ def _from_plan(
                 option, "is taken from the plan here", f"leave {option} out, or pass --plan none"
             )
     plan = read_plan(plan_file)
+    return _inputs(plan, plan.confirmed_source(progress), progress), Path(plan.root), Path(plan.gates)
+
+
+def _from_options(
+    results: Path, options: dict[str, Any], progress: Progress
+) -> tuple[RepairInputs, Path, Path]:
+    """The plan a run would make of the options (``resolve_plan``), for the targets the results hold
+    (each with its own KV decision, as under ``--targets``) and the results' profile and design."""
+    from quantgate.config import Catalog
+    from quantgate.orchestrate.plan import resolve_plan
+    from quantgate.paths import project_root
+
+    project = (options["--root"] or project_root()).resolve()
+    known = Catalog(project).target_names()
+    names = [d.name for d in sorted(results.iterdir()) if d.is_dir() and d.name in known]
+    run_json = results / RUN_JSON
+    run_info = read_run_info(run_json) if run_json.is_file() else None
+    plan = resolve_plan(
+        checkpoint=options["--checkpoint"],
+        out=results.parent,
+        targets=names,
+        profile=run_info.profile if run_info else "smoke",
+        root=project,
+        gates=options["--gates"],
+        cache=options["--cache-dir"],
+        data_dir=options["--data-dir"],
+        calibration=options["--calibration"],
+        sequential=run_info is not None and run_info.design == "sequential",  # as the results were
+        progress=progress,
+        needs=["builds", "suites"] if names else ["suites"],
+    )
+    if run_info is not None and run_info.model:  # the results' model, as they name it
+        plan = plan.model_copy(update={"model": run_info.model})
+    return _inputs(plan, plan.source, progress), Path(plan.root), Path(plan.gates)
+
+
+def _inputs(plan: RunPlan, source: SourceRecord, progress: Progress) -> RepairInputs:
+    """What a repair reads of a plan, read from disk or resolved now: the same either way."""
+    from quantgate.evaluate import DataDir, EvalContext
+
     project = Path(plan.root)
     ctx = EvalContext(
         plan.profile,
@@ -156,8 +198,7 @@ def _from_plan(
         Path(plan.cache_dir),
         progress,
     )
-    source = plan.confirmed_source(progress)
-    inputs = RepairInputs(
+    return RepairInputs(
         source=source,
         planned={b.target.name: b for b in plan.builds},
         calibration=plan.calibration_set(),
@@ -168,57 +209,6 @@ def _from_plan(
         model=plan.model,
         sequential=plan.sequential,
     )
-    return inputs, project, Path(plan.gates)
-
-
-def _from_options(
-    results: Path, options: dict[str, Any], progress: Progress
-) -> tuple[RepairInputs, Path, Path]:
-    from quantgate.calibration import load_or_build
-    from quantgate.config import Catalog, load_gates
-    from quantgate.embedded import default_checkpoint
-    from quantgate.evaluate import DataDir, EvalContext, load_suites
-    from quantgate.intake import intake
-    from quantgate.paths import cache_dir, project_root
-    from quantgate.quantize import kv_decisions, plan
-
-    project = (options["--root"] or project_root()).resolve()
-    gates_path = options["--gates"] or project / "gates.yaml"
-    catalog = Catalog(project)
-    policy = load_gates(gates_path, catalog)
-    cache = (options["--cache-dir"] or cache_dir()).resolve()
-    run_json = results / RUN_JSON
-    run_info = read_run_info(run_json) if run_json.is_file() else None
-    source_dir = options["--checkpoint"] or default_checkpoint(cache, progress)
-    record = intake(source_dir, policy, progress, cache=cache / "intake")
-    names = [d.name for d in results.iterdir() if d.is_dir() and d.name in catalog.target_names()]
-    planned = plan(
-        catalog, names, kv_decisions(policy, record.model_class, names, [catalog.target(n) for n in names])
-    )
-    calibration = None
-    if any(p.needs_calibration for p in planned):
-        calibration = load_or_build(
-            options["--calibration"] or project / "calibration_sets" / "default.yaml", cache / "calibration"
-        )
-    ctx = EvalContext(
-        run_info.profile if run_info else "smoke",
-        DataDir.resolve(options["--data-dir"], project),
-        project,
-        cache,
-        progress,
-    )
-    inputs = RepairInputs(
-        source=record,
-        planned={p.target.name: p for p in planned},
-        calibration=calibration,
-        suites=load_suites(project / "eval_suites", None),
-        ctx=ctx,
-        gates_path=gates_path,
-        project_root=project,
-        model=(run_info.model if run_info else None) or record.model_name,
-        sequential=run_info is not None and run_info.design == "sequential",  # as the results were
-    )
-    return inputs, project, gates_path
 
 
 def _print(outcome: RepairOutcome, report_json: Path) -> None:

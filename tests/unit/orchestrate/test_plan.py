@@ -12,7 +12,7 @@ import pytest
 from quantgate.errors import CheckpointError, InputError, UsageError
 from quantgate.evaluate.data import MissingDataError
 from quantgate.evaluate.suites import load_suites
-from quantgate.orchestrate.plan import PLAN_FILE, PlannedSuite, make_plan, read_plan
+from quantgate.orchestrate.plan import PLAN_FILE, PlannedSuite, make_plan, read_plan, resolve_plan
 
 pytestmark = pytest.mark.unit
 
@@ -156,3 +156,52 @@ def test_the_plan_carries_the_run_device_and_older_plans_read_as_cpu(tiny_llama,
     del older["device"]
     plan.file.write_text(json.dumps(older))
     assert read_plan(plan.file).device == "cpu"
+
+
+def test_build_and_eval_resolve_their_parts_as_the_run_plans_them_and_write_nothing(
+    tiny_llama, repo_root, tmp_path
+):
+    """``quantgate build`` resolves the builds part, ``eval`` the suites part, ``run`` (make_plan)
+    both, all through ``resolve_plan``: for the same options, the same targets (the model class's,
+    no --targets), recipes, KV decisions, calibration set and suites; resolving writes nothing."""
+    from quantgate.paths import cache_dir
+
+    options = {"checkpoint": tiny_llama, "root": repo_root, "cache": cache_dir(), "suites": ["wikitext"]}
+    run = make_plan(out=tmp_path / "run", targets=None, step_timeout_s=60, **options)
+    build = resolve_plan(out=tmp_path / "build", needs=["builds"], **options)
+    evaluation = resolve_plan(out=tmp_path / "eval", needs=["suites"], **options)
+    assert run.builds and build.builds == run.builds
+    assert {b.target.name: b.kv_cache for b in build.builds} == {
+        b.target.name: b.kv_cache for b in run.builds
+    }
+    assert (build.calibration, build.target_hashes) == (run.calibration, run.target_hashes)
+    assert (evaluation.suites, evaluation.suites_hash) == (run.suites, run.suites_hash)
+    assert evaluation.source == build.source == run.source
+    assert (build.suites, evaluation.builds, evaluation.calibration) == ([], [], None)  # parts left out
+    assert build.stamp == evaluation.stamp == "" and run.stamp
+    assert not (tmp_path / "build").exists() and not (tmp_path / "eval").exists()
+
+
+def test_a_part_left_out_is_neither_read_nor_required(tiny_llama, repo_root, tmp_path):
+    """A build needs no evaluation data, an evaluation no calibration set: each is refused only
+    where it is needed (here: the run's plan), with the same error."""
+    from support.repair_project import make_project
+
+    project = make_project(tmp_path / "project", repo_root)
+    (project / "data" / "corpus.txt").unlink()
+    options = {
+        "checkpoint": tiny_llama,
+        "root": project,
+        "targets": ["draft-int4"],  # calibrated
+        "suites": ["tiny-text"],
+        "data_dir": project / "data",
+    }
+    built = resolve_plan(out=tmp_path / "b", needs=["builds"], **options)
+    assert built.targets == ["draft-int4"] and built.calibration is not None
+    missing = tmp_path / "no-calibration.yaml"
+    (project / "data" / "corpus.txt").write_text("restored " * 100)
+    evaluated = resolve_plan(out=tmp_path / "e", needs=["suites"], calibration=missing, **options)
+    assert evaluated.suite_names == ["tiny-text"] and evaluated.calibration is None
+    with pytest.raises(InputError, match="no-calibration.yaml"):
+        resolve_plan(out=tmp_path / "r", calibration=missing, **options)
+    assert not any((tmp_path / d).exists() for d in ("b", "e", "r"))

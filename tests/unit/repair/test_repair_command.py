@@ -4,10 +4,12 @@ results supplies the source, recipes, calibration and suites; the report gains i
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
 from quantgate.orchestrate.plan import make_plan
+from quantgate.progress import SILENT
 from support.cli import quantgate
 from support.repair_project import TARGET, write_gates
 
@@ -100,3 +102,34 @@ def test_an_unknown_tenant_is_a_usage_error_naming_the_option(run_dir):
     assert done.returncode == 2
     assert "--tenants" in done.stderr and "loose" in done.stderr  # did you mean
     assert not (out / "refused-tenant").exists()
+
+
+def test_without_the_plan_repair_resolves_the_inputs_the_run_planned(run_dir):
+    """``--plan none``: the options are resolved as the run resolved them (``resolve_plan``), so the
+    same source, recipes, KV decisions, calibration set, suites, profile and design are repaired with."""
+    from quantgate.orchestrate.repair_inputs import _from_options, _from_plan
+    from quantgate.paths import cache_dir
+
+    out, _ = run_dir
+    plan = json.loads((out / "plan.json").read_text())
+    options = dict.fromkeys(
+        ("--checkpoint", "--calibration", "--data-dir", "--gates", "--cache-dir", "--root")
+    )
+    planned, _, _ = _from_plan(out / "plan.json", options, SILENT)
+    options |= {
+        "--checkpoint": Path(plan["source"]["path"]),
+        "--data-dir": Path(plan["data_dir"]),
+        "--root": Path(plan["root"]),
+        "--cache-dir": cache_dir(),
+    }
+    resolved, project, gates = _from_options(out / "eval", options, SILENT)
+    assert (project, gates) == (Path(plan["root"]), Path(plan["gates"]))
+    assert resolved.source == planned.source and resolved.planned == planned.planned
+    assert (resolved.calibration, resolved.ctx.data) == (planned.calibration, planned.ctx.data)
+    assert [s.spec for s in resolved.suites] == [s.spec for s in planned.suites]
+    assert (resolved.model, resolved.sequential, resolved.ctx.profile) == (
+        planned.model,
+        planned.sequential,
+        planned.ctx.profile,
+    )
+    assert not (out / "repair").exists()  # resolving wrote nothing

@@ -9,6 +9,8 @@
 #          and hopper-fp8 built on the GPU (HF_HUB_OFFLINE on and off), hashed; quantgate eval at
 #          full on the GPU; native vs emulated vs CPU numerics (STEPS picks: build,eval,numerics)
 #   scale  carry .qg27/tok, .qg27/datasets: bench/gpu_scale.py (SIZES, default 8b)
+#   profile  carry .whl, .qg27/tok, .qg27/datasets: an 8B-shaped source, then quantgate build and
+#          eval under cProfile (the top of each profile, cumulative and own time, in $OUT)
 set -uo pipefail
 phase=$1
 out=${OUT:-/tmp/out}
@@ -19,7 +21,7 @@ gpu_tests() {
     tests/unit/evaluate/test_runner.py tests/unit/quantize/test_kv_cache.py tests/unit/repair/test_sensitivity.py \
     2>&1 | tee "$out/pytest_gpu.log"
 }
-install() { python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site "$@"; }
+install() { python3 -m pip install -q --no-index --no-deps --no-cache-dir --upgrade --target /tmp/site "$@"; }
 
 case $phase in
 tests)
@@ -55,7 +57,19 @@ main)
   [[ $steps == *numerics* ]] && timeout "${NUMERICS_S:-240}" python3 bench/gpu_issue27.py numerics --source /tmp/c_off/models/smollm2-135m-instruct-b179c9523d0e-v3 \
     --artifact /tmp/b_off/hopper-fp8 --data .qg27/datasets --out "$out/numerics.json" --windows 32 2>&1 | tail -20
   ;;
+profile)
+  install .whl/*.whl || exit 3
+  python3 -c "import sys; sys.path[:0] = ['bench']; from pathlib import Path; import gpu_scale as g, json; \
+print(json.dumps(g.make_source('${SIZE:-8b}', Path('.qg27/tok'), Path('/tmp/p/source'), 'cuda')))"
+  prof() { name=$1; shift; { time python3 -m cProfile -o "/tmp/p/$name.prof" -m quantgate.cli "$@"; } > "$out/$name.log" 2>&1
+    tail -4 "$out/$name.log"; python3 bench/gpu_issue27.py pstats "/tmp/p/$name.prof" > "$out/$name.pstats.txt"; head -60 "$out/$name.pstats.txt"; }
+  prof build build --checkpoint /tmp/p/source --targets hopper-fp8 --device cuda --out /tmp/p/built --cache-dir /tmp/p/cache
+  prof eval eval --checkpoint /tmp/p/source --artifacts /tmp/p/built --targets hopper-fp8 --suites wikitext \
+    --profile full --fixed --device cuda --data-dir .qg27/datasets --out /tmp/p/eval --cache-dir /tmp/p/cache
+  cp /tmp/p/eval/run.json "$out/profile_run.json" 2>/dev/null
+  ;;
 scale)
+  [ -d /tmp/site/transformers ] || install .whl/*.whl || exit 3
   python3 bench/gpu_scale.py --tokenizer .qg27/tok --data .qg27/datasets --out "$out" --sizes "${SIZES:-8b}" \
     --step-timeout "${STEP_S:-150}" 2>&1 | tail -60
   ;;

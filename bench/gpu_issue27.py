@@ -9,6 +9,8 @@ Usage (BENCHMARKS.md, "GPU workers (H200), issue 27", has the exact device comma
                --windows of each): native and emulated on the GPU against the GPU's bf16 reference,
                emulated on the CPU against the CPU's; every pair's delta beside gates.yaml's
                numerics_spread (perplexity: its max_delta_pct as perplexity units)
+    pstats     python3 bench/gpu_issue27.py pstats FILE.prof
+               the top of a cProfile profile of a quantgate command: by cumulative and by own time
 """
 
 from __future__ import annotations
@@ -140,7 +142,19 @@ def numerics(args) -> dict:
     }
 
 
+def print_pstats(path: Path, top: int = 45) -> None:
+    """A profile's functions by cumulative time, then by own time (where a command's seconds go)."""
+    import pstats
+
+    stats = pstats.Stats(str(path))
+    stats.strip_dirs().sort_stats("cumulative").print_stats(top)
+    stats.sort_stats("tottime").print_stats(top // 2)
+
+
 def main() -> None:
+    if sys.argv[1:2] == ["pstats"]:
+        print_pstats(Path(sys.argv[2]))
+        return
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="phase", required=True)
     h = sub.add_parser("hashes")

@@ -67,6 +67,20 @@ print(json.dumps({"load_s": load, "score_s": time.perf_counter() - t}))
 """
 
 
+WARMUP = "import torch, torch._dynamo, transformers, llmcompressor, lm_eval.models.huggingface, quantgate.cli"
+
+
+def _last_json(log: Path) -> dict | None:
+    """The last line of ``log`` that is a JSON object (what an anchor prints of its own timing)."""
+    for line in reversed(log.read_text().splitlines() if log.exists() else []):
+        if line.startswith("{"):
+            try:
+                return json.loads(line)
+            except ValueError:
+                continue
+    return None
+
+
 def make_source(size: str, tokenizer: Path, dest: Path, device: str) -> dict:
     """A random-weight checkpoint of ``size``'s shape, written as a trained one would be."""
     import torch
@@ -135,6 +149,10 @@ def main() -> None:
     def save() -> None:
         (args.out / "scale.json").write_text(json.dumps(results, indent=1))
 
+    # one untimed process first imports what every timed command imports: the first process on a
+    # fresh machine compiles bytecode and fills torch's caches (17-25 s measured), which would
+    # otherwise land on whichever command ran first (quantgate's build, before its anchor)
+    results["warmup"] = timed([sys.executable, "-c", WARMUP], args.out / "warmup.log", args.step_timeout)
     for size in args.sizes.split(","):
         work = args.work / size
         shutil.rmtree(work, ignore_errors=True)
@@ -164,7 +182,9 @@ def main() -> None:
         run = work / "eval" / "run.json"
         if run.exists():
             meta = json.loads(run.read_text())
-            r["quantgate_eval"]["run"] = {k: meta.get(k) for k in ("device", "source_forward_passes")}
+            r["quantgate_eval"]["run"] = {
+                k: meta.get(k) for k in ("device", "source_forward_passes", "seconds")
+            }
         save()
         r["quantgate_gate"] = timed(
             [*qg, "gate", "--results", str(work / "eval"), "--out", str(work / "report")],
@@ -179,6 +199,7 @@ def main() -> None:
             args.out / f"{size}-anchor-eval.log",
             args.step_timeout,
         )
+        r["anchor_eval_source"]["inside"] = _last_json(args.out / f"{size}-anchor-eval.log")
         save()
         shutil.rmtree(work / "anchor", ignore_errors=True)
     print(json.dumps(results, indent=1))

@@ -107,6 +107,10 @@ class RunInfo(FrozenRecord):
     sequential: dict[str, dict[str, SequentialDesign]] = {}
     skipped: dict[str, dict[str, str]] = {}
     merged_from: list[str] = Field(default_factory=list, description="the parts a merge was made of")
+    # where the time went, in wall-clock seconds (the device synchronized at each mark): model ->
+    # phase ("verify", "load", "reference:<suite>" for the source, "<suite>" for an artifact); a
+    # merge sums each phase over its parts (the source's time is spent once per part that loads it)
+    seconds: dict[str, dict[str, float]] = {}
 
 
 @dataclass(frozen=True)

@@ -75,6 +75,7 @@ def merge_evaluations(parts: list[Path], out: Path) -> Path:
                 "sequential": _union(r.sequential for r in runs),
                 "skipped": _union(r.skipped for r in runs),
                 "merged_from": [str(p) for p in parts],
+                "seconds": _summed(r.seconds for r in runs),
             }
         )
         write_run_info(tmp, merged)
@@ -87,3 +88,14 @@ def _union(dicts) -> dict:
     for d in dicts:
         merged.update(d or {})
     return merged
+
+
+def _summed(timings) -> dict[str, dict[str, float]]:
+    """Each model's phases summed over the parts (``RunInfo.seconds``)."""
+    total: dict[str, dict[str, float]] = {}
+    for part in timings:
+        for model, phases in part.items():
+            into = total.setdefault(model, {})
+            for phase, seconds in phases.items():
+                into[phase] = round(into.get(phase, 0.0) + seconds, 3)
+    return total

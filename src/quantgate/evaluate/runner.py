@@ -12,6 +12,9 @@ numerics, and how often the source model ran).
 from __future__ import annotations
 
 import hashlib
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -44,6 +47,7 @@ class SourceRuns:
     checkpoint: Path
     device: str = "cpu"
     forward_passes: int = 0
+    load_seconds: float = 0.0
     _model: Any = None
 
     def model(self):
@@ -51,7 +55,9 @@ class SourceRuns:
         if self._model is None:
             from quantgate.numerics import load_source_for_eval
 
+            started = time.perf_counter()
             self._model = load_source_for_eval(self.checkpoint, device=self.device)
+            self.load_seconds = round(time.perf_counter() - started, 3)
 
             def count(*_):
                 self.forward_passes += 1
@@ -74,6 +80,25 @@ class EvalRun:
     source_forward_passes: int = 0
     sequential: dict[str, dict[str, dict]] = field(default_factory=dict)  # artifact -> suite -> design
     skipped: dict[str, dict[str, str]] = field(default_factory=dict)  # artifact -> suite -> why not run
+    seconds: dict[str, dict[str, float]] = field(default_factory=dict)  # model -> phase -> seconds
+    device: str = "cpu"
+
+    @contextmanager
+    def timed(self, model: str, phase: str) -> Iterator[None]:
+        """Record the seconds ``phase`` of ``model`` takes (run.json ``seconds``); on a GPU the
+        device is synchronized first, so the time is the work's, not the launch's."""
+
+        def sync() -> None:
+            if self.device != "cpu":
+                torch.cuda.synchronize()
+
+        sync()
+        started = time.perf_counter()
+        try:
+            yield
+        finally:
+            sync()
+            self.seconds.setdefault(model, {})[phase] = round(time.perf_counter() - started, 3)
 
 
 def reference_path(ctx: EvalContext, suite: LoadedSuite, source_hash: str, device: str = "cpu") -> Path:
@@ -153,8 +178,10 @@ def evaluate(
     # visible directories with a valid manifest only: a killed build's .<target>.tmp-* is none
     dirs = [] if reference_only else artifact_dirs(artifacts, targets)
     manifests: dict[Path, Manifest] = {d: require_manifest(d) for d in dirs}
+    run = EvalRun(out, device=device)
     for d in dirs:  # an artifact whose files differ from its manifest is not what was built
-        problems = verify_files(d, manifests[d])
+        with run.timed(d.name, "verify"):
+            problems = verify_files(d, manifests[d])
         if problems:
             raise InputError(
                 d / "manifest.json", f"artifact files differ from the manifest: {problems[0]}", "rebuild it"
@@ -166,7 +193,6 @@ def evaluate(
                 "this artifact was built from a different source checkpoint than the one given",
                 "pass the --checkpoint it was built from, or rebuild it from this one",
             )
-    run = EvalRun(out)
     # results are keyed by the artifact directory's name (normally its target's name)
     sizes = {"source": source_bytes, **{d.name: manifests[d].total_bytes for d in dirs}}
     source = SourceRuns(source_checkpoint, device)
@@ -181,7 +207,15 @@ def evaluate(
         "device": device,
     }
     for suite in suites:
-        references[suite.spec.name], result = _reference(ctx, suite, source_hash, source, run)
+        loaded_before = source.load_seconds
+        with run.timed("source", f"reference:{suite.spec.name}"):
+            references[suite.spec.name], result = _reference(ctx, suite, source_hash, source, run)
+        if source.load_seconds != loaded_before:  # loading the source is a phase of its own
+            phases = run.seconds["source"]
+            phases["load"] = source.load_seconds
+            phases[f"reference:{suite.spec.name}"] = round(
+                phases[f"reference:{suite.spec.name}"] - source.load_seconds, 3
+            )
         source_results[suite.spec.name] = result
         source_files[suite.spec.name] = _record(run, "source", result, source_numerics, extra)
     run.numerics["source"] = source_numerics
@@ -193,7 +227,8 @@ def evaluate(
     cheapest_first = sorted(suites, key=lambda s: (s.runner.cost(ctx.profile), s.spec.name))
     for d in dirs:
         manifest = manifests[d]
-        loaded = load_for_eval(d, device=device)
+        with run.timed(d.name, "load"):
+            loaded = load_for_eval(d, device=device)
         numerics = loaded.numerics.model_dump(mode="json")
         run.numerics[d.name] = numerics
         about = {**extra, "target": manifest.target, "build_key": manifest.build_key}
@@ -212,13 +247,14 @@ def evaluate(
                 _record(run, d.name, empty, numerics, about | {"skipped": why})
                 continue
             design: dict[str, Any] = {}
-            if sequential and watches[name] and suite.runner.subset(references[name], []) is not None:
-                result, design = _sequential(
-                    ctx, suite, loaded, references[name], source_results[name], watches[name]
-                )
-                run.sequential.setdefault(d.name, {})[name] = design
-            else:
-                result = suite.runner.score(ctx, loaded, references[name])
+            with run.timed(d.name, name):
+                if sequential and watches[name] and suite.runner.subset(references[name], []) is not None:
+                    result, design = _sequential(
+                        ctx, suite, loaded, references[name], source_results[name], watches[name]
+                    )
+                    run.sequential.setdefault(d.name, {})[name] = design
+                else:
+                    result = suite.runner.score(ctx, loaded, references[name])
             done[name] = _record(
                 run, d.name, result, numerics, about | ({"sequential": design} if design else {})
             )
@@ -243,6 +279,7 @@ def evaluate(
                 "design": "sequential" if sequential else "fixed",
                 "sequential": run.sequential,
                 "skipped": run.skipped,
+                "seconds": run.seconds,
             }
         ),
     )

@@ -17,7 +17,9 @@ checkpoint was taken in once.
 from __future__ import annotations
 
 import errno
+import threading
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -29,8 +31,10 @@ from quantgate.errors import (
     SymlinkEscapeError,
     TransientError,
 )
+from quantgate.hashing import FileEntry
 from quantgate.intake import architecture, bounds, chat_template, completeness, tokenizer_files, tree, weights
 from quantgate.intake.record import SourceRecord
+from quantgate.intake.safetensors_header import SafetensorsHeader
 from quantgate.intake.stat_cache import StatCache
 from quantgate.progress import SILENT, Progress
 
@@ -96,8 +100,7 @@ def _intake(root: Path, policy: Gates, progress: Progress, cache: Path | None) -
     completeness.check_complete(root, model, tensors, loaded)
     del model
     seen = StatCache(cache, root, files)
-    weights.scan_finite(root, tensors, headers, progress, skip=set(seen.known))
-    entries, content_hash = tree.hash_files(root, files, progress, known=seen.known)
+    entries, content_hash = _scan_and_hash(root, files, tensors, headers, progress, seen)
     seen.save(entries)
 
     text = architecture.text_config(config)
@@ -129,6 +132,30 @@ def _intake(root: Path, policy: Gates, progress: Progress, cache: Path | None) -
         f"({len(files) - len(seen.known)} of {len(files)} files hashed)"
     )
     return record
+
+
+def _scan_and_hash(
+    root: Path,
+    files: list[str],
+    tensors: weights.Tensors,
+    headers: dict[str, SafetensorsHeader],
+    progress: Progress,
+    seen: StatCache,
+) -> tuple[dict[str, FileEntry], str]:
+    """The NaN/Inf scan and the content hash, side by side: each reads every weight byte, and
+    together they read the checkpoint once from disk (the one ahead pulls a block into the page
+    cache, the other finds it there) in the time of the slower. An 8B checkpoint in one file took
+    9 s to scan and then 14 s to hash on an H200 worker. A non-finite tensor is still refused
+    first, and stops the hashing."""
+    stop = threading.Event()
+    with ThreadPoolExecutor(1, thread_name_prefix="intake-hash") as pool:
+        hashed = pool.submit(tree.hash_files, root, files, progress, seen.known, stop)
+        try:
+            weights.scan_finite(root, tensors, headers, progress, skip=set(seen.known))
+        except BaseException:
+            stop.set()
+            raise
+        return hashed.result()
 
 
 def confirm(record: SourceRecord, progress: Progress = SILENT, cache: Path | None = None) -> SourceRecord:

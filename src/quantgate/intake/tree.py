@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import stat
+import threading
 from pathlib import Path
 
 from quantgate.errors import (
@@ -165,17 +166,32 @@ def refuse_code(root: Path, files: list[str]) -> None:
             )
 
 
+class HashingStopped(Exception):
+    """``hash_files`` was told to stop (the checkpoint was refused meanwhile)."""
+
+
 def hash_files(
-    root: Path, files: list[str], progress: Progress = SILENT, known: dict[str, FileEntry] | None = None
+    root: Path,
+    files: list[str],
+    progress: Progress = SILENT,
+    known: dict[str, FileEntry] | None = None,
+    stop: threading.Event | None = None,
 ) -> tuple[dict[str, FileEntry], str]:
     """sha256 of every file (``known`` ones taken as given), and the checkpoint's content hash.
 
     The content hash covers relative paths and file hashes only, so the same checkpoint in
-    another directory hashes the same, and renaming a file changes it.
+    another directory hashes the same, and renaming a file changes it. ``stop``: set by another
+    thread to end the hashing early (``HashingStopped``) once its result is no longer wanted.
     """
     known = known or {}
     todo = [rel for rel in files if rel not in known]
     with progress.task("hashing checkpoint", total=sum((root / rel).stat().st_size for rel in todo)) as task:
-        hashed = sha256_files(root, todo, task.advance)
+
+        def advance(n: int) -> None:
+            if stop is not None and stop.is_set():
+                raise HashingStopped
+            task.advance(n)
+
+        hashed = sha256_files(root, todo, advance)
     entries = {rel: known.get(rel) or hashed[rel] for rel in files}
     return entries, content_hash(entries)

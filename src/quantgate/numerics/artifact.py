@@ -115,8 +115,12 @@ def check_config(
                 )
 
 
-def read_quantized_tensors(artifact_dir: Path) -> dict[str, dict[str, torch.Tensor]]:
-    """``{module name: {local tensor name: tensor}}`` for every module with quantized tensors."""
+def read_quantized_tensors(
+    artifact_dir: Path, device: str | torch.device = "cpu"
+) -> dict[str, dict[str, torch.Tensor]]:
+    """``{module name: {local tensor name: tensor}}`` for every module with quantized tensors,
+    read onto ``device``: on a GPU worker they are decoded there (an 8B artifact's float32 values
+    are 28 GB, which the CPU decoded in seconds and then copied over)."""
     from safetensors import safe_open
 
     shards = sorted(artifact_dir.glob("*.safetensors"))
@@ -134,7 +138,7 @@ def read_quantized_tensors(artifact_dir: Path) -> dict[str, dict[str, torch.Tens
             by_shard[shard].append((module, local))
     found: dict[str, dict[str, torch.Tensor]] = defaultdict(dict)
     for shard, entries in by_shard.items():
-        with safe_open(shard, "pt") as f:
+        with safe_open(shard, "pt", device=str(device)) as f:
             for module, local in entries:
                 found[module][local] = f.get_tensor(f"{module}.{local}")
     return dict(found)

@@ -157,9 +157,14 @@ def _kv_format_name(n: _Numerics) -> str | None:
     return "fp8_e4m3fnuz" if fnuz else "fp8_e4m3fn"
 
 
-def _load_hf(directory: Path, **kwargs) -> tuple[Any, Any, list[str]]:
-    """Model (bf16, eval), tokenizer, and the parameter names transformers found no tensor for."""
+def _load_hf(directory: Path, device: str | torch.device = "cpu", **kwargs) -> tuple[Any, Any, list[str]]:
+    """Model (bf16, eval) on ``device``, tokenizer, and the parameter names transformers found no
+    tensor for. A GPU worker's model is loaded onto the GPU directly (``device_map``), not built on
+    the CPU and copied: the same values, without a host copy of the checkpoint."""
     from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
+
+    if torch.device(device).type != "cpu":
+        kwargs.setdefault("device_map", str(device))
 
     # long prefills (every scored window) run tiled; decoding and short prompts stay on sdpa
     kwargs.setdefault("attn_implementation", tiled_attention.register())
@@ -417,7 +422,7 @@ def _apply(plan: _LoadPlan, device: str | torch.device, *, native: bool) -> _Loa
     """The model with every quantized module decoded and swapped in, its KV cache emulated and
     placed on ``device`` (FP8 W8A8 linears on the hardware's kernel where it has one)."""
     artifact_dir, kept = plan.artifact_dir, plan.kept
-    raw = read_quantized_tensors(artifact_dir)
+    raw = read_quantized_tensors(artifact_dir, device)
     if not raw:
         raise InputError(
             artifact_dir,
@@ -435,7 +440,7 @@ def _apply(plan: _LoadPlan, device: str | torch.device, *, native: bool) -> _Loa
     if kept is not None and kept.weights is not None:
         kept_raw = {m: t for m, t in raw.items() if m in kept.modules}
         emulated.update(emulated_modules(artifact_dir, kept_raw, kept.weights, kept.activations))
-    model, tokenizer, missing = _load_hf(artifact_dir)
+    model, tokenizer, missing = _load_hf(artifact_dir, device)
     generation_note = pin_greedy(model)
     _refuse_missing(artifact_dir, missing, emulated)
     for name, module in emulated.items():
@@ -571,7 +576,7 @@ def _describe(plan: _LoadPlan, loaded: _Loaded, device: str | torch.device) -> N
 
 def load_source_for_eval(checkpoint_dir: Path, *, device: str | torch.device = "cpu") -> EvalModel:
     """The source checkpoint in bf16, as the reference every artifact is compared with."""
-    model, tokenizer, _ = _load_hf(Path(checkpoint_dir))  # intake checked its tensors
+    model, tokenizer, _ = _load_hf(Path(checkpoint_dir), device)  # intake checked its tensors
     generation_note = pin_greedy(model)
     model.to(device)
     widened = use_float32_gemm(model, device)

@@ -16,12 +16,12 @@ per-position bins, recovery per suite).
 from typing import TYPE_CHECKING
 
 from quantgate.exports import lazy_exports
-from quantgate.report.html import render_html
-from quantgate.report.markdown import render_markdown
-from quantgate.report.write import write_reports
 
 if TYPE_CHECKING:
     from quantgate.report.console import print_table, text_table, verdict_table
+    from quantgate.report.html import render_html
+    from quantgate.report.markdown import render_markdown
+    from quantgate.report.write import write_reports
 
 __all__ = [
     "print_table",
@@ -37,5 +37,10 @@ __getattr__ = lazy_exports(
         "print_table": "console",
         "text_table": "console",
         "verdict_table": "console",
+        # matplotlib (the HTML report's plots) only where a report is written: a build or an
+        # evaluation prints a table, and a fresh worker built matplotlib's font cache for it (17 s)
+        "render_html": "html",
+        "render_markdown": "markdown",
+        "write_reports": "write",
     },
 )

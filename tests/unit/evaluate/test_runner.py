@@ -66,6 +66,24 @@ def test_the_source_reference_is_computed_once_and_reused(setup, tmp_path):
     assert len(record_file["samples"]) == 4
 
 
+def test_run_json_says_where_the_time_went(setup, tmp_path):
+    """Issue 27: a GPU worker's operator sees load, reference and scoring time per model (the
+    source is loaded once, and only when its reference is not cached)."""
+    record, suites, ctx = setup
+    source = Path(record.path)
+    evaluate(source, record.content_hash, tmp_path / "artifacts", tmp_path / "e1", suites, ctx)
+    evaluate(source, record.content_hash, tmp_path / "artifacts", tmp_path / "e2", suites, ctx)
+    first = json.loads((tmp_path / "e1" / "run.json").read_text())["seconds"]
+    again = json.loads((tmp_path / "e2" / "run.json").read_text())["seconds"]
+    assert set(first) == {"source", "hopper-fp8", "rocm-cdna3-fp8"}
+    assert set(first["source"]) == {"load", "reference:tiny-text"}
+    assert set(again["source"]) == {"reference:tiny-text"}  # from the cache: the source never loaded
+    for target in ("hopper-fp8", "rocm-cdna3-fp8"):
+        assert set(first[target]) == {"verify", "load", "tiny-text"}
+        assert all(v >= 0 for v in first[target].values())
+    assert first["source"]["load"] > 0 and first["hopper-fp8"]["tiny-text"] > 0
+
+
 def test_artifacts_of_another_source_are_refused(setup, tmp_path):
     _, suites, ctx = setup
     policy = load_gates(ctx.project_root / "gates.yaml", Catalog(ctx.project_root))

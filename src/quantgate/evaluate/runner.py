@@ -38,6 +38,9 @@ from quantgate.results import RunInfo, SuiteResultFile, write_run_info, write_su
 # 4: generation is greedy whatever the checkpoint's generation config says (generation.pin_greedy);
 # a version-3 reference followed its num_beams, penalties and sampling settings
 REFERENCE_VERSION = 4
+# the arithmetic of a GPU pass beyond the device itself, in a GPU reference's key: 2, lm_head
+# chunks of scoring.chunk_rows("cuda") rows and no torch.compile under QUANTGATE_COMPILE=auto
+GPU_ARITHMETIC = 2
 
 
 @dataclass
@@ -110,7 +113,7 @@ def reference_path(ctx: EvalContext, suite: LoadedSuite, source_hash: str, devic
     switches = sorted(environment.switches().items())
     parts: tuple[Any, ...] = (REFERENCE_VERSION, suite.spec_hash, source_hash, ctx.profile, switches)
     if device != "cpu":
-        parts = (*parts, device)
+        parts = (*parts, device, f"gpu-arithmetic-{GPU_ARITHMETIC}")
     key = hashlib.sha256("|".join(map(str, parts)).encode()).hexdigest()
     return ctx.cache_dir / "references" / suite.spec.name / f"{key[:32]}.pt"
 

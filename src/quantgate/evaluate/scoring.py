@@ -17,7 +17,16 @@ import torch
 
 from quantgate.evaluate import fusion
 
-_CHUNK = 128  # positions per lm_head chunk: 64-256 measured; larger chunks' logits fall out of cache
+_CHUNK = 128  # positions per lm_head chunk on a CPU: 64-256 measured; larger chunks' logits fall out of cache
+# on a GPU: one chunk's float32 logits are 2 GB at a 128k vocabulary, and the head runs as a few
+# large products instead of thousands of small launches
+_GPU_CHUNK = 4096
+
+
+def chunk_rows(device: torch.device | str) -> int:
+    """Positions per lm_head chunk on ``device`` (part of a GPU reference's key: the product's
+    kernel, and so its rounding, can depend on the rows it is given)."""
+    return _CHUNK if torch.device(device).type == "cpu" else _GPU_CHUNK
 
 
 @dataclass
@@ -59,7 +68,7 @@ class Scores:
 
 @dataclass
 class _Chunk:
-    """Up to ``_CHUNK`` scored positions of a batch, across its sequences."""
+    """Up to ``chunk_rows`` scored positions of a batch, across its sequences."""
 
     logits: torch.Tensor  # [n, vocab] float32
     lse: torch.Tensor  # [n] log-sum-exp of each row: log-probability = logits - lse
@@ -99,8 +108,9 @@ def _chunks(model, batch: list[list[int]], pad_id: int, stats: fusion.ChunkStats
     hidden = decoder(input_ids=ids.to(device), attention_mask=attention_mask).last_hidden_state
     scored = torch.cat([hidden[row, : len(seq) - 1] for row, seq in enumerate(batch)])
     targets = torch.tensor([t for seq in batch for t in seq[1:]], dtype=torch.long).to(device)
-    for start in range(0, len(scored), _CHUNK):
-        rows = slice(start, min(len(scored), start + _CHUNK))
+    step = chunk_rows(device)
+    for start in range(0, len(scored), step):
+        rows = slice(start, min(len(scored), start + step))
         logits, lse, top = stats(head(scored[rows]))
         yield _Chunk(logits, lse, top, targets[rows], rows)
 

@@ -37,7 +37,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -535,11 +534,40 @@ def append_tensors(shard: Path, tensors: Mapping[str, torch.Tensor]) -> None:
     tmp = shard.with_name(f".{shard.name}.kv-tmp")
     with shard.open("rb") as src, tmp.open("wb") as dst:
         dst.write(struct.pack("<Q", len(encoded)) + encoded)
-        src.seek(data_start)
-        shutil.copyfileobj(src, dst, 16 * 1024 * 1024)
+        dst.flush()
+        _copy_range(src, dst, data_start, data_len)
         for blob in blobs:
             dst.write(blob)
     os.replace(tmp, shard)
+
+
+def _copy_range(src, dst, start: int, length: int) -> None:
+    """``length`` bytes of ``src`` from ``start`` appended to ``dst``, copied by the kernel
+    (``copy_file_range``: no trip through this process, a reflink where the filesystem shares
+    extents), else through user space. An 8B artifact's 9 GB shard was copied here in 16 MB reads
+    and writes after its KV pass."""
+    out_at = dst.tell()
+    done = 0
+    try:
+        while done < length:
+            n = os.copy_file_range(src.fileno(), dst.fileno(), length - done, start + done, out_at + done)
+            if n == 0:
+                raise OSError("copy_file_range copied nothing")
+            done += n
+    except (AttributeError, OSError):  # no such call here, or not between these files
+        src.seek(start + done)
+        dst.seek(out_at + done)
+        remaining = length - done
+        while remaining:
+            chunk = src.read(min(16 * 1024 * 1024, remaining))
+            if not chunk:
+                raise BuildError(
+                    f"{src.name}: ended {remaining} bytes early while adding the KV scales"
+                ) from None
+            dst.write(chunk)
+            remaining -= len(chunk)
+        return
+    dst.seek(out_at + done)
 
 
 def declared(artifact_dir: Path) -> tuple[dict[str, Any] | None, set[str]]:

@@ -104,3 +104,17 @@ def test_compile_setting_auto_waits_for_long_passes_and_typos_are_refused(monkey
     monkeypatch.setenv(fusion.ENV, "yes")
     with pytest.raises(UsageError, match=r"\$QUANTGATE_COMPILE.*use 1 .*0 .*auto"):
         fusion.wanted(4096)
+
+
+def test_a_gpu_pass_compiles_only_when_asked_and_scores_its_head_in_large_chunks(monkeypatch):
+    """Issue 27: on a GPU, auto runs eagerly (compiling cost more than the elementwise work it
+    fused) and the head takes thousands of rows at a time; the CPU keeps its measured choices."""
+    from quantgate.evaluate import fusion
+    from quantgate.evaluate.scoring import chunk_rows
+
+    monkeypatch.delenv(fusion.ENV, raising=False)
+    monkeypatch.setattr(fusion, "_have_compiler", lambda: True)
+    assert fusion.wanted(10**6, "cpu") and not fusion.wanted(10**6, "cuda")
+    monkeypatch.setenv(fusion.ENV, "1")
+    assert fusion.wanted(10**6, "cuda")
+    assert chunk_rows("cpu") == 128 and chunk_rows("cuda") >= 4096

@@ -27,6 +27,7 @@ from quantgate.frozen import FrozenRecord
 from quantgate.hashing import FileEntry, file_problem, sha256_files
 from quantgate.safe_path import path_problem
 from quantgate.serving_table import ServingTable
+from quantgate.stat_cache import StatCache
 
 MANIFEST = "manifest.json"
 SCHEMA_VERSION = 1
@@ -247,16 +248,41 @@ def load_manifest(directory: Path) -> Manifest:
         raise InputError(path, f"not a valid artifact manifest: {first_problem(exc)}", fix) from None
 
 
-def verify_files(directory: Path, manifest: Manifest) -> list[str]:
-    """Problems found comparing ``directory`` with its manifest; empty when intact."""
+def verify_files(directory: Path, manifest: Manifest, cache: Path | None = None) -> list[str]:
+    """Problems found comparing ``directory`` with its manifest; empty when intact.
+
+    ``cache``: a stat cache directory (``quantgate.stat_cache``): a file unchanged since it last
+    matched this manifest (by the build that wrote it, or an earlier verification) is not hashed
+    again, and an intact directory's files are recorded for the next reader."""
     problems = []
     present = {p.relative_to(directory).as_posix() for p in directory.rglob("*") if p.is_file()} - {MANIFEST}
     for rel in sorted(present - set(manifest.files)):
         problems.append(f"{rel}: not in the manifest")
+    seen = _stat_cache(directory, manifest, cache)
     for rel, entry in manifest.files.items():
+        if seen is not None and seen.known.get(rel) == entry:
+            continue
         if problem := file_problem(directory / rel, entry):
             problems.append(f"{rel}: {problem}")
+    if seen is not None and not problems:
+        seen.save(dict(manifest.files))
     return problems
+
+
+def record_verified(directory: Path, manifest: Manifest, cache: Path | None) -> None:
+    """Record ``directory``'s files as matching ``manifest`` in the stat cache, without hashing: for
+    the build that hashed them into the manifest in its own locked staging directory and then
+    installed them (a rename keeps each file's device, inode and times)."""
+    seen = _stat_cache(directory, manifest, cache)
+    if seen is not None:
+        seen.save(dict(manifest.files))
+
+
+def _stat_cache(directory: Path, manifest: Manifest, cache: Path | None) -> StatCache | None:
+    if cache is None:
+        return None
+    files = [rel for rel in manifest.files if (directory / rel).is_file()]
+    return StatCache(cache / "verified", directory.resolve(), files)
 
 
 def artifact_dirs(artifacts: Path, names: list[str] | None = None) -> list[Path]:

@@ -22,7 +22,10 @@ def build_targets(
     progress: Progress = SILENT,
     kv_cache: dict[str, KVCache] | None = None,
     device: str = "cpu",
+    cache: Path | None = None,
 ):
     """Build ``target_names`` from the catalog's current files (see ``build_planned``); ``kv_cache``
     as in ``plan`` (each target's own when None)."""
-    return build_planned(source, plan(catalog, target_names, kv_cache), out, calibration, progress, device)
+    return build_planned(
+        source, plan(catalog, target_names, kv_cache), out, calibration, progress, device, cache
+    )

@@ -79,7 +79,7 @@ def build(
             )
         where = asked or run_plan.device
         progress.log(f"device: {where}")
-        results = build_planned(record, planned, out, calib, progress, where)
+        results = build_planned(record, planned, out, calib, progress, where, Path(run_plan.cache_dir))
 
     rows = [
         [

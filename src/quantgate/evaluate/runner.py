@@ -184,7 +184,7 @@ def evaluate(
     run = EvalRun(out, device=device)
     for d in dirs:  # an artifact whose files differ from its manifest is not what was built
         with run.timed(d.name, "verify"):
-            problems = verify_files(d, manifests[d])
+            problems = verify_files(d, manifests[d], ctx.cache_dir)
         if problems:
             raise InputError(
                 d / "manifest.json", f"artifact files differ from the manifest: {problems[0]}", "rebuild it"

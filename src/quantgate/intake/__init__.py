@@ -12,7 +12,7 @@ index naming every tensor, tensor inventory, source dtypes, NaN/Inf scan), ``saf
 (strict header reader), ``bounds`` (config counts bounded by the tensors present, before any
 model is built), ``tokenizer_files`` (tokenizer files bounded and loaded in a bounded child, their
 regexes probed by ``regex_probes``, every token id a row of the embedding), ``completeness``
-(every declared tensor present, nothing extra), ``stat_cache``, ``record``.
+(every declared tensor present, nothing extra), ``record`` (the stat cache is ``quantgate.stat_cache``).
 """
 
 from typing import TYPE_CHECKING

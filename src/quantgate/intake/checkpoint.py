@@ -35,8 +35,8 @@ from quantgate.hashing import FileEntry
 from quantgate.intake import architecture, bounds, chat_template, completeness, tokenizer_files, tree, weights
 from quantgate.intake.record import SourceRecord
 from quantgate.intake.safetensors_header import SafetensorsHeader
-from quantgate.intake.stat_cache import StatCache
 from quantgate.progress import SILENT, Progress
+from quantgate.stat_cache import StatCache
 
 
 def intake(path: Path, policy: Gates, progress: Progress = SILENT, cache: Path | None = None) -> SourceRecord:

@@ -185,7 +185,7 @@ def calibrate(
                 if progress is not None:
                     progress.log(f"KV calibration: layer {i + 1}/{len(layers)}")
                 layer = _materialize(
-                    artifact_dir, model, layers, layers_name, i, per_layer[i], wfmt, act, rename
+                    artifact_dir, model, layers, layers_name, i, per_layer[i], wfmt, act, rename, device
                 )
                 notes.extend(n for n in canonical.layer_to_float64(layer) if n not in notes)
                 layer.to(device)
@@ -288,7 +288,12 @@ def _skeleton(artifact_dir: Path):
     return model, layers, layers_name, tensors, rename
 
 
-def _load(tensors: Mapping[str, tuple[Path, str]], names: Sequence[str]) -> dict[str, torch.Tensor]:
+def _load(
+    tensors: Mapping[str, tuple[Path, str]], names: Sequence[str], device: str = "cpu"
+) -> dict[str, torch.Tensor]:
+    """``names`` read from their shards onto ``device`` (the pass's: an 8B layer's FP8 weights were
+    decoded on the host, 15 s of CPU over 32 layers, before going to the GPU; decoding is exact, so
+    the values are the same wherever it runs)."""
     from safetensors import safe_open
 
     by_shard: dict[Path, list[str]] = {}
@@ -296,14 +301,19 @@ def _load(tensors: Mapping[str, tuple[Path, str]], names: Sequence[str]) -> dict
         by_shard.setdefault(tensors[name][0], []).append(name)
     out = {}
     for shard, wanted in by_shard.items():
-        with safe_open(shard, "pt") as f:
+        with safe_open(shard, "pt", device=device) as f:
             for name in wanted:
                 out[name] = f.get_tensor(tensors[name][1])
     return out
 
 
 def _fill(
-    artifact_dir: Path, module: torch.nn.Module, prefix: str, tensors: Mapping[str, tuple[Path, str]], skip=()
+    artifact_dir: Path,
+    module: torch.nn.Module,
+    prefix: str,
+    tensors: Mapping[str, tuple[Path, str]],
+    skip=(),
+    device: str = "cpu",
 ) -> None:
     """Every parameter and persistent buffer of ``module`` (on meta) set from the artifact's tensors,
     except under ``skip`` (the modules about to be replaced): nothing is allocated twice."""
@@ -319,7 +329,7 @@ def _fill(
             f"{artifact_dir}: no tensor for {missing[:3]} ({len(missing)} missing): the KV calibration pass "
             "cannot run this layer"
         )
-    loaded = _load(tensors, [f"{prefix}{n}" for n in sorted(wanted)])
+    loaded = _load(tensors, [f"{prefix}{n}" for n in sorted(wanted)], device)
     for name, old in wanted.items():
         owner_name, _, leaf = name.rpartition(".")
         owner = module.get_submodule(owner_name) if owner_name else module
@@ -421,9 +431,11 @@ def _by_layer(
     return per_layer
 
 
-def _materialize(artifact_dir, model, layers, layers_name: str, i: int, tensors, wfmt, act, rename):
-    """Decoder layer ``i`` on the CPU: quantized modules emulated from the artifact's bytes, the rest
-    loaded. ``tensors``: the layer's own (``_by_layer``); ``rename``: ``disk_to_memory(model)``."""
+def _materialize(
+    artifact_dir, model, layers, layers_name: str, i: int, tensors, wfmt, act, rename, device: str = "cpu"
+):
+    """Decoder layer ``i`` on ``device``: quantized modules emulated from the artifact's bytes, the
+    rest loaded. ``tensors``: the layer's own (``_by_layer``); ``rename``: ``disk_to_memory(model)``."""
     from quantgate.numerics import emulated_modules
 
     prefix = f"{layers_name}.{i}."
@@ -434,12 +446,12 @@ def _materialize(artifact_dir, model, layers, layers_name: str, i: int, tensors,
         by_module.setdefault(disk.rpartition(".")[0], []).append(memory)
     for disk_module, names in sorted(by_module.items()):
         if any(tensors[m][1].endswith(markers) for m in names):
-            loaded = _load(tensors, names)
+            loaded = _load(tensors, names, device)
             quantized[disk_module] = {tensors[m][1].rpartition(".")[2]: t for m, t in loaded.items()}
     emulated = emulated_modules(artifact_dir, quantized, wfmt, act, skeleton=model, rename=rename)
     layer = layers[i]
     skip = [name.removeprefix(prefix) for name in emulated]
-    _fill(artifact_dir, layer, prefix, tensors, skip=skip)
+    _fill(artifact_dir, layer, prefix, tensors, skip=skip, device=device)
     for name, module in emulated.items():
         parent, _, child = name.removeprefix(prefix).rpartition(".")
         setattr(layer.get_submodule(parent) if parent else layer, child, module)

@@ -39,6 +39,7 @@ from quantgate.artifact import (
     build_key,
     hash_files,
     read_manifest,
+    record_verified,
     tool_versions,
     verify_files,
     write_manifest,
@@ -67,12 +68,12 @@ class BuildResult:
     status: str  # "built", "reused", "linked"
 
 
-def _reusable(final: Path, key: str) -> Manifest | None:
+def _reusable(final: Path, key: str, cache: Path | None) -> Manifest | None:
     manifest = read_manifest(final)
     # without source_files: built before the source's support files were restored, so rebuilt
     if manifest is None or manifest.build_key != key or manifest.source_files is None:
         return None
-    return manifest if not verify_files(final, manifest) else None
+    return manifest if not verify_files(final, manifest, cache) else None
 
 
 _LIBRARY_KV_NOTE = (
@@ -183,11 +184,15 @@ def build_planned(
     calibration: CalibrationSet | None,
     progress: Progress = SILENT,
     device: str = "cpu",
+    cache: Path | None = None,
 ) -> list[BuildResult]:
     """Build every planned target into ``out/<target>``, reusing intact artifacts of equal build key.
 
     ``device`` ("cpu" or "cuda", resolved by ``quantgate.devices``): where calibration runs
     (llm-compressor's oneshot, quantgate's KV pass); the bytes of a data-free build do not depend on it.
+    ``cache`` (the run's cache directory): each installed artifact's files are recorded in its stat
+    cache as hashed, so an evaluation with the same cache does not hash them again
+    (``artifact.verify_files``).
 
     On any failure, directories this call created and left empty are removed again; artifacts
     installed before it stay (each is whole).
@@ -212,7 +217,7 @@ def build_planned(
     try:
         for p in planned:  # temporary copies of these targets left by killed builds
             remove_stale(out, p.target.name)
-        return _build_all(source, planned, out, calibration, progress, engines, tools, device)
+        return _build_all(source, planned, out, calibration, progress, engines, tools, device, cache)
     except BaseException:
         _remove_if_empty(created)
         raise
@@ -258,6 +263,7 @@ def _build_all(
     engines: dict[str, Engine],
     tools: dict[str, str],
     device: str = "cpu",
+    cache: Path | None = None,
 ) -> list[BuildResult]:
     """``build_planned``'s loop, once the checks are done: one artifact per target, installed whole."""
     # data-free recipes first: they are fast and stream, so a later calibrated failure
@@ -278,7 +284,7 @@ def _build_all(
             kv_cache=kv_calibration.key_part(kv),
         )
         final = out / target.name
-        existing = _reusable(final, key)
+        existing = _reusable(final, key, cache)
         if existing is not None and expert_names.mismatches(Path(source.path), final):
             existing = None  # built before expert tensors got the source's names back: rebuilt
         if existing is not None and existing.serving != require_loadable(final, target):
@@ -366,6 +372,7 @@ def _build_all(
             write_manifest(tmp, manifest)
             finalize.set_modes(tmp)  # 0644/0755, whatever the umask and the engine's temporary files
             install_dir(tmp, final)  # replaces an older artifact only once this one is whole
+        record_verified(final, manifest, cache)
         progress.log(f"{target.name}: {status} in {seconds:.1f} s -> {final}")
         built_by_key.setdefault(key, final)
         results.append(BuildResult(target.name, final, manifest, status))

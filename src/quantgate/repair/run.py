@@ -258,7 +258,13 @@ def _probe(
     where = variant_dir(out, target, k)
     planned = planned_variant(inputs.planned[target], ranked[:k], n, parent_build_key)
     built = build_planned(
-        inputs.source, [planned], where / "artifacts", inputs.calibration, progress, inputs.device
+        inputs.source,
+        [planned],
+        where / "artifacts",
+        inputs.calibration,
+        progress,
+        inputs.device,
+        inputs.ctx.cache_dir,
     )[0]
     evaluate(
         Path(inputs.source.path),

@@ -27,6 +27,35 @@ def calibration(repo_root):
     return build_set(load_spec(repo_root / "calibration_sets" / "default.yaml"))
 
 
+def test_an_artifact_is_hashed_once_by_its_build_and_a_later_change_is_still_caught(
+    tiny_llama, tmp_path, catalog, repo_root, calibration, monkeypatch
+):
+    """Issue 27: an 8B artifact took 9 s to verify in every evaluation after its build had hashed
+    it. With the run's cache the evaluation finds the build's record (stat cache) and reads
+    nothing; a file changed since, even at its old size and mtime, is hashed and refused."""
+    import os
+
+    from quantgate import hashing
+
+    record = intake(tiny_llama, load_gates(repo_root / "gates.yaml", catalog))
+    cache = tmp_path / "cache"
+    (built,) = build_targets(record, ["hopper-fp8"], tmp_path / "out", catalog, calibration, cache=cache)
+    manifest = read_manifest(built.path)
+    hashed: list[str] = []
+    real = hashing.sha256_file
+    monkeypatch.setattr(hashing, "sha256_file", lambda path, *a: hashed.append(path.name) or real(path, *a))
+
+    assert verify_files(built.path, manifest, cache) == [] and hashed == []
+    shard = next(built.path.glob("*.safetensors"))
+    before = shard.stat()
+    data = bytearray(shard.read_bytes())
+    data[-1] ^= 0xFF
+    shard.write_bytes(bytes(data))
+    os.utime(shard, ns=(before.st_atime_ns, before.st_mtime_ns))  # size and mtime as they were
+    assert verify_files(built.path, manifest, cache) == [f"{shard.name}: sha256 differs from the manifest"]
+    assert hashed == [shard.name]  # the one changed file, read again; the others still known
+
+
 def _tensors(artifact: Path) -> dict[str, torch.Tensor]:
     out = {}
     for shard in artifact.glob("*.safetensors"):

@@ -26,7 +26,7 @@ int4_kv break their extension point's protocol."""
 import torch
 
 from quantgate.evaluate.suites import SuiteKind
-from quantgate.numerics import register_kv_cache
+from quantgate.numerics import DecodedWeight, register_kv_cache, register_weights
 
 
 class Int3Engine:
@@ -58,6 +58,11 @@ def int8_kv(x, scale):
     return torch.round(x / scale).clamp(-128, 127) * scale
 
 
+@register_weights("acme-int3", disk_format="pack-quantized", required={"weight_packed", "weight_scale"})
+def int3_weights(tensors):
+    return DecodedWeight(values=tensors["weight_packed"].float(), scales=tensors["weight_scale"])
+
+
 class BrokenEngine:  # no build
     def preflight(self, source, recipe):
         pass
@@ -84,6 +89,9 @@ acme_broken = acme_plugin:BrokenKind
 [quantgate.kv_cache_formats]
 acme-int8 = acme_plugin:int8_kv
 acme-int4 = acme_plugin:int4_kv
+
+[quantgate.weight_formats]
+acme-int3 = acme_plugin:int3_weights
 """
 
 
@@ -98,7 +106,7 @@ def installed(tmp_path, monkeypatch):
     (info / "METADATA").write_text("Metadata-Version: 2.1\nName: acme-plugin\nVersion: 0.1\n")
     (info / "entry_points.txt").write_text(ENTRY_POINTS)
     monkeypatch.syspath_prepend(str(site))
-    for registry in (ENGINES, SUITE_KINDS, KV_CACHE_FORMATS):  # forgotten after the test
+    for registry in (ENGINES, SUITE_KINDS, KV_CACHE_FORMATS, WEIGHT_FORMATS):  # forgotten after the test
         monkeypatch.setattr(registry, "_entries", dict(registry._entries))
     sys.modules.pop("acme_plugin", None)  # each test imports it afresh, registering anew
     yield
@@ -130,6 +138,25 @@ def test_a_numerics_format_from_outside_is_found_by_name_without_importing_its_m
     fmt = kv_cache_format("acme-int8")
     assert fmt.name == "acme-int8" and "acme_plugin" in sys.modules
     assert fmt.quantize(torch.tensor([1.26, 300.0]), 0.5).tolist() == [1.5, 63.5]
+
+
+def test_a_target_selects_an_outside_weight_format_by_name_and_a_typo_is_refused(
+    installed, tmp_path, repo_root
+):
+    """A new format is one module: a target's numerics name it, with no edit to quantgate."""
+    project = tmp_path / "project"
+    for folder in ("targets", "recipes"):
+        shutil.copytree(repo_root / folder, project / folder)
+    text = (repo_root / "targets" / "draft-int4.yaml").read_text()
+    (project / "targets" / "acme.yaml").write_text(
+        text.replace("name: draft-int4", "name: acme").replace("weights: int4", "weights: acme-int3")
+    )
+    assert Catalog(project).target("acme").numerics.weights == "acme-int3"
+    (project / "targets" / "typo.yaml").write_text(
+        text.replace("name: draft-int4", "name: typo").replace("weights: int4", "weights: acme-int33")
+    )
+    with pytest.raises(ConfigFileError, match=r"unknown weight format 'acme-int33'.*acme-int3"):
+        Catalog(project).target("typo")
 
 
 def test_a_plugin_that_breaks_its_protocol_is_refused_by_name(installed):

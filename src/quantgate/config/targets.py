@@ -50,13 +50,40 @@ class KVCache(StrEnum):
 
 
 class Numerics(Frozen):
-    """What an evaluation must emulate to measure what this hardware will compute."""
+    """What an evaluation must emulate to measure what this hardware will compute.
 
-    weights: WeightNumerics
-    activations: ActivationNumerics
+    ``weights`` and ``activations`` name formats in the registries of ``quantgate.extensions``
+    (quantgate's own are the members of ``WeightNumerics`` and ``ActivationNumerics``; a format
+    registered from outside, through its entry point, is a valid name too): a new format is one
+    module, and a target selects it by name with no edit here."""
+
+    weights: str = Field(description="a weight format's name (WEIGHT_FORMATS)")
+    activations: str = Field(description="an activation format's name (ACTIVATION_FORMATS), or 'none'")
     native_on: list[str] = Field(
         description="hardware on which these numerics run natively; elsewhere they are emulated"
     )
+
+    @field_validator("weights")
+    @classmethod
+    def _weight_format(cls, name: str) -> str:
+        from quantgate.extensions import WEIGHT_FORMATS  # names only: no numerics module is imported
+
+        return _registered(name, WEIGHT_FORMATS.names(), "weight format")
+
+    @field_validator("activations")
+    @classmethod
+    def _activation_format(cls, name: str) -> str:
+        from quantgate.extensions import ACTIVATION_FORMATS
+
+        if name == ActivationNumerics.NONE:
+            return name
+        return _registered(name, [ActivationNumerics.NONE, *ACTIVATION_FORMATS.names()], "activation format")
+
+
+def _registered(name: str, names: list[str], what: str) -> str:
+    if name not in names:
+        raise ValueError(f"unknown {what} '{name}': {did_you_mean(name, names, known=f'known {what}s')}")
+    return name
 
 
 class Serving(Frozen):

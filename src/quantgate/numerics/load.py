@@ -115,8 +115,8 @@ class _Numerics:
     target: str
     hardware: str
     format: str
-    weights: WeightNumerics
-    activations: ActivationNumerics
+    weights: str  # a WEIGHT_FORMATS name (WeightNumerics for quantgate's own)
+    activations: str  # an ACTIVATION_FORMATS name, or ActivationNumerics.NONE
     kv_cache: KVCache
     native_on: tuple[str, ...]
     kv_from_manifest: bool  # the build's KV decision (the class's policy), not the target's default
@@ -295,11 +295,11 @@ def _kept_numerics(artifact_dir: Path, activations: bool) -> _Kept | None:
     declared = (
         None
         if repair.numerics.activations == ActivationNumerics.NONE
-        else activation_format(repair.numerics.activations.value)
+        else activation_format(repair.numerics.activations)
     )
     return _Kept(
         frozenset(repair.kept_modules),
-        weight_format(repair.numerics.weights.value),
+        weight_format(repair.numerics.weights),
         declared if activations else None,
         declared.expects if declared is not None else None,
         note,
@@ -366,10 +366,8 @@ def load_for_eval(
 def _plan_load(artifact_dir: Path, target: Target | None, *, activations: bool, kv_cache: bool) -> _LoadPlan:
     """The artifact's numerics and formats, refused where its config.json disagrees with them."""
     n = _resolve(artifact_dir, target)
-    wfmt = weight_format(n.weights.value)
-    declared_act = (
-        None if n.activations == ActivationNumerics.NONE else activation_format(n.activations.value)
-    )
+    wfmt = weight_format(n.weights)
+    declared_act = None if n.activations == ActivationNumerics.NONE else activation_format(n.activations)
     config_path = artifact_dir / "config.json"
     qconfig = quantization_config(artifact_dir)
     kept = _kept_numerics(artifact_dir, activations)

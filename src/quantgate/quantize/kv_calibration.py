@@ -66,7 +66,7 @@ FP8_MAX = 448.0  # torch.finfo(torch.float8_e4m3fn).max: calculate_qparams' rang
 SCALES_FILE = "kv_cache_scales.safetensors"  # beside the shards of a sharded artifact
 _INDEX = "model.safetensors.index.json"
 _SINGLE = "model.safetensors"
-_OCP = {
+_OCP: dict[str, str] = {
     WeightNumerics.FP8_E4M3FNUZ: WeightNumerics.FP8_E4M3FN,
     ActivationNumerics.FP8_E4M3FNUZ_PER_TOKEN: ActivationNumerics.FP8_E4M3FN_PER_TOKEN,
 }
@@ -248,9 +248,7 @@ def _ocp_numerics(target: Target):
 
     weights = _OCP.get(target.numerics.weights, target.numerics.weights)
     acts = _OCP.get(target.numerics.activations, target.numerics.activations)
-    return weight_format(weights.value), (
-        None if acts == ActivationNumerics.NONE else activation_format(acts.value)
-    )
+    return weight_format(weights), (None if acts == ActivationNumerics.NONE else activation_format(acts))
 
 
 def _skeleton(artifact_dir: Path):

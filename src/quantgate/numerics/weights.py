@@ -155,7 +155,7 @@ def nvfp4(tensors: dict[str, Tensor]) -> DecodedWeight:
             f"weight_packed {packed.dtype} / weight_scale {scale.dtype}: expected uint8 / e4m3fn"
         )
     out_features, in_features = packed.shape[0], packed.shape[1] * 2
-    values = _e2m1_byte_table()[packed.long()].reshape(out_features, in_features)
+    values = _e2m1_byte_table().to(packed.device)[packed.long()].reshape(out_features, in_features)
     scale = scale.float()
     global_scale = tensors["weight_global_scale"].float().reshape(())
     if not (torch.isfinite(global_scale) and global_scale > 0):

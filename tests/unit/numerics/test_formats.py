@@ -169,6 +169,38 @@ def test_int4_weights_decode_exactly():
     assert torch.equal(decoded.values.double(), q.double() * scale.double().repeat_interleave(64, dim=1))
 
 
+def _stored(name: str) -> dict[str, torch.Tensor]:
+    """A small module's tensors as ``name`` stores them on disk."""
+    g = torch.Generator().manual_seed(7)
+    scale = (torch.rand(4, 1, generator=g) * 0.01).bfloat16()
+    if name.startswith("fp8"):
+        weight = torch.randint(0, 256, (4, 64), generator=g).to(torch.uint8).view(torch.float8_e4m3fn)
+        return {"weight": weight, "weight_scale": scale}
+    if name == "nvfp4":
+        return {
+            "weight_packed": torch.randint(0, 256, (4, 32), generator=g).to(torch.uint8),
+            "weight_scale": (torch.rand(4, 4, generator=g) * 2).to(torch.float8_e4m3fn),
+            "weight_global_scale": torch.tensor([123.5]),
+        }
+    words = torch.randint(-(2**31), 2**31 - 1, (4, 16), generator=g, dtype=torch.int64)
+    return {"weight_packed": words.to(torch.int32), "weight_scale": scale.expand(4, 2).contiguous(),
+            "weight_shape": torch.tensor([4, 128])}  # fmt: skip
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+@pytest.mark.parametrize("name", ["fp8_e4m3fn", "fp8_e4m3fnuz", "nvfp4", "int4"])
+def test_weights_decode_on_the_gpu_to_the_cpus_values(name):
+    # an evaluation on a GPU reads an artifact's tensors onto the GPU and decodes them there; the
+    # NVFP4 decode once indexed its CPU value table with the GPU's bytes and crashed every
+    # blackwell-nvfp4 evaluation on the H200
+    stored = _stored(name)
+    on_cpu = weight_format(name).decode(stored).values
+    on_gpu = weight_format(name).decode({k: v.to("cuda") for k, v in stored.items()}).values
+    assert on_gpu.device.type == "cuda"
+    assert torch.equal(on_gpu.cpu(), on_cpu)
+
+
 # ---------------------------------------------------------------------------- registry
 
 

@@ -180,7 +180,13 @@ class OneshotEngine:
                 # (an int4 level times its scale survives the cast: |q| <= 8 is far inside bf16's
                 # 2^-9 relative step, so compression recovers the same integers)
                 import torch
+                from compressed_tensors.offload.dispatch import remove_dispatch
 
+                # on a GPU llm-compressor's pipeline leaves each layer dispatched (its weights in an
+                # offload cache on the CPU, onloaded to the GPU per forward), and ``.to`` cast only
+                # the onloaded copies: a GPU build saved float32 weights and config, which vLLM's
+                # W4A16 kernels refuse; without the dispatch the cast reaches the stored tensors
+                remove_dispatch(model)
                 model.to(torch.bfloat16)
             model.save_pretrained(job.out_dir, save_compressed=True)
             tokenizer.save_pretrained(job.out_dir)

@@ -113,7 +113,7 @@ spread)
   data=$PWD/.qg27/datasets; [ -d /tmp/qg/datasets/gsm8k ] && data=/tmp/qg/datasets
   export QUANTGATE_DATA=$data HF_HUB_OFFLINE=1
   if [ ! -d /tmp/sb ]; then
-    { time python3 -m quantgate.cli build --out /tmp/sb --cache-dir /tmp/sc --device cuda; } 2>&1 | tail -30 | tee "$out/build_all.log"
+    { time python3 -m quantgate.cli build --targets hopper-fp8,rocm-cdna3-fp8,blackwell-nvfp4,draft-int4 --out /tmp/sb --cache-dir /tmp/sc --device cuda; } 2>&1 | tail -30 | tee "$out/build_all.log"
     python3 bench/gpu_issue27.py hashes --out "$out/hashes_all.json" /tmp/sb/* /tmp/sc/models/*
   fi
   src=$(ls -d /tmp/sc/models/smollm2-135m-instruct-*)

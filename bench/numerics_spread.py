@@ -11,6 +11,7 @@ sits within that distance of its floor ``marginal``.
 
     .venv/bin/python bench/numerics_spread.py --checkpoint SRC --artifacts DIR --out OUT [--targets T,..]
     python3 bench/numerics_spread.py --merge A/numerics_spread.json B/numerics_spread.json --out OUT
+    .venv/bin/python bench/numerics_spread.py --evaluated cuda=DIR cpu=DIR --hashes H.json --out OUT
 
 ``--merge`` joins the runs of several machines: a floor's bounds are compared across machines only
 for an artifact whose bytes are the same on both (every file's sha256 in its manifest), so a
@@ -88,15 +89,60 @@ def _machine() -> dict[str, str]:
 
 
 def _identities(artifacts: Path, targets: list[str]) -> dict[str, str]:
-    """Per target, one hash of its artifact's bytes (the manifest's per-file sha256s)."""
+    """Per target, one hash of its artifact's weights (the manifest's sha256 of each safetensors
+    file; manifest.json itself differs by the build's times and device)."""
     out = {}
     for target in targets:
         manifest = artifacts / target / "manifest.json"
         if manifest.exists():
             files = json.loads(manifest.read_text())["files"]
-            digest = hashlib.sha256(json.dumps({k: v["sha256"] for k, v in sorted(files.items())}).encode())
-            out[target] = digest.hexdigest()[:16]
+            out[target] = _weights_digest({k: v["sha256"] for k, v in files.items()})
     return out
+
+
+def _weights_digest(sha256_by_file: dict[str, str]) -> str:
+    weights = {k: v for k, v in sorted(sha256_by_file.items()) if k.endswith(".safetensors")}
+    return hashlib.sha256(json.dumps(weights).encode()).hexdigest()[:16]
+
+
+def _hashed_identities(hashes: Path) -> dict[str, str]:
+    """``_identities`` from ``bench/gpu_issue27.py hashes`` of artifact directories (another
+    machine's builds, whose manifests did not travel)."""
+    return {Path(d).name: _weights_digest(files) for d, files in json.loads(hashes.read_text()).items()}
+
+
+def _gated_bounds(
+    evaluated: Path, report: Path, model_class: str, common: list[str], env
+) -> dict[str, float]:
+    """Every floor's bound (regression floors aside) of ``quantgate gate`` on one evaluation."""
+    _run(
+        ["gate", "--results", str(evaluated), "--out", str(report), "--model-class", model_class, *common],
+        env,
+    )
+    bounds = {}
+    for verdict in json.loads((report / "report.json").read_text())["verdicts"]:
+        for f in verdict["floors"]:
+            if f.get("bound") is not None and f["kind_of_floor"] != "max_regression":
+                bounds[f"{verdict['artifact']} {f['suite']}.{f['metric']} {f['kind_of_floor']}"] = f["bound"]
+    return bounds
+
+
+def disagreements(reports: dict[str, Path]) -> dict:
+    """Floors the runs decided differently (pass against fail) and whether every run marked them
+    marginal: the gate's promise is that two platforms agree or say that they may not."""
+    statuses: dict[str, dict[str, tuple[str, bool]]] = {}
+    for name, report in reports.items():
+        for v in json.loads((report / "report.json").read_text())["verdicts"]:
+            for f in v["floors"]:
+                key = f"{v['artifact']} x {v['tenant']}: {f['suite']}.{f['metric']} {f['kind_of_floor']} {f['floor']}"
+                statuses.setdefault(key, {})[name] = (f["status"], bool(f.get("marginal")))
+    differ = {
+        k: {n: {"status": s, "marginal": m} for n, (s, m) in by.items()}
+        for k, by in statuses.items()
+        if len({s for s, _ in by.values()} & {"pass", "fail"}) > 1
+    }
+    unmarked = sorted(k for k, by in differ.items() if not all(x["marginal"] for x in by.values()))
+    return {"floors": len(statuses), "decided_differently": differ, "not_marked_marginal": unmarked}
 
 
 def _spreads(bounds: dict[str, dict[str, float]], variants: int) -> tuple[dict, dict]:
@@ -157,6 +203,11 @@ def main() -> None:
     parser.add_argument(
         "--merge", type=Path, nargs="+", default=None, help="numerics_spread.json of several runs"
     )
+    parser.add_argument(
+        "--evaluated", nargs="+", default=None, metavar="NAME=DIR",
+        help="evaluations made elsewhere (quantgate eval --fixed --out DIR), gated here as variants",
+    )  # fmt: skip
+    parser.add_argument("--hashes", type=Path, default=None, help="gpu_issue27.py hashes of their artifacts")
     parser.add_argument("--targets", default="hopper-fp8,rocm-cdna3-fp8,blackwell-nvfp4,draft-int4")
     parser.add_argument("--out", required=True, type=Path)
     parser.add_argument("--model-class", default="dense-reasoner")
@@ -177,10 +228,39 @@ def main() -> None:
             )
         )
         return
-    if not (opts.checkpoint and opts.artifacts):
-        parser.error("--checkpoint and --artifacts are required (or --merge)")
     seconds: dict[str, float] = {}
     bounds: dict[str, dict[str, float]] = {}
+    if opts.evaluated:  # another machine's evaluations, gated here (the gate's arithmetic is exact)
+        if opts.hashes is None:
+            parser.error("--evaluated needs --hashes: which artifact bytes those evaluations scored")
+        runs = dict(item.split("=", 1) for item in opts.evaluated)
+        for name, evaluated in runs.items():
+            report = opts.out / name / "report"
+            for key, bound in _gated_bounds(
+                Path(evaluated), report, opts.model_class, [], os.environ
+            ).items():
+                bounds.setdefault(key, {})[name] = bound
+        spread, per_metric = _spreads(bounds, len(runs))
+        agreement = disagreements({name: opts.out / name / "report" for name in runs})
+        result = {
+            "agreement": agreement,
+            "label": opts.label or opts.out.name,
+            "machine": {
+                name: json.loads((Path(d) / "run.json").read_text())["environment"]
+                for name, d in runs.items()
+            },
+            "artifacts": _hashed_identities(opts.hashes),
+            "variants": {name: {"evaluated": d} for name, d in runs.items()},
+            "bounds": bounds,
+            "spread": spread,
+            "largest_spread_per_floor": per_metric,
+        }
+        opts.out.mkdir(parents=True, exist_ok=True)
+        (opts.out / "numerics_spread.json").write_text(json.dumps(result, indent=1) + "\n")
+        print(json.dumps({"largest_spread_per_floor": per_metric, "agreement": agreement}, indent=1))
+        return
+    if not (opts.checkpoint and opts.artifacts):
+        parser.error("--checkpoint and --artifacts are required (or --merge, or --evaluated)")
     chosen = {name: VARIANTS[name] for name in opts.variants.split(",")}
     for name, variant in chosen.items():
         env = {**os.environ, **{k: v for k, v in variant.items() if not k.startswith("_")}}
@@ -209,24 +289,8 @@ def main() -> None:
             ok=(0,),  # eval exits 0 or fails; 1 is a gate's verdict, from eval a crash
         )
         seconds[name] = round(time.perf_counter() - start, 1)
-        _run(
-            [
-                "gate",
-                "--results",
-                str(evaluated),
-                "--out",
-                str(report),
-                "--model-class",
-                opts.model_class,
-                *common,
-            ],
-            env,
-        )
-        for verdict in json.loads((report / "report.json").read_text())["verdicts"]:
-            for f in verdict["floors"]:
-                if f.get("bound") is not None and f["kind_of_floor"] != "max_regression":
-                    key = f"{verdict['artifact']} {f['suite']}.{f['metric']} {f['kind_of_floor']}"
-                    bounds.setdefault(key, {})[name] = f["bound"]
+        for key, bound in _gated_bounds(evaluated, report, opts.model_class, common, env).items():
+            bounds.setdefault(key, {})[name] = bound
     spread, per_metric = _spreads(bounds, len(chosen))
     result = {
         "label": opts.label or opts.out.name,

@@ -25,6 +25,7 @@ from pydantic import (
 
 from quantgate.config.bounded_yaml import read_bytes
 from quantgate.config.loader import load_model
+from quantgate.config.suites import PROFILES
 from quantgate.config.targets import Catalog, KVCache
 from quantgate.errors import ConfigFileError, UsageError
 from quantgate.frozen import Frozen
@@ -35,6 +36,7 @@ if TYPE_CHECKING:
 
 FloorKind = Literal["max", "min", "max_delta_pct", "min_recovery", "max_regression"]
 FLOOR_KINDS: tuple[str, ...] = ("max", "min", "max_delta_pct", "min_recovery", "max_regression")
+ANY_PROFILE = "any"  # numerics_spread's key for spreads that hold at every evaluation profile
 RATIO_KINDS = ("max_delta_pct", "min_recovery")
 
 
@@ -204,10 +206,12 @@ class Gates(Frozen):
     version: Literal[1] = 1
     model_classes: dict[str, ModelClass]
     tenants: dict[str, Tenant] = Field(min_length=1)
-    numerics_spread: dict[str, dict[str, NonNegativeFloat]] = Field(
+    numerics_spread: dict[str, dict[str, dict[str, NonNegativeFloat]]] = Field(
         default_factory=dict,
-        description="per floor kind, '<suite>.<metric>' -> how far its bound moves between machines "
-        "(bench/numerics_spread.py), in the floor's units: a bound this close to its floor is marginal",
+        description="per evaluation profile (smoke, full; 'any' for every profile), per floor kind, "
+        "'<suite>.<metric>' -> how far its bound moves between machines (bench/numerics_spread.py), "
+        "in the floor's units: a bound this close to its floor is marginal. A mapping of floor kinds "
+        "alone applies to every profile",
     )
     repair: RepairBudget = RepairBudget()
 
@@ -216,27 +220,49 @@ class Gates(Frozen):
         cls = self.model_classes.get(model_class) if model_class is not None else None
         return self.tenants[tenant].repair or (cls is not None and cls.repair)
 
-    def spread(self, floor: Floor) -> float | None:
-        """The measured machine-to-machine spread of ``floor``'s bound; None where not measured."""
-        return self.numerics_spread.get(floor.kind, {}).get(f"{floor.suite}.{floor.metric}")
+    def spread(self, floor: Floor, profile: str | None = None) -> float | None:
+        """The measured machine-to-machine spread of ``floor``'s bound at ``profile``; None where
+        not measured. Small windows move more than large ones (a smoke window is 512 tokens, a full
+        one 2,048), so spreads are kept per profile; an unknown profile takes the largest."""
+        key = f"{floor.suite}.{floor.metric}"
+        tables = (
+            [t for name, t in self.numerics_spread.items() if name in (profile, ANY_PROFILE)]
+            if profile in PROFILES
+            else list(self.numerics_spread.values())
+        )
+        values = [t[floor.kind][key] for t in tables if key in t.get(floor.kind, {})]
+        return max(values) if values else None
+
+    @field_validator("numerics_spread", mode="before")
+    @classmethod
+    def _spread_profiles(cls, spread: object) -> object:
+        """Floor kinds at the top (the older form) apply to every profile."""
+        if not isinstance(spread, dict):
+            return spread
+        known = (*PROFILES, ANY_PROFILE, *FLOOR_KINDS)
+        for key in spread:
+            if key not in known:
+                raise _unknown("profile or floor kind", str(key), list(known))
+        return {ANY_PROFILE: spread} if any(k in FLOOR_KINDS for k in spread) else spread
 
     @field_validator("numerics_spread")
     @classmethod
     def _spread_kinds(
-        cls, spread: dict[str, dict[str, float]], info: ValidationInfo
-    ) -> dict[str, dict[str, float]]:
+        cls, spread: dict[str, dict[str, dict[str, float]]], info: ValidationInfo
+    ) -> dict[str, dict[str, dict[str, float]]]:
         suites = _suites(info)
-        for kind, by_metric in spread.items():
-            if kind not in FLOOR_KINDS:
-                raise _unknown("floor kind", kind, list(FLOOR_KINDS))
-            for key in by_metric:
-                suite_name, _, metric = key.partition(".")
-                if suites and suite_name not in suites:
-                    raise _unknown("suite", suite_name, sorted(suites))
-                if suites and metric not in suites[suite_name].metrics():
-                    raise _unknown(
-                        f"metric of suite '{suite_name}'", metric, sorted(suites[suite_name].metrics())
-                    )
+        for by_kind in spread.values():
+            for kind, by_metric in by_kind.items():
+                if kind not in FLOOR_KINDS:
+                    raise _unknown("floor kind", kind, list(FLOOR_KINDS))
+                for key in by_metric:
+                    suite_name, _, metric = key.partition(".")
+                    if suites and suite_name not in suites:
+                        raise _unknown("suite", suite_name, sorted(suites))
+                    if suites and metric not in suites[suite_name].metrics():
+                        raise _unknown(
+                            f"metric of suite '{suite_name}'", metric, sorted(suites[suite_name].metrics())
+                        )
         return spread
 
     @field_validator("tenants")

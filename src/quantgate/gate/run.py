@@ -111,6 +111,7 @@ def gate_results(
         set(required),
         tenants=tenants,
         baselines=baselines.for_gate(profile) if baselines is not None else None,
+        profile=profile,
     )
     approvals = {
         a: [

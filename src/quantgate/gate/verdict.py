@@ -645,10 +645,12 @@ def gate(
     *,
     tenants: list[str] | None = None,
     baselines: Baselines | None = None,
+    profile: str | None = None,
 ) -> list[Verdict]:
     """Every (artifact, tenant) verdict; a tenant with ``applies_to`` gates only those targets.
 
-    ``baselines``: the approved version per (artifact, tenant), where there is one.
+    ``baselines``: the approved version per (artifact, tenant), where there is one. ``profile``:
+    the evaluation's, whose measured numerics spreads mark marginal floors (None: the largest).
     """
     baselines = baselines or {}
     return [
@@ -660,7 +662,7 @@ def gate(
             suites,
             required=a in required,
             baseline=baselines.get((a, name)),
-            spread=gates.spread,
+            spread=lambda f: gates.spread(f, profile),
         )
         for a in artifacts
         for name, t in gates.tenants.items()

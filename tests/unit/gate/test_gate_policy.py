@@ -158,7 +158,7 @@ def test_domain_suite_names_an_unknown_tenant(tmp_path, catalog):
             "unknown metric of suite 'wikitext' 'kld_maen' (did you mean 'kld_mean'?)",
         ),
         ("{max: {wikitxt.kld_mean: 0.001}}", "unknown suite 'wikitxt' (did you mean 'wikitext'?)"),
-        ("{maximum: {wikitext.kld_mean: 0.001}}", "unknown floor kind 'maximum'"),
+        ("{maximum: {wikitext.kld_mean: 0.001}}", "unknown profile or floor kind 'maximum'"),
         ("{max: {wikitext.kld_mean: -0.001}}", "greater than or equal to 0"),
     ],
 )
@@ -171,3 +171,39 @@ def test_numerics_spread_names_its_mistakes(tmp_path, catalog, spread, expected)
     with pytest.raises(ConfigFileError) as err:
         load_gates(path, catalog)
     assert expected in str(err.value) and f"{path}:" in str(err.value)
+
+
+def test_numerics_spread_is_kept_per_profile(tmp_path, catalog):
+    # a smoke window (512 tokens) moves more between a GPU and a CPU than a full one (2,048): the
+    # H200's smoke spreads were several times the full ones, so a full-profile verdict must not be
+    # marked marginal by a smoke figure, nor a smoke verdict escape by a full one
+    path = write(
+        tmp_path,
+        "  chat:\n    description: chat\n    floors:\n      - {suite: traffic, metric: kld_mean, max: 0.05}\n",
+    )
+    path.write_text(
+        path.read_text()
+        + "numerics_spread:\n  smoke: {max: {traffic.kld_mean: 0.002}}\n  full: {max: {traffic.kld_mean: 0.0005}}\n"
+        + "  any: {max: {traffic.kld_mean: 0.001}}\n"
+    )
+    gates = load_gates(path, catalog)
+    (floor,) = gates.tenants["chat"].floors
+    assert gates.spread(floor, "smoke") == 0.002
+    assert gates.spread(floor, "full") == 0.001  # 'any' holds at every profile: the larger counts
+    assert gates.spread(floor, None) == 0.002  # an evaluation of unknown profile: the largest
+
+    flat = write(
+        tmp_path,
+        "  chat:\n    description: chat\n    floors:\n      - {suite: traffic, metric: kld_mean, max: 0.05}\n",
+    )
+    flat.write_text(flat.read_text() + "numerics_spread: {max: {traffic.kld_mean: 0.001}}\n")
+    (floor,) = load_gates(flat, catalog).tenants["chat"].floors
+    assert load_gates(flat, catalog).spread(floor, "smoke") == 0.001  # kinds alone: every profile
+
+    flat.write_text(
+        flat.read_text().replace("numerics_spread: {max:", "numerics_spread: {smok: {max:") + "}\n"
+    )
+    flat.write_text(flat.read_text().replace("0.001}}\n}\n", "0.001}}}\n"))
+    with pytest.raises(ConfigFileError) as err:
+        load_gates(flat, catalog)
+    assert "unknown profile or floor kind 'smok' (did you mean 'smoke'?)" in str(err.value)

@@ -155,7 +155,9 @@ class Verdict(FrozenRecord):
     floors: list[FloorResult] = []
     required: bool = False
     baseline: BaselineRef | None = None  # what before/delta compare with; None: no approved version
-    marginal: bool = False  # a floor that decided it sits within the machine-to-machine spread of its floor
+    # another machine may decide it otherwise: a pass resting on a floor within the spread, or a
+    # fail whose every failing floor is within it
+    marginal: bool = False
 
 
 class PreviousReport(FrozenRecord):

@@ -584,11 +584,10 @@ def judge(
         for f in tenant.floors
         if f.applies(artifact)
     ]
-    reasons = [
-        f.reason
-        for f in floors
-        if f.status in BLOCKING or (f.status == "insufficient_evidence" and not f.advisory)
+    blocking = [
+        f for f in floors if f.status in BLOCKING or (f.status == "insufficient_evidence" and not f.advisory)
     ]
+    reasons = [f.reason for f in blocking]
     decided = [f for f in floors if f.status == "pass"]
     if not floors:
         reasons.append(f"no floor of tenant '{tenant_name}' applies to {artifact}: FAIL")
@@ -614,7 +613,11 @@ def judge(
         floors=floors,
         required=required,
         baseline=ref,
-        marginal=any(f.marginal for f in floors),
+        # another machine may decide the verdict otherwise: a pass when any floor it rests on is
+        # within the spread; a fail only when every floor failing it is (one clear failure holds)
+        marginal=any(f.marginal for f in decided)
+        if passed
+        else bool(blocking) and all(f.marginal for f in blocking),
     )
 
 

@@ -332,3 +332,30 @@ def test_a_bound_within_the_machine_to_machine_spread_of_its_floor_is_marginal()
         spread=lambda f: 0.001,
     )
     assert verdict.verdict == "pass" and verdict.marginal
+
+
+def test_a_fail_is_marginal_only_when_every_floor_failing_it_is():
+    """One floor failing clearly decides the verdict on any machine; a fail is marked marginal
+    only when each floor that fails it is within the spread (another machine could pass it)."""
+    rng = np.random.default_rng(3)
+    art = text_result(rng.gamma(4, 0.005, 40), agree=rng.uniform(0.85, 0.95, 40))
+    src = text_result(np.zeros(40), agree=np.ones(40))
+    bound = evaluate_floor(floor(suite="wikitext", metric="kld_mean", max=0.05), TEXT, src, art).bound
+    close = floor(suite="wikitext", metric="kld_mean", max=bound - 0.0004)  # fails by 0.0004
+    clear = floor(suite="wikitext", metric="top1_agreement", min=0.99)  # fails by far more
+
+    def verdict(*floors):
+        return judge(
+            "hopper-fp8",
+            "chat",
+            Tenant(description="t", floors=list(floors)),
+            {"source": {"wikitext": src}, "hopper-fp8": {"wikitext": art}},
+            {"wikitext": TEXT},
+            required=True,
+            spread=lambda f: 0.001,
+        )
+
+    assert verdict(close).verdict == "fail" and verdict(close).marginal
+    both = verdict(close, clear)
+    assert both.verdict == "fail" and not both.marginal
+    assert any(f.marginal for f in both.floors)  # the close floor still says so itself

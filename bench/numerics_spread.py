@@ -14,7 +14,7 @@ sits within that distance of its floor ``marginal``.
     .venv/bin/python bench/numerics_spread.py --evaluated cuda=DIR cpu=DIR --hashes H.json --out OUT
 
 ``--merge`` joins the runs of several machines: a floor's bounds are compared across machines only
-for an artifact whose bytes are the same on both (every file's sha256 in its manifest), so a
+for an artifact whose weights are the same bytes on both (each safetensors file's sha256), so a
 spread is the numerics' alone, never a different build's.
 
 Prints JSON: per variant the wall seconds, per (suite, metric) the bounds under each variant and
@@ -185,6 +185,13 @@ def merge(paths: list[Path]) -> dict:
     }
 
 
+def _write(out: Path, result: dict, *shown: str) -> None:
+    """``<out>/numerics_spread.json``, and the keys ``shown`` printed."""
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "numerics_spread.json").write_text(json.dumps(result, indent=1) + "\n")
+    print(json.dumps({k: result[k] for k in shown}, indent=1))
+
+
 def _run(args: list[str], env: dict[str, str], ok: tuple[int, ...] = (0, 1)) -> None:
     command = [str(QUANTGATE)] if QUANTGATE.exists() else [sys.executable, "-m", "quantgate.cli"]
     done = subprocess.run([*command, *args], check=False, env=env, capture_output=True, text=True)
@@ -215,18 +222,7 @@ def main() -> None:
     parser.add_argument("--variants", default=",".join(VARIANTS), help=f"of {', '.join(VARIANTS)}")
     opts = parser.parse_args()
     if opts.merge:
-        result = merge(opts.merge)
-        opts.out.mkdir(parents=True, exist_ok=True)
-        (opts.out / "numerics_spread.json").write_text(json.dumps(result, indent=1) + "\n")
-        print(
-            json.dumps(
-                {
-                    "same_bytes": result["same_bytes"],
-                    "largest_spread_per_floor": result["largest_spread_per_floor"],
-                },
-                indent=1,
-            )
-        )
+        _write(opts.out, merge(opts.merge), "same_bytes", "largest_spread_per_floor")
         return
     seconds: dict[str, float] = {}
     bounds: dict[str, dict[str, float]] = {}
@@ -255,9 +251,7 @@ def main() -> None:
             "spread": spread,
             "largest_spread_per_floor": per_metric,
         }
-        opts.out.mkdir(parents=True, exist_ok=True)
-        (opts.out / "numerics_spread.json").write_text(json.dumps(result, indent=1) + "\n")
-        print(json.dumps({"largest_spread_per_floor": per_metric, "agreement": agreement}, indent=1))
+        _write(opts.out, result, "largest_spread_per_floor", "agreement")
         return
     if not (opts.checkpoint and opts.artifacts):
         parser.error("--checkpoint and --artifacts are required (or --merge, or --evaluated)")
@@ -303,9 +297,7 @@ def main() -> None:
         "spread": spread,
         "largest_spread_per_floor": per_metric,
     }
-    opts.out.mkdir(parents=True, exist_ok=True)
-    (opts.out / "numerics_spread.json").write_text(json.dumps(result, indent=1) + "\n")
-    print(json.dumps({"seconds": seconds, "largest_spread_per_floor": per_metric}, indent=1))
+    _write(opts.out, result, "seconds", "largest_spread_per_floor")
 
 
 if __name__ == "__main__":

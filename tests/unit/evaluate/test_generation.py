@@ -70,3 +70,62 @@ def test_what_was_overridden_is_recorded_with_the_numerics(hostile_generation_co
 def test_an_ordinary_generation_config_is_recorded_as_such(tiny_llama):
     notes = load_source_for_eval(tiny_llama).numerics.notes
     assert any(n.endswith("the checkpoint's generation config asked for nothing else") for n in notes), notes
+
+
+def test_the_static_cache_path_generates_what_the_dynamic_one_does(tiny_llama, monkeypatch):
+    """On a GPU, batches decode through ``static_generate``: prompts padded to a width bucket, a
+    static cache. Run here on the CPU (eager, the same padding and cache), it must give every row
+    the tokens transformers' own generate gives, whatever the rows' lengths."""
+    from quantgate.evaluate import static_generate
+
+    loaded = load_source_for_eval(tiny_llama)
+    model, tokenizer = loaded.model, loaded.tokenizer
+    texts = ["Question: what is 12 plus 30? Answer:", "Hi", "Write a poem about the sea " * 6]
+    prompts = [tokenizer(t)["input_ids"] for t in texts]
+    eager = greedy(model, tokenizer, prompts, max_new_tokens=NEW_TOKENS, batch_size=3)
+
+    monkeypatch.setattr(static_generate, "wanted", lambda _model: True)
+    monkeypatch.setattr(static_generate, "PAD_TO", 16)  # the longest prompt crosses a bucket
+    static = greedy(model, tokenizer, prompts, max_new_tokens=NEW_TOKENS, batch_size=3)
+    assert static == eager
+    assert all(len(row) > 0 for row in static)
+
+
+def test_lm_evals_generation_through_the_static_cache_matches_its_own(tiny_llama, monkeypatch):
+    """gsm8k and humaneval generate inside lm-eval's HF backend; on a GPU its ``_model_generate``
+    goes through ``static_generate`` with lm-eval's stop sequences. Same context, same stops: the
+    same continuation, prompt columns included, as lm-eval's own call."""
+    from lm_eval.models.huggingface import HFLM
+
+    from quantgate.evaluate import lmeval, static_generate
+
+    loaded = load_source_for_eval(tiny_llama)
+    model, tokenizer = loaded.model, loaded.tokenizer
+    tokenizer.pad_token = tokenizer.pad_token or tokenizer.eos_token
+    tokenizer.padding_side = "left"
+    batch = tokenizer(
+        ["Question: 2 plus 2?\nAnswer:", "Q: name a colour.\nA:"], return_tensors="pt", padding=True
+    )
+    stops = ["\n\n", "Question:"]
+    args = {
+        "context": batch["input_ids"],
+        "max_length": batch["input_ids"].shape[1] + NEW_TOKENS,
+        "stop": stops,
+    }
+
+    own = HFLM(pretrained=model, tokenizer=tokenizer, batch_size=2)._model_generate(
+        attention_mask=batch["attention_mask"], do_sample=False, **args
+    )
+    monkeypatch.setattr(static_generate, "PAD_TO", 16)
+    static_lm = lmeval._static_hflm()(pretrained=model, tokenizer=tokenizer, batch_size=2)
+    ours = static_lm._model_generate(attention_mask=batch["attention_mask"], do_sample=False, **args)
+    width = batch["input_ids"].shape[1]
+    assert ours[:, :width].tolist() == batch["input_ids"].tolist()
+    # lm-eval cuts each continuation at its first stop sequence: compare what it keeps
+    for a, b in zip(own[:, width:].tolist(), ours[:, width:].tolist(), strict=True):
+        text_a, text_b = tokenizer.decode(a), tokenizer.decode(b)
+        assert min((text_a.split(s)[0] for s in stops), key=len) == min(
+            (text_b.split(s)[0] for s in stops), key=len
+        )
+    with pytest.raises(ValueError, match="decode greedily"):
+        static_lm._model_generate(attention_mask=batch["attention_mask"], do_sample=True, **args)

@@ -267,7 +267,7 @@ def roofline(config: dict, params: int, tokens: int, seconds: float | None, wind
     )
     embedding = config["vocab_size"] * hidden
     matmul = params - (0 if config.get("tie_word_embeddings") else embedding)
-    if experts := config.get("num_experts"):  # a token runs num_experts_per_tok of them
+    if experts := config.get("num_experts") or config.get("num_local_experts"):  # a token runs top-k
         expert = 3 * hidden * config["moe_intermediate_size"]
         matmul -= layers * (experts - config["num_experts_per_tok"]) * expert
     flops = tokens * (2 * matmul + 4 * layers * heads * head_dim * window / 2)
@@ -345,6 +345,9 @@ def main() -> None:
     parser.add_argument("--step-timeout", type=float, default=240)
     parser.add_argument("--keep", action="store_true", help="keep each size's source and artifacts in --work")
     parser.add_argument(
+        "--only-generate", action="store_true", help="the generation step alone, on a --keep run's source"
+    )
+    parser.add_argument(
         "--trained", type=Path, default=None, help="the converted default model, for --sizes 135m"
     )
     args = parser.parse_args()
@@ -372,9 +375,14 @@ def main() -> None:
     results["warmup"] = timed([sys.executable, "-c", WARMUP], args.out / "warmup.log", args.step_timeout)
     for size in args.sizes.split(","):
         work = args.work / size
+        r: dict = results.setdefault(size, {})
+        evaluate = [*qg, "eval", "--checkpoint", str(work / "source"), "--artifacts", str(work / "built"),
+                    "--targets", "hopper-fp8", "--fixed", "--device", device]  # fmt: skip
+        if args.only_generate:
+            generate(r, step, evaluate, catalog, work, size, args, device)
+            continue
         shutil.rmtree(work, ignore_errors=True)
         work.mkdir(parents=True)
-        r: dict = results.setdefault(size, {})
         if size in TRAINED:  # a trained checkpoint given as it is: numerics too, not only speed
             if args.trained is None:
                 raise SystemExit(f"--sizes {size} needs --trained DIR (the converted default model)")
@@ -394,8 +402,6 @@ def main() -> None:
             size,
         )  # fmt: skip
         shutil.rmtree(work / "anchor", ignore_errors=True)  # the disk holds a 30B source and one artifact
-        evaluate = [*qg, "eval", "--checkpoint", str(work / "source"), "--artifacts", str(work / "built"),
-                    "--targets", "hopper-fp8", "--fixed", "--device", device]  # fmt: skip
         step(
             "quantgate_eval",
             [*evaluate, "--suites", "wikitext", "--profile", args.profile, "--data-dir", str(args.data),

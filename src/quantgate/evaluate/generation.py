@@ -2,8 +2,7 @@
 
 Left padding, because decoder-only models continue from the last position of each row;
 batch size and maximum length come from the suite's profile and are the same for the source
-and every artifact, since both change results. On a GPU the batches decode with a static cache
-and a compiled step (``static_generate``), lm-eval's tasks included (``lmeval.run_task``).
+and every artifact, since both change results.
 
 Greedy whatever the checkpoint says: transformers' ``generate`` (ours, and lm-eval's) starts from
 the model's generation config, read from the checkpoint's generation_config.json, so a file
@@ -20,7 +19,6 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from quantgate.evaluate import static_generate
 from quantgate.greedy import greedy_config
 
 if TYPE_CHECKING:
@@ -42,13 +40,11 @@ def greedy(
         for row, p in enumerate(batch):
             ids[row, width - len(p) :] = torch.tensor(p)
             mask[row, width - len(p) :] = 1
-        call = static_generate.generate if static_generate.wanted(model) else _generate
-        generated = call(
-            model,
-            ids,
-            mask,
-            max_new_tokens=max_new_tokens,
+        generated = model.generate(
+            input_ids=ids,
+            attention_mask=mask,
             generation_config=greedy_config(model),
+            max_new_tokens=max_new_tokens,
             pad_token_id=pad,
         )[:, width:]
         for row in generated.tolist():
@@ -60,11 +56,6 @@ def greedy(
         if on_batch:
             on_batch(len(batch))
     return out
-
-
-def _generate(model, input_ids, attention_mask, **kwargs):
-    """transformers' own ``generate`` (a dynamic cache, eager): the CPU's way."""
-    return model.generate(input_ids=input_ids, attention_mask=attention_mask, **kwargs)
 
 
 def greedy_with_progress(

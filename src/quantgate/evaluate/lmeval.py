@@ -43,50 +43,11 @@ class TaskOptions(TypedDict):
 def run_task(
     model, tokenizer, config: dict[str, Any], *, max_length: int, **options: Unpack[TaskOptions]
 ) -> list[dict[str, Any]]:
-    """Run one lm-eval task on a loaded model; return its per-sample log, sorted by doc_id.
-
-    On a GPU, lm-eval's HF backend decodes through ``static_generate`` (its prompts, stops and
-    filters unchanged): lm-eval's own ``generate`` call runs eagerly over a growing cache."""
+    """Run one lm-eval task on a loaded model; return its per-sample log, sorted by doc_id."""
     from lm_eval.models.huggingface import HFLM
 
-    from quantgate.evaluate import static_generate
-
-    cls = _static_hflm() if static_generate.wanted(model) else HFLM
-    lm = cls(pretrained=model, tokenizer=tokenizer, batch_size=options["batch_size"], max_length=max_length)
+    lm = HFLM(pretrained=model, tokenizer=tokenizer, batch_size=options["batch_size"], max_length=max_length)
     return run_task_on(lm, config, **options)
-
-
-def _static_hflm():
-    """lm-eval's ``HFLM`` generating greedily through ``static_generate``: its stopping criteria,
-    the same prompts and the same returned layout (prompt columns, then the new tokens)."""
-    from lm_eval.models.huggingface import HFLM
-    from lm_eval.models.utils_hf import stop_sequences_criteria
-
-    from quantgate.evaluate import static_generate
-    from quantgate.greedy import greedy_config
-
-    class StaticCacheHFLM(HFLM):
-        def _model_generate(self, context, max_length, stop, **generation_kwargs):
-            mask = generation_kwargs.pop("attention_mask", None)
-            if mask is None:
-                mask = (context != self.tokenizer.pad_token_id).long()
-            sampling = generation_kwargs.pop("do_sample", False) or generation_kwargs.pop("temperature", 0.0)
-            if sampling or generation_kwargs:
-                raise ValueError(
-                    f"quantgate's lm-eval tasks decode greedily with no other settings; got "
-                    f"do_sample/temperature {sampling!r} and {sorted(generation_kwargs)}"
-                )
-            return static_generate.generate(
-                self.model,
-                context,
-                mask,
-                max_new_tokens=max_length - context.shape[1],
-                generation_config=greedy_config(self.model),
-                pad_token_id=self.tokenizer.pad_token_id,
-                stopping=lambda width, rows: stop_sequences_criteria(self.tokenizer, stop, width, rows),
-            )
-
-    return StaticCacheHFLM
 
 
 def run_task_on(lm, config: dict[str, Any], **options: Unpack[TaskOptions]) -> list[dict[str, Any]]:

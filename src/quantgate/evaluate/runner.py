@@ -39,10 +39,8 @@ from quantgate.results import RunInfo, SuiteResultFile, write_run_info, write_su
 # a version-3 reference followed its num_beams, penalties and sampling settings
 REFERENCE_VERSION = 4
 # the arithmetic of a GPU pass beyond the device itself, in a GPU reference's key: 2, lm_head
-# chunks of scoring.chunk_rows("cuda") rows and no torch.compile under QUANTGATE_COMPILE=auto;
-# 3, generation decodes with a static cache and (unless QUANTGATE_COMPILE=0) a compiled step
-# (static_generate)
-GPU_ARITHMETIC = 3
+# chunks of scoring.chunk_rows("cuda") rows and no torch.compile under QUANTGATE_COMPILE=auto
+GPU_ARITHMETIC = 2
 
 
 @dataclass

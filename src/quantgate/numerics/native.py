@@ -146,10 +146,20 @@ def apply_native(model: nn.Module, device: str | torch.device) -> NativeResult |
     """
     if not native_fp8_device(device):
         return None
+    # a MoE layer's experts stay emulated as a whole: EmulatedExperts models the fused MoE kernel
+    # (each expert's down GEMM kept in float32 and weighted before the store), which a per-expert
+    # _scaled_mm writing bf16 is not; swapping their linears broke that module (issue 27, 30B-A3B)
+    inside_experts = {
+        f"{prefix}.{child}" if prefix else child
+        for prefix, m in model.named_modules()
+        if isinstance(m, EmulatedExperts)
+        for child, _ in m.named_modules()
+    }
     candidates = [
         (name, m)
         for name, m in model.named_modules()
         if isinstance(m, EmulatedLinear)
+        and name not in inside_experts
         and (m.weight_format, m.activation.name if m.activation is not None else None) in _NATIVE_PAIRS
     ]
     if not candidates:
@@ -165,7 +175,13 @@ def apply_native(model: nn.Module, device: str | torch.device) -> NativeResult |
         return None
     torch_device = torch.device(device)
     kept = len(candidates) - replaced
-    others = sum(isinstance(m, EmulatedLinear | EmulatedExperts) for m in model.modules()) - kept
+    others = (
+        sum(
+            isinstance(m, EmulatedExperts) or (isinstance(m, EmulatedLinear) and name not in inside_experts)
+            for name, m in model.named_modules()
+        )
+        - kept
+    )
     return NativeResult(
         replaced=replaced,
         kept_emulated=kept,

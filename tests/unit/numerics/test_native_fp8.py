@@ -160,3 +160,47 @@ def test_gpu_native_logits_agree_with_emulation_on_the_same_artifact(hopper_arti
         emulated = emulated_model.model(ids).logits.float()
     relative = (native - emulated).norm() / emulated.norm()
     assert 0 < relative < 2e-2  # the kernel is really used (not identical) and computes the same function
+
+
+def test_moe_experts_stay_emulated_beside_native_linears_device_check_mocked(monkeypatch):
+    """A MoE artifact on an FP8 GPU: its attention linears go to the kernel, its experts stay the
+    emulated fused-MoE module (whose down GEMM is kept in float32 and weighted before the store).
+    The 30B-A3B shape on the H200 crashed here: the experts' linears were swapped for native ones,
+    which have no float32 ``matmul``. CPU stands in for the GPU (mocked device check)."""
+    from quantgate.numerics.moe import EmulatedExperts, ExpertWeights
+
+    monkeypatch.setattr(native_module, "native_fp8_device", lambda device: True)
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: "test GPU")
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: (9, 0))
+
+    def expert(seed: int) -> ExpertWeights:
+        gate, up, down = (
+            _emulated_fp8(32, 64, seed),
+            _emulated_fp8(32, 64, seed + 1),
+            _emulated_fp8(64, 32, seed + 2),
+        )
+        return ExpertWeights(*(_decoded(m) for m in (gate, up, down)))
+
+    experts = EmulatedExperts(
+        [expert(10 * e) for e in range(4)],
+        activation_format("fp8_e4m3fn_per_token"),
+        torch.nn.functional.silu,
+        weight_format="fp8_e4m3fn",
+    )
+    layer = torch.nn.ModuleDict({"attn": _emulated_fp8(64, 64, seed=99), "experts": experts})
+    hidden = torch.randn(6, 64, dtype=torch.bfloat16)
+    index = torch.tensor([[0, 1], [2, 3], [1, 2], [3, 0], [0, 2], [1, 3]])
+    weights = torch.full((6, 2), 0.5)
+    before = experts(hidden, index, weights)
+
+    result = apply_native(layer, "cpu")
+    assert result is not None and result.replaced == 1 and result.other_emulated == 1 and not result.whole
+    assert isinstance(layer["attn"], NativeFP8Linear)
+    assert all(isinstance(m, EmulatedLinear) for m in (*experts.gate, *experts.up, *experts.down))
+    torch.testing.assert_close(experts(hidden, index, weights), before, rtol=0, atol=0)
+
+
+def _decoded(module: EmulatedLinear):
+    from quantgate.numerics.weights import DecodedWeight
+
+    return DecodedWeight(values=module.weight, scales=module.weight_scale.reshape(-1, 1))

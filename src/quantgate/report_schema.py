@@ -67,6 +67,7 @@ class EvaluatedNumerics(TypedDict, total=False):
 
     mode: str
     device: str
+    tensor_parallel: int
     weights: str
     activations: str
     kv_cache: str

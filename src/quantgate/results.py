@@ -111,6 +111,8 @@ class RunInfo(FrozenRecord):
     # phase ("verify", "load", "reference:<suite>" for the source, "<suite>" for an artifact); a
     # merge sums each phase over its parts (the source's time is spent once per part that loads it)
     seconds: dict[str, dict[str, float]] = {}
+    # the processes one model was spread over (``sharding``: processes, backend, engine); None: one
+    shards: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
@@ -12,6 +14,7 @@ from quantgate.cli.options import (
     CheckpointOpt,
     DataDirOpt,
     DeviceOpt,
+    DevicesOpt,
     GatesOpt,
     PlanOpt,
     ProfileOpt,
@@ -24,12 +27,14 @@ from quantgate.cli.options import (
     out_dir,
     refuse_beside_plan,
     split,
+    spread,
 )
 from quantgate.errors import UsageError
 from quantgate.escape import visible
 
 if TYPE_CHECKING:
     from quantgate.evaluate import EvalRun
+    from quantgate.progress import Progress
 
 
 # the options only ``eval`` takes (the shared ones are in ``options``)
@@ -63,13 +68,14 @@ def eval_(
     sequential: SequentialOpt = None,
     tenants: TenantsOpt = None,
     device: DeviceOpt = "auto",
+    devices: DevicesOpt = "all",
 ) -> None:
     """Evaluate the source once and every artifact against it, in each target's numerics."""
     from quantgate.config import Catalog, load_gates
     from quantgate.devices import resolve
     from quantgate.evaluate import DataDir, EvalContext, evaluate
     from quantgate.orchestrate import read_plan, resolve_plan
-    from quantgate.progress import RichProgress
+    from quantgate.progress import SILENT, RichProgress
 
     if plan_file is not None:
         refuse_beside_plan(
@@ -90,7 +96,18 @@ def eval_(
     # a run's step computes where its plan says, unless --device names a device
     asked = None if plan_file is not None and device == "auto" else resolve(device)
     out = out_dir(out, "--out")
-    with RichProgress() as progress:
+    source_dir = Path(run_plan.source.path) if plan_file is not None else checkpoint
+    shards = spread(devices, asked or run_plan.device, _model_config(source_dir, artifacts))
+    with contextlib.ExitStack() as stack:
+        if shards is not None and not shards.writer:
+            # a rank beside rank 0 computes the same evaluation, quietly, and writes it nowhere kept
+            out = Path(
+                stack.enter_context(tempfile.TemporaryDirectory(prefix=f"quantgate-rank{shards.rank}-"))
+            )
+            progress: Progress = SILENT
+            _quiet_libraries()
+        else:
+            progress = stack.enter_context(RichProgress())
         if plan_file is not None:
             record = run_plan.confirmed_source(progress)
         else:  # planned as a run plans, its suites only: the artifacts are what --artifacts holds
@@ -130,8 +147,24 @@ def eval_(
             tenants=run_plan.tenants if tenants is None else split(tenants),
             device=asked or run_plan.device,
         )
+    if shards is None or shards.writer:
+        _print_summary(run, run_plan.profile, out)
 
-    _print_summary(run, run_plan.profile, out)
+
+def _model_config(checkpoint: Path | None, artifacts: Path) -> Path | None:
+    """The config.json whose heads say how many GPUs ``--devices all`` can spread the model over."""
+    if checkpoint is not None:
+        return checkpoint / "config.json"
+    found = sorted(artifacts.glob("*/config.json")) if artifacts.is_dir() else []
+    return found[0] if found else None
+
+
+def _quiet_libraries() -> None:
+    """transformers' load reports and bars, which rank 0 shows once, not again by every other rank."""
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.set_verbosity_error()
+    hf_logging.disable_progress_bar()
 
 
 def _require_dir(artifacts: Path) -> None:

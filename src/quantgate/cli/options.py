@@ -1,18 +1,22 @@
 """The options the commands share, each declared once so that it means the same in every command.
 
-A command takes the options below that apply to it; ``split``, ``out_dir``, ``refuse_beside_plan``
-and ``design`` are how every command reads them.
+A command takes the options below that apply to it; ``split``, ``out_dir``, ``refuse_beside_plan``,
+``design`` and ``spread`` are how every command reads them.
 """
 
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from quantgate.errors import UsageError
+
+if TYPE_CHECKING:
+    from quantgate.sharding import Shards
 
 CheckpointOpt = Annotated[
     Path | None,
@@ -109,10 +113,39 @@ DeviceOpt = Annotated[
         "'cpu'. Recorded in run.json and each manifest.",
     ),
 ]
+DevicesOpt = Annotated[
+    str,
+    typer.Option(
+        "--devices",
+        help="How many devices one model is spread over (tensor parallel, by the model's own transformers "
+        "plan, one process each under torch.distributed.run): 'all' (the default: every GPU torch sees; one "
+        "process on the CPU) or a count. On the CPU a count above 1 runs that many processes over gloo.",
+    ),
+]
 ResultsOpt = Annotated[Path, typer.Option("--results", help="Evaluation directory (quantgate eval --out).")]
 ReportDirOpt = Annotated[
     Path, typer.Option("--report", help="Directory holding report.json (quantgate gate --out).")
 ]
+
+
+def spread(devices: str, device: str, config: Path | None = None) -> Shards | None:
+    """This process's place in the group ``--devices`` asks for: None alone; the group torchrun
+    started, when it did; else the command runs again under ``torch.distributed.run`` with one
+    process per device, and this process exits with its status (before any work: the options are
+    checked first, so a usage error is reported once, not by every rank)."""
+    from quantgate import sharding
+
+    wanted = sharding.count(devices, device, config)
+    shards = sharding.current()
+    if shards is None and wanted > 1:
+        raise typer.Exit(sharding.launch(wanted, sys.argv[1:]))
+    if shards is not None and devices.strip().lower() != "all" and wanted != shards.world:
+        raise UsageError(
+            "--devices",
+            f"asks for {wanted} but torchrun started {shards.world} processes",
+            "pass the same count",
+        )
+    return shards
 
 
 def split(value: str | None) -> list[str] | None:

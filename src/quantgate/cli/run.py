@@ -18,6 +18,7 @@ from quantgate.cli.options import (
     CalibrationOpt,
     DataDirOpt,
     DeviceOpt,
+    DevicesOpt,
     GatesOpt,
     ProfileOpt,
     RootOpt,
@@ -92,16 +93,19 @@ def run(
     sequential: SequentialOpt = None,
     repair: RepairOpt = False,
     device: DeviceOpt = "auto",
+    devices: DevicesOpt = "all",
 ) -> None:
     """Build, evaluate, gate and publish in one Prefect flow run (ephemeral, or PREFECT_API_URL's server)."""
     from quantgate.devices import resolve
     from quantgate.orchestrate import run_flow
+    from quantgate.sharding import count
 
     if not math.isfinite(step_timeout) or step_timeout <= 0:  # click reads "inf" and "nan" as floats
         raise UsageError(
             "--step-timeout", f"{step_timeout} is not a time limit", "pass a finite number of seconds above 0"
         )
     where = resolve(device)
+    count(devices, where)  # a count that is not one, or more GPUs than there are: refused before the flow
     out_dir(out, "--out")
     outcome, state = run_flow(
         checkpoint=checkpoint,
@@ -123,6 +127,7 @@ def run(
         sequential=design(sequential),
         repair=repair,
         device=where,
+        devices=devices,
     )
     if outcome is None:
         typer.secho(

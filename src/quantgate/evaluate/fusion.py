@@ -17,6 +17,7 @@ from collections.abc import Callable
 import torch
 from torch import nn
 
+from quantgate import sharding
 from quantgate.errors import UsageError
 
 MIN_TOKENS = 65_536
@@ -66,7 +67,10 @@ def wanted(tokens: int, device: str = "cpu") -> bool:
     auto never compiles on a GPU: its eager elementwise kernels are a small part of a pass, and
     compiling them cost more than they took (an H200 at 1B: the first full pass, which compiles,
     took 13.6 s against the second's 6.2 s). The decision is a function of the setting, the pass
-    and the device, all in the reference's key."""
+    and the device, all in the reference's key. A tensor-parallel pass (``sharding``) never
+    compiles: its MLP holds the row-wise all-reduce, which inductor would have to trace."""
+    if sharding.current() is not None:
+        return False
     mode = setting()
     if mode == "1" and not _have_compiler():
         raise UsageError(

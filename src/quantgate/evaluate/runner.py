@@ -21,6 +21,7 @@ from typing import Any
 
 import torch
 
+from quantgate import sharding
 from quantgate.artifact import Manifest, artifact_dirs, require_manifest, verify_files
 from quantgate.atomic import staged_file, write_json
 from quantgate.config import Gates
@@ -109,25 +110,28 @@ def reference_path(ctx: EvalContext, suite: LoadedSuite, source_hash: str, devic
     suite's validated spec, the source's content hash, the profile, the numerics switches
     (``environment.switches()``: QUANTGATE_COMPILE, threads, CPU kernels) and the device (a
     reference computed on the GPU is paired only with artifacts scored there; "cpu" adds nothing,
-    so the CPU keys of older runs stay valid)."""
+    so the CPU keys of older runs stay valid), and the number of processes the model is spread
+    over (``sharding``: row-wise layers sum partial products across them)."""
     switches = sorted(environment.switches().items())
     parts: tuple[Any, ...] = (REFERENCE_VERSION, suite.spec_hash, source_hash, ctx.profile, switches)
     if device != "cpu":
         parts = (*parts, device, f"gpu-arithmetic-{GPU_ARITHMETIC}")
+    if (shards := sharding.current()) is not None:
+        parts = (*parts, f"tensor-parallel-{shards.world}")
     key = hashlib.sha256("|".join(map(str, parts)).encode()).hexdigest()
     return ctx.cache_dir / "references" / suite.spec.name / f"{key[:32]}.pt"
 
 
 def _reference(ctx: EvalContext, suite: LoadedSuite, source_hash: str, source: SourceRuns, run: EvalRun):
     path = reference_path(ctx, suite, source_hash, source.device)
-    if path.exists():
+    if sharding.agree(path.exists()):  # every rank computes it, or none does
         run.reference_hits.append(suite.spec.name)
         state = torch.load(path, weights_only=True)
         return state["reference"], SuiteResult(**state["source_result"])
     run.reference_misses.append(suite.spec.name)
     reference, result = suite.runner.reference(ctx, source.model())
-    if result.errors:  # items not evaluated (e.g. no sandbox here) are tried again next time, not cached
-        return reference, result
+    if result.errors or not sharding.writer():  # items not evaluated (e.g. no sandbox here) are tried
+        return reference, result  # again next time, not cached; in a group, rank 0 writes it
     with staged_file(path) as tmp:
         torch.save({"reference": reference, "source_result": asdict(result)}, tmp)
     return reference, result
@@ -178,6 +182,7 @@ def evaluate(
     ``sequential``, suites that can score a subset stop once every floor on them is decided
     (``evaluate/sequential.py``).
     """
+    sharding.join(device)  # in a group (quantgate eval --devices N), every rank runs what follows
     # visible directories with a valid manifest only: a killed build's .<target>.tmp-* is none
     dirs = [] if reference_only else artifact_dirs(artifacts, targets)
     manifests: dict[Path, Manifest] = {d: require_manifest(d) for d in dirs}
@@ -208,6 +213,7 @@ def evaluate(
         "weights": "bf16",
         "activations": "bf16",
         "device": device,
+        "tensor_parallel": sharding.processes(),
     }
     for suite in suites:
         loaded_before = source.load_seconds
@@ -283,6 +289,7 @@ def evaluate(
                 "sequential": run.sequential,
                 "skipped": run.skipped,
                 "seconds": run.seconds,
+                "shards": shards.describe(device) if (shards := sharding.current()) is not None else None,
             }
         ),
     )

@@ -21,6 +21,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from quantgate import sharding
+
 CPU_BF16_GEMM = "float32"  # the value ``environment.switches`` records
 
 
@@ -35,8 +37,10 @@ class Float32GemmLinear(nn.Module):
     def __init__(self, linear: nn.Linear) -> None:
         super().__init__()
         self.in_features, self.out_features = linear.in_features, linear.out_features
-        self.register_buffer("weight", linear.weight.detach().float())
-        self.register_buffer("bias", None if linear.bias is None else linear.bias.detach().float())
+        # a tensor-parallel linear's DTensor shard is gathered; ``sharding.replace`` cuts it again
+        self.register_buffer("weight", sharding.full(linear.weight.detach()).float())
+        bias = None if linear.bias is None else sharding.full(linear.bias.detach()).float()
+        self.register_buffer("bias", bias)
 
     def forward(self, x: Tensor) -> Tensor:
         """``x W^T + b`` accumulated in float32, stored in ``x``'s dtype.
@@ -60,7 +64,6 @@ def use_float32_gemm(model: nn.Module, device: str | torch.device) -> int:
     replaced = 0
     for name, module in list(model.named_modules()):
         if type(module) is nn.Linear and module.weight.dtype == torch.bfloat16:
-            parent, _, child = name.rpartition(".")
-            setattr(model.get_submodule(parent) if parent else model, child, Float32GemmLinear(module))
+            sharding.replace(model, name, Float32GemmLinear(module))
             replaced += 1
     return replaced

@@ -44,6 +44,7 @@ import torch
 from pydantic import BaseModel, ConfigDict
 from torch import nn
 
+from quantgate import sharding
 from quantgate.artifact import read_manifest
 from quantgate.config import ActivationNumerics, KVCache, Target, WeightNumerics
 from quantgate.errors import InputError
@@ -98,6 +99,7 @@ class NumericsReport(BaseModel):
     kv_cache_calibrated: bool | None = None  # FP8 KV at calibrated scales (False: scale 1.0); None for bf16
     k_scale_range: tuple[float, float] | None = None  # smallest and largest stored k_scale
     v_scale_range: tuple[float, float] | None = None
+    tensor_parallel: int = 1  # processes the model was spread over (``sharding``)
     notes: tuple[str, ...] = ()
 
 
@@ -160,15 +162,18 @@ def _kv_format_name(n: _Numerics) -> str | None:
 def _load_hf(directory: Path, device: str | torch.device = "cpu", **kwargs) -> tuple[Any, Any, list[str]]:
     """Model (bf16, eval) on ``device``, tokenizer, and the parameter names transformers found no
     tensor for. A GPU worker's model is loaded onto the GPU directly (``device_map``), not built on
-    the CPU and copied: the same values, without a host copy of the checkpoint."""
+    the CPU and copied: the same values, without a host copy of the checkpoint. In a group of
+    processes (``sharding``) each loads its slice by the model's tensor-parallel plan."""
     from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
-
-    if torch.device(device).type != "cpu":
-        kwargs.setdefault("device_map", str(device))
 
     # long prefills (every scored window) run tiled; decoding and short prompts stay on sdpa
     kwargs.setdefault("attn_implementation", tiled_attention.register())
     config = AutoConfig.from_pretrained(directory)
+    sharded = sharding.load_kwargs(directory, config, torch.device(device).type)
+    if sharded:  # this process's slice, by the model's tensor-parallel plan
+        kwargs.update(sharded)
+    elif torch.device(device).type != "cpu":
+        kwargs.setdefault("device_map", str(device))
     quantization = getattr(config, "quantization_config", None)
     if isinstance(quantization, dict) and quantization.get("kv_cache_scheme"):
         # the KV cache is emulated here at the stored scales; compressed-tensors would otherwise
@@ -442,8 +447,7 @@ def _apply(plan: _LoadPlan, device: str | torch.device, *, native: bool) -> _Loa
     generation_note = pin_greedy(model)
     _refuse_missing(artifact_dir, missing, emulated)
     for name, module in emulated.items():
-        parent, _, child = name.rpartition(".")
-        setattr(model.get_submodule(parent), child, module)
+        sharding.replace(model, name, module)
     _drop_decompression_hook(model)
     _refuse_leftovers(artifact_dir, model)
     stored = plan.kv_scales_on_disk
@@ -559,7 +563,9 @@ def _describe(plan: _LoadPlan, loaded: _Loaded, device: str | torch.device) -> N
         kv_cache_calibrated=(loaded.kv_scales is not None) if kv_name is not None else None,
         k_scale_range=k_range,
         v_scale_range=v_range,
+        tensor_parallel=sharding.processes(),
         notes=(
+            *sharding.notes(),
             ran_native.note if ran_native is not None else _ACCUMULATION_NOTE,
             plan.weights.note,
             _activation_note(plan),
@@ -589,7 +595,9 @@ def load_source_for_eval(checkpoint_dir: Path, *, device: str | torch.device = "
             kv_cache="bf16",
             mode="source",
             device=str(device),
+            tensor_parallel=sharding.processes(),
             notes=(
+                *sharding.notes(),
                 "source: bf16 weights and activations, transformers' own modules"
                 + (f"; {widened} linears' bf16 GEMMs accumulate in float32 on the CPU" if widened else ""),
                 generation_note,

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor, nn
 
+from quantgate import sharding
 from quantgate.numerics.emulated import EmulatedLinear
 from quantgate.numerics.formats import FP8_E4M3FN_MAX
 from quantgate.numerics.moe import EmulatedExperts
@@ -168,8 +169,7 @@ def apply_native(model: nn.Module, device: str | torch.device) -> NativeResult |
     for name, module in candidates:
         if not _kernel_accepts(module):
             continue
-        parent, _, child = name.rpartition(".")
-        setattr(model.get_submodule(parent), child, NativeFP8Linear.from_emulated(module).to(device))
+        sharding.replace(model, name, NativeFP8Linear.from_emulated(module).to(device))
         replaced += 1
     if not replaced:
         return None

@@ -88,7 +88,17 @@ def _step(plan: RunPlan, name: str, args: list[str]) -> None:
 
 def _eval_args(plan: RunPlan, out: Path) -> list[str]:
     """``quantgate eval`` reading the plan: source, suites, profile and data come from it."""
-    return ["eval", "--plan", str(plan.file), "--artifacts", str(plan.artifacts_dir), "--out", str(out)]
+    return [
+        "eval",
+        "--plan",
+        str(plan.file),
+        "--artifacts",
+        str(plan.artifacts_dir),
+        "--out",
+        str(out),
+        "--devices",
+        plan.devices,
+    ]
 
 
 @task(name="plan", retries=_RETRIES, retry_condition_fn=_only_transient)
@@ -145,6 +155,7 @@ def build_artifact(plan: RunPlan, target: str) -> dict[str, Any]:
             p["plan"].profile,
             p["plan"].eval_env,
             p["plan"].device,
+            p["plan"].devices,
         ],
     ),
     persist_result=True,
@@ -175,6 +186,7 @@ def evaluate_reference(plan: RunPlan) -> dict[str, Any]:
             p["plan"].profile,
             p["plan"].eval_env,
             p["plan"].device,
+            p["plan"].devices,
             # a sequential evaluation stops where the floors are decided: it depends on gates.yaml
             *([p["plan"].gates_hash, p["plan"].tenants] if p["plan"].sequential else []),
         ],
@@ -337,6 +349,7 @@ def build_and_gate(
     cache_dir: str | None = None,
     root: str | None = None,
     device: str = "cpu",
+    devices: str = "all",
 ) -> State[Any]:
     """Build, evaluate, gate and publish every target of one source checkpoint.
 
@@ -351,7 +364,9 @@ def build_and_gate(
     ``calibration``, ``data_dir``, ``cache_dir``, ``root``: as ``quantgate build`` and ``eval`` take
     them (default: the calibration set in the project, ``$QUANTGATE_DATA``, ``$QUANTGATE_CACHE``,
     ``$QUANTGATE_ROOT`` or the checkout). ``device``: "cpu" or "cuda" (``quantgate.devices``), where
-    every build and evaluation step computes; it is in the plan and the evaluation keys.
+    every build and evaluation step computes; ``devices``: how many of them one evaluation spreads
+    the model over ("all" or a count, as ``quantgate eval --devices``). Both are in the plan and
+    the evaluation keys.
     """
     from quantgate import paths
 
@@ -375,6 +390,7 @@ def build_and_gate(
         "sequential": sequential,
         "run_id": run_id,
         "device": "cuda" if device == "cuda" else "cpu",
+        "devices": devices,
     }
     with out_lock.held(Path(out), run_id):  # the run owns --out from before it plans to its outcome
         (Path(out) / OUTCOME).unlink(missing_ok=True)  # only this run's outcome may be reported

@@ -109,6 +109,9 @@ class RunPlan(Frozen):
     # where the steps compute (--device, resolved when planning): in the evaluation keys; "cpu" for
     # plans written before it was recorded
     device: Literal["cpu", "cuda"] = "cpu"
+    # how many devices each evaluation spreads one model over (``--devices``: "all" or a count);
+    # in the evaluation keys, as tensor parallelism changes the summation order
+    devices: str = "all"
     stamp: str  # the output directory's id (``output_stamp``); "" in a plan resolved but not written
     # the run that planned (its flow run id); "" for plans made outside a flow, which no step refuses
     run_id: str = ""
@@ -296,6 +299,7 @@ def resolve_plan(
     sequential: bool = SEQUENTIAL_DEFAULT,
     run_id: str = "",
     device: Literal["cpu", "cuda"] = "cpu",
+    devices: str = "all",
     needs: Collection[Part] = EVERY_PART,
 ) -> RunPlan:
     """A run's inputs resolved into its typed plan: the one place they are, for ``quantgate run``'s
@@ -387,6 +391,7 @@ def resolve_plan(
         tools_hash=digest(tool_versions()),
         eval_env=numerics_switches(),
         device=device,
+        devices=devices,
         stamp="",
         run_id=run_id,
     )

@@ -36,13 +36,20 @@ def payload(
 
 
 def _prefect_in_play() -> bool:
-    if os.environ.get("PREFECT_API_URL"):
-        return True
-    if "prefect" not in sys.modules:
-        return False
-    from prefect.context import FlowRunContext, TaskRunContext
+    """Inside a flow or task run, or with a server this process's Prefect settings name.
 
-    return FlowRunContext.get() is not None or TaskRunContext.get() is not None
+    Once Prefect is imported its settings are what it will use, not the environment as it is
+    now: a ``PREFECT_API_URL`` set after the import would be ignored by ``emit_event``, which
+    would then start a temporary server (seconds) to deliver one event. So the environment is
+    asked only while Prefect is not imported yet, and Prefect's own settings after."""
+    if "prefect" not in sys.modules:
+        return bool(os.environ.get("PREFECT_API_URL"))
+    from prefect.context import FlowRunContext, TaskRunContext
+    from prefect.settings import get_current_settings
+
+    if FlowRunContext.get() is not None or TaskRunContext.get() is not None:
+        return True
+    return bool(get_current_settings().api.url)
 
 
 def alias_moved(

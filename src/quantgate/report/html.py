@@ -85,7 +85,7 @@ td.reason{font-size:12px;color:#57606a;max-width:48rem}img{max-width:100%}
 
 <h2>Numerics</h2>
 <table><thead><tr><th>model</th><th>mode</th><th>weights</th><th>activations</th><th>KV cache</th><th>native on</th><th>notes</th></tr></thead><tbody>
-{% for m, n in numerics.items() %}<tr><th>{{ m }}</th><td>{{ n.get('mode', 'unknown') }}{% if n.get('device') %} on {{ n.device }}{% endif %}</td><td>{{ n.get('weights', '—') }}</td>
+{% for m, n in numerics.items() %}<tr><th>{{ m }}</th><td>{{ n.get('mode', 'unknown') }}{% if n.get('device') %} on {{ n.device }}{% endif %}{% if n.get('tensor_parallel', 1) > 1 %} x{{ n.tensor_parallel }} (tensor parallel){% endif %}</td><td>{{ n.get('weights', '—') }}</td>
 <td>{{ n.get('activations', '—') }}</td><td>{{ n.get('kv_cache', '—') }}</td><td>{{ (n.get('native_on') or []) | join(', ') or '—' }}</td>
 <td class="reason">{% for note in n.get('notes') or [] %}{{ note }}{% if not loop.last %}<br>{% endif %}{% endfor %}</td></tr>
 {% endfor %}</tbody></table>

@@ -92,6 +92,8 @@ def render_markdown(report: Report | Mapping[str, Any]) -> str:
     ]
     for model, n in numerics.items():
         mode = n.get("mode", "unknown") + (f" on {n['device']}" if n.get("device") else "")
+        if n.get("tensor_parallel", 1) > 1:
+            mode += f" x{n['tensor_parallel']} (tensor parallel)"
         out.append(
             f"| {md(model)} | {md(mode)} | {md(n.get('weights', '—'))} | {md(n.get('activations', '—'))} | "
             f"{md(n.get('kv_cache', '—'))} | {md(', '.join(n.get('native_on') or []) or '—')} |"

@@ -20,7 +20,6 @@ import signal
 import struct
 import subprocess
 import sys
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -580,11 +579,9 @@ def test_a_render_that_does_not_finish_is_refused(text, tiny_llama, refuse, monk
     """Stopped by the kernel at the CPU limit (1 s here, 5 s by default), whatever the template runs."""
     monkeypatch.setattr(chat_template, "LIMITS", replace(chat_template.LIMITS, cpu_seconds=1))
     template(text)(tiny_llama)
-    started = time.monotonic()
     refuse(
         tiny_llama, CheckpointConfigError, "tokenizer_config.json", "did not finish rendering", "1 s of CPU"
     )
-    assert time.monotonic() - started < 30
 
 
 def test_the_render_is_killed_at_the_wall_clock_deadline(tiny_llama, refuse, monkeypatch):

@@ -1,0 +1,300 @@
+"""One model over the processes of a host: transformers' tensor-parallel plans under torchrun.
+
+Why transformers' plans and not a sharding layer of our own: a model's plan (``base_model_tp_plan``:
+q/k/v and gate/up column-wise, o/down row-wise, the lm_head gathered) is kept by its authors
+for every architecture transformers loads, and it is the layout a serving engine's tensor
+parallelism uses (vLLM's ColumnParallelLinear / RowParallelLinear). transformers loads each
+rank's slice of the bf16 tensors and installs the collectives on the module's forward; the
+evaluation's own modules (``EmulatedLinear``, ``NativeFP8Linear``, ``Float32GemmLinear``) replace
+those linears afterwards, so ``replace`` cuts each to this rank's slice by the same style and
+installs the same style's forward on it: a replaced linear communicates as the one it replaced.
+
+What changes with the number of processes, as it does in a TP engine: a row-wise layer quantizes
+its input's per-token (or per-group) scale over this rank's slice of the features, and the
+partial products are summed across ranks in bf16 after each row-wise layer. A reference is
+therefore keyed by the process count (``evaluate.runner.reference_path``), and the numbers at 1
+and at N processes agree within the numerics spread, not bit for bit
+(tests/unit/evaluate/test_sharded_eval.py).
+
+Every rank runs the same evaluation on the same items (SPMD): the row-wise all-reduce and the
+lm_head's all-gather leave every rank with the same logits, so every decision taken from them
+(skips, sequential stops) is the same on every rank; the decisions taken from files (is a
+reference cached?) are rank 0's (``agree``), and only rank 0 writes (``writer``).
+
+Launch: ``quantgate eval --devices N`` re-runs itself under ``torch.distributed.run`` with N
+processes (``launch``); a process that torchrun started (``WORLD_SIZE`` set) joins its group
+(``join``): NCCL on CUDA, one GPU per process, and gloo on the CPU, where N processes of one
+host are the tested stand-in for N GPUs.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+
+from quantgate.errors import InputError, UsageError
+
+# the plan's styles a replaced linear may carry, by how its weight is cut
+_COLUMN = frozenset({"colwise", "colwise_gather_output", "colwise_rep"})
+_ROW = frozenset({"rowwise", "rowwise_split_input", "rowwise_rep"})
+_LOCAL = "_quantgate_local"  # set on a module already cut to this rank's slice
+
+
+@dataclass(frozen=True)
+class Shards:
+    """This process's place among the processes one model is spread over."""
+
+    world: int
+    rank: int
+    local_rank: int
+
+    @property
+    def writer(self) -> bool:
+        """Rank 0 writes results, caches and the summary; the others compute beside it."""
+        return self.rank == 0
+
+    def describe(self, device: str) -> dict[str, Any]:
+        """run.json's ``shards``: how the model was spread."""
+        return {
+            "processes": self.world,
+            "backend": "nccl" if device == "cuda" else "gloo",
+            "engine": "transformers tp_plan under torch.distributed.run",
+        }
+
+
+def current() -> Shards | None:
+    """The group this process was started in by torchrun, or None when it runs alone."""
+    world = int(os.environ.get("WORLD_SIZE", "1") or 1)
+    if world <= 1:
+        return None
+    rank = int(os.environ["RANK"])
+    return Shards(world, rank, int(os.environ.get("LOCAL_RANK", rank)))
+
+
+def writer() -> bool:
+    """Whether this process writes (always, unless it is a rank other than 0 of a group)."""
+    shards = current()
+    return shards is None or shards.writer
+
+
+def processes() -> int:
+    """How many processes the model is spread over (1 alone)."""
+    shards = current()
+    return 1 if shards is None else shards.world
+
+
+def notes() -> tuple[str, ...]:
+    """The numerics' note on the spread, for every model evaluated in a group (none alone)."""
+    world = processes()
+    if world == 1:
+        return ()
+    note = (
+        f"tensor parallel over {world} processes (the model's transformers plan): row-wise layers quantize "
+        "their inputs over this rank's slice of the features and sum the partial products in bf16, "
+        "as a tensor-parallel serving engine does"
+    )
+    return (note,)
+
+
+def count(requested: str | None, device: str, config: Path | None = None) -> int:
+    """The number of processes ``--devices`` asks for. A count is taken as given (on the CPU, that
+    many processes over gloo). ``all`` (the default) is one process on the CPU, and on CUDA the
+    most GPUs torch sees that the model's heads split over (``config``: its config.json, when
+    known; a 9-head model on 8 GPUs runs on 3), so a worker's default never refuses a model."""
+    name = (requested or "all").strip().lower()
+    gpus = torch.cuda.device_count() if device == "cuda" else 0
+    if name == "all":
+        return max((n for n in range(1, gpus + 1) if _splits(config, n)), default=1)
+    if not name.isdigit() or int(name) < 1:
+        raise UsageError(
+            "--devices", f"{requested!r} is not a number of devices", "pass all or a count such as 2"
+        )
+    wanted = int(name)
+    if device == "cuda" and wanted > gpus:
+        raise UsageError(
+            "--devices",
+            f"{wanted} GPUs asked for, torch sees {gpus}",
+            "pass at most the GPUs this worker has, or all",
+        )
+    return wanted
+
+
+def _splits(config: Path | None, processes: int) -> bool:
+    """Whether the model of ``config`` splits its attention and KV heads over ``processes`` (unknown
+    model: only 1)."""
+    if processes == 1:
+        return True
+    if config is None or not config.is_file():
+        return False
+    from quantgate import bounded_json
+
+    try:
+        values = bounded_json.parse(bounded_json.read_bytes(config, 4 << 20))
+    except (OSError, ValueError, bounded_json.JsonRefused):  # intake names what is wrong with it
+        return False
+    text = values.get("text_config", values) if isinstance(values, dict) else {}
+    heads = [text.get(k) for k in ("num_attention_heads", "num_key_value_heads")]
+    return all(not isinstance(h, int) or h % processes == 0 for h in heads)
+
+
+def launch(processes: int, argv: list[str]) -> int:
+    """Run this command again under ``torch.distributed.run`` with ``processes`` processes on
+    this host and return its exit status (the first failing rank's)."""
+    command = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        f"--nproc-per-node={processes}",
+        "--module",
+        "quantgate.cli",
+        *argv,
+    ]
+    return subprocess.run(command, check=False).returncode
+
+
+def join(device: str) -> Shards | None:
+    """Join the group torchrun started, if any (idempotent): NCCL with this rank's GPU, or gloo on
+    the CPU. None when this process runs alone."""
+    shards = current()
+    if shards is None:
+        return None
+    import torch.distributed as dist
+
+    if not dist.is_initialized():
+        if device == "cuda":
+            torch.cuda.set_device(shards.local_rank)
+        dist.init_process_group(backend="nccl" if device == "cuda" else "gloo")
+    return shards
+
+
+def load_kwargs(directory: Path, config: Any, device: str) -> dict[str, Any]:
+    """``from_pretrained``'s arguments for this process's slice of the model in ``directory``
+    (none when it runs alone); a model whose heads do not split over the processes is refused
+    before anything is loaded."""
+    shards = join(device)
+    if shards is None:
+        return {}
+    text = config.get_text_config() if hasattr(config, "get_text_config") else config
+    for key in ("num_attention_heads", "num_key_value_heads"):
+        heads = getattr(text, key, None)
+        if isinstance(heads, int) and heads % shards.world:
+            raise InputError(
+                directory / "config.json",
+                f"{key} is {heads}, which does not split over {shards.world} processes",
+                f"pass a --devices that divides {heads}",
+            )
+    from torch.distributed.device_mesh import init_device_mesh
+
+    return {"tp_plan": "auto", "device_mesh": init_device_mesh(device, (shards.world,))}
+
+
+def agree(value: Any) -> Any:
+    """Rank 0's ``value`` on every rank (the value itself when alone): a decision read from files,
+    which a rank could otherwise take differently and then wait forever in another collective."""
+    if current() is None:
+        return value
+    import torch.distributed as dist
+
+    box = [value]
+    dist.broadcast_object_list(box, src=0)
+    return box[0]
+
+
+def style(model: nn.Module, name: str) -> str | None:
+    """The tensor-parallel style the loaded model's plan gives module ``name`` (None: replicated)."""
+    if current() is None:
+        return None
+    from transformers.distributed.tensor_parallel import replace_layer_number_by_wildcard
+
+    plan: dict[str, str] = getattr(model, "tp_plan", None) or {}
+    return plan.get(replace_layer_number_by_wildcard(name))
+
+
+def full(tensor: Tensor) -> Tensor:
+    """A parameter's whole value: a DTensor shard is gathered (every rank calls it, in order)."""
+    from torch.distributed.tensor import DTensor
+
+    return tensor.full_tensor() if isinstance(tensor, DTensor) else tensor
+
+
+def replace(model: nn.Module, name: str, module: nn.Module) -> None:
+    """Put ``module`` at ``name`` in ``model``; in a group, cut to this rank's slice of the style
+    the plan gives ``name`` and given that style's forward, so it communicates as the module it
+    replaces. A module made from one already cut (a native kernel from an emulated linear) is
+    installed as it is."""
+    parent, _, child = name.rpartition(".")
+    owner = model.get_submodule(parent) if parent else model
+    wanted = style(model, name)
+    if wanted is not None:
+        shards = current()
+        assert shards is not None
+        if not getattr(getattr(owner, child), _LOCAL, False):
+            _cut(module, name, wanted, shards)
+        from transformers.distributed.tensor_parallel import ALL_PARALLEL_STYLES
+
+        # transformers' local-tensor path for modules that are not nn.Linear (its quantized ones)
+        setattr(module, "_hf_quantized_needs_local_tp", True)  # noqa: B010 (not a declared attribute)
+        setattr(module, _LOCAL, True)
+        ALL_PARALLEL_STYLES[wanted].install_forward(module, model._device_mesh)
+    setattr(owner, child, module)
+
+
+def _cut(module: nn.Module, name: str, wanted: str, shards: Shards) -> None:
+    """``module``'s tensors narrowed to this rank's slice: output features (dim 0 of the weight,
+    per-channel scales and bias) for a column-wise style, input features (dim 1 of the weight and
+    of per-group scales) for a row-wise one, whose bias is added once, by rank 0."""
+    out_features, in_features = int(module.out_features), int(module.in_features)  # type: ignore[arg-type]
+    if wanted in _COLUMN:
+        dim, size = 0, out_features
+    elif wanted in _ROW:
+        dim, size = 1, in_features
+    else:
+        raise InputError(
+            name,
+            f"the model's tensor-parallel plan gives this module the style {wanted!r}, which quantgate's "
+            "emulated modules do not take (MoE experts and routers are not sharded yet)",
+            "evaluate it on one device: --devices 1",
+        )
+    if size % shards.world:
+        raise InputError(
+            name,
+            f"{size} features do not split over {shards.world} processes",
+            "pass a --devices that divides them",
+        )
+    for key, tensor in [*module.named_buffers(recurse=False), *module.named_parameters(recurse=False)]:
+        if tensor is None or key == "bias":
+            continue
+        if tensor.ndim == 2 and tensor.shape[dim] > 1 and size % tensor.shape[dim] == 0:
+            if tensor.shape[dim] % shards.world:  # quantization groups would straddle two ranks
+                raise InputError(
+                    name,
+                    f"its {key} has {tensor.shape[dim]} groups along the split, which do not divide over "
+                    f"{shards.world} processes",
+                    "pass a --devices that divides them",
+                )
+            step = tensor.shape[dim] // shards.world  # the weight, or its per-channel / per-group scales
+            _set(module, key, tensor.narrow(dim, shards.rank * step, step).contiguous())
+    bias = getattr(module, "bias", None)
+    if bias is not None:
+        local = bias.narrow(0, shards.rank * (out_features // shards.world), out_features // shards.world)
+        _set(module, "bias", local.contiguous() if dim == 0 else (bias if shards.writer else None))
+    if dim == 0:
+        module.out_features = out_features // shards.world  # type: ignore[assignment]
+    else:
+        module.in_features = in_features // shards.world  # type: ignore[assignment]
+
+
+def _set(module: nn.Module, key: str, value: Tensor | None) -> None:
+    """Replace a buffer or parameter in place of its registration."""
+    if key in module._parameters:
+        module._parameters[key] = None if value is None else nn.Parameter(value, requires_grad=False)
+    else:
+        module._buffers[key] = value

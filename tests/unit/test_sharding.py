@@ -1,0 +1,136 @@
+"""Cutting the evaluation's modules to a rank's slice (issue 29): the slices compute the whole.
+
+A column-wise slice computes its rank's output features, so the ranks' outputs side by side are
+the whole output; a row-wise slice computes a partial product over its rank's input features, so
+the ranks' outputs summed are the whole output, the bias added once. Here in one process, over
+the slices ``sharding._cut`` makes for each rank; the collectives that join them are
+transformers' (tests/integration/test_sharded_eval.py runs them over gloo).
+"""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+from torch import nn
+
+from quantgate import sharding
+from quantgate.errors import InputError, UsageError
+from quantgate.numerics.cpu_gemm import Float32GemmLinear
+from quantgate.numerics.emulated import EmulatedLinear
+from quantgate.numerics.formats import activation_format
+from quantgate.numerics.weights import DecodedWeight
+
+pytestmark = pytest.mark.unit
+
+OUT, IN, GROUP = 64, 128, 16
+
+
+def _grouped(activation: str | None) -> EmulatedLinear:
+    """A W4-style linear: values on a grid times per-group scales, one scale per 16 inputs."""
+    g = torch.Generator().manual_seed(0)
+    scales = torch.rand(OUT, IN // GROUP, generator=g) + 0.5
+    grid = torch.randint(-7, 8, (OUT, IN), generator=g).float()
+    values = grid * scales.repeat_interleave(GROUP, dim=1)
+    fmt = activation_format(activation) if activation else None
+    global_scale = torch.tensor(448.0 * 6.0) if fmt is not None and fmt.needs_global_scale else None
+    return EmulatedLinear(
+        DecodedWeight(values, scales),
+        fmt,
+        weight_format="test",
+        input_global_scale=global_scale,
+        bias=torch.randn(OUT, generator=g),
+    )
+
+
+def _slices(module: nn.Module, style: str, world: int = 2) -> list[nn.Module]:
+    slices = []
+    for rank in range(world):
+        piece = copy.deepcopy(module)
+        sharding._cut(piece, "model.layers.0.mlp.down_proj", style, sharding.Shards(world, rank, rank))
+        slices.append(piece)
+    return slices
+
+
+@pytest.mark.parametrize("activation", [None, "nvfp4_calibrated"])
+def test_column_slices_side_by_side_are_the_whole_output(activation):
+    module = _grouped(activation)
+    x = torch.randn(3, 5, IN, dtype=torch.float32)
+    whole = module.matmul(x)
+    parts = [piece.matmul(x) for piece in _slices(module, "colwise")]
+    assert [p.shape[-1] for p in parts] == [OUT // 2, OUT // 2]
+    torch.testing.assert_close(torch.cat(parts, dim=-1), whole)
+
+
+@pytest.mark.parametrize("activation", [None, "nvfp4_calibrated"])
+def test_row_slices_summed_are_the_whole_output_with_the_bias_once(activation):
+    """Weight-only and NVFP4 activations (per-16 groups, which the cut keeps whole) sum exactly
+    to the whole, up to float summation order."""
+    module = _grouped(activation)
+    x = torch.randn(3, 5, IN, dtype=torch.float32)
+    whole = module.matmul(x)
+    pieces = _slices(module, "rowwise")
+    assert [p.bias is not None for p in pieces] == [True, False]  # rank 0 adds it
+    assert [p.weight_scale.shape for p in pieces] == [(OUT, IN // GROUP // 2)] * 2
+    summed = sum(piece.matmul(x[..., r * IN // 2 : (r + 1) * IN // 2]) for r, piece in enumerate(pieces))
+    torch.testing.assert_close(summed, whole, rtol=1e-5, atol=1e-4)
+
+
+def test_a_bf16_linear_widened_on_the_cpu_is_cut_the_same_way():
+    linear = nn.Linear(IN, OUT, bias=True).to(torch.bfloat16)
+    module = Float32GemmLinear(linear)
+    x = torch.randn(4, IN).to(torch.bfloat16)
+    whole = module(x).float()
+    parts = [piece(x).float() for piece in _slices(module, "colwise_gather_output")]
+    torch.testing.assert_close(torch.cat(parts, dim=-1), whole)
+
+
+def test_groups_that_would_straddle_two_ranks_are_refused():
+    """12 groups of 16 (192 inputs) over 8 ranks would put a group's halves on two ranks: refused,
+    naming the module, rather than computed with scales that are no longer the artifact's."""
+    g = torch.Generator().manual_seed(1)
+    scales = torch.rand(8, 12, generator=g) + 0.5
+    module = EmulatedLinear(
+        DecodedWeight(scales.repeat_interleave(16, dim=1), scales), None, weight_format="test"
+    )
+    with pytest.raises(InputError, match="down_proj.*groups"):
+        sharding._cut(module, "model.layers.0.mlp.down_proj", "rowwise", sharding.Shards(8, 0, 0))
+
+
+def test_a_style_the_emulation_cannot_take_is_refused_with_the_way_out():
+    module = _grouped(None)
+    with pytest.raises(InputError, match="--devices 1"):
+        sharding._cut(module, "model.layers.0.mlp.experts", "moe_tp_experts", sharding.Shards(2, 0, 0))
+
+
+def test_devices_option_reads_all_or_a_count():
+    assert sharding.count("all", "cpu") == 1  # one process on the CPU unless a count is given
+    assert sharding.count("2", "cpu") == 2
+    with pytest.raises(UsageError, match="not a number of devices"):
+        sharding.count("two", "cpu")
+    with pytest.raises(UsageError):
+        sharding.count("0", "cpu")
+
+
+def test_alone_nothing_is_spread(monkeypatch):
+    monkeypatch.delenv("WORLD_SIZE", raising=False)
+    assert sharding.current() is None and sharding.writer() and sharding.processes() == 1
+    assert sharding.agree("rank 0's value") == "rank 0's value"
+    assert sharding.notes() == ()
+
+
+@pytest.mark.parametrize(("heads", "kv_heads", "expected"), [(9, 3, 3), (32, 8, 8), (12, 4, 4), (7, 7, 7)])
+def test_all_devices_is_the_most_gpus_the_heads_split_over_gpu_count_mocked(
+    monkeypatch, tmp_path, heads, kv_heads, expected
+):
+    """On an 8-GPU worker the default model (9 heads, 3 KV heads) runs over 3 GPUs rather than
+    being refused; without a config.json to read, ``all`` stays on one."""
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 8)
+    config = tmp_path / "config.json"
+    config.write_text(f'{{"num_attention_heads": {heads}, "num_key_value_heads": {kv_heads}}}')
+    assert sharding.count("all", "cuda", config) == expected
+    assert sharding.count("all", "cuda", None) == 1
+    assert sharding.count("all", "cuda", tmp_path / "absent.json") == 1
+    with pytest.raises(UsageError, match="torch sees 8"):
+        sharding.count("16", "cuda", config)

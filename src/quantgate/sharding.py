@@ -14,7 +14,7 @@ its input's per-token (or per-group) scale over this rank's slice of the feature
 partial products are summed across ranks in bf16 after each row-wise layer. A reference is
 therefore keyed by the process count (``evaluate.runner.reference_path``), and the numbers at 1
 and at N processes agree within the numerics spread, not bit for bit
-(tests/unit/evaluate/test_sharded_eval.py).
+(tests/integration/test_sharded_eval.py).
 
 Every rank runs the same evaluation on the same items (SPMD): the row-wise all-reduce and the
 lm_head's all-gather leave every rank with the same logits, so every decision taken from them
@@ -45,6 +45,7 @@ from quantgate.errors import InputError, UsageError
 _COLUMN = frozenset({"colwise", "colwise_gather_output", "colwise_rep"})
 _ROW = frozenset({"rowwise", "rowwise_split_input", "rowwise_rep"})
 _LOCAL = "_quantgate_local"  # set on a module already cut to this rank's slice
+_HEADS = ("num_attention_heads", "num_key_value_heads")  # what must split over the processes
 
 
 @dataclass(frozen=True)
@@ -140,7 +141,7 @@ def _splits(config: Path | None, processes: int) -> bool:
     except (OSError, ValueError, bounded_json.JsonRefused):  # intake names what is wrong with it
         return False
     text = values.get("text_config", values) if isinstance(values, dict) else {}
-    heads = [text.get(k) for k in ("num_attention_heads", "num_key_value_heads")]
+    heads = [text.get(k) for k in _HEADS]
     return all(not isinstance(h, int) or h % processes == 0 for h in heads)
 
 
@@ -183,7 +184,7 @@ def load_kwargs(directory: Path, config: Any, device: str) -> dict[str, Any]:
     if shards is None:
         return {}
     text = config.get_text_config() if hasattr(config, "get_text_config") else config
-    for key in ("num_attention_heads", "num_key_value_heads"):
+    for key in _HEADS:
         heads = getattr(text, key, None)
         if isinstance(heads, int) and heads % shards.world:
             raise InputError(
@@ -283,9 +284,11 @@ def _cut(module: nn.Module, name: str, wanted: str, shards: Shards) -> None:
             step = tensor.shape[dim] // shards.world  # the weight, or its per-channel / per-group scales
             _set(module, key, tensor.narrow(dim, shards.rank * step, step).contiguous())
     bias = getattr(module, "bias", None)
-    if bias is not None:
-        local = bias.narrow(0, shards.rank * (out_features // shards.world), out_features // shards.world)
-        _set(module, "bias", local.contiguous() if dim == 0 else (bias if shards.writer else None))
+    if bias is not None and dim == 0:
+        step = out_features // shards.world
+        _set(module, "bias", bias.narrow(0, shards.rank * step, step).contiguous())
+    elif bias is not None and not shards.writer:
+        _set(module, "bias", None)
     if dim == 0:
         module.out_features = out_features // shards.world  # type: ignore[assignment]
     else:

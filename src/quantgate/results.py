@@ -113,6 +113,9 @@ class RunInfo(FrozenRecord):
     seconds: dict[str, dict[str, float]] = {}
     # the processes one model was spread over (``sharding``: processes, backend, engine); None: one
     shards: dict[str, Any] | None = None
+    # --max-memory: the bytes each model could keep on the device, its other layers offloaded
+    # (each model's numerics say how many); None: every model wholly on the device
+    max_memory: int | None = None
 
 
 @dataclass(frozen=True)

@@ -8,6 +8,8 @@ a kernel readahead window) the code says so with ``* 1024`` at that spot.
 
 from __future__ import annotations
 
+import re
+
 KB = 1000
 MB = 1000 * KB
 GB = 1000 * MB
@@ -22,3 +24,27 @@ def format_bytes(n: float) -> str:
     n = abs(n)
     unit, size = next(((u, s) for u, s in reversed(_STEPS) if n >= s), _STEPS[0])
     return f"{sign}{n:.0f} B" if unit == "B" else f"{sign}{n / size:.1f} {unit}"
+
+
+_READ = {
+    "b": 1,
+    "kb": KB,
+    "mb": MB,
+    "gb": GB,
+    "tb": TB,
+    "kib": 1024,
+    "mib": 1024**2,
+    "gib": 1024**3,
+    "tib": 1024**4,
+}
+
+
+def parse_bytes(text: str) -> int:
+    """'40GB', '512 MB', '1.5TB' (SI, as printed) or '40GiB' (binary, as GPU tools print memory) as
+    bytes; ``ValueError`` naming the accepted forms for anything else (a bare number is refused: its
+    unit would be a guess)."""
+    match = re.fullmatch(r"\s*([0-9]+(?:\.[0-9]+)?)\s*([a-zA-Z]+)\s*", text)
+    unit = _READ.get(match.group(2).lower()) if match else None
+    if match is None or unit is None:
+        raise ValueError(f"{text!r} is not a size: write a number and a unit, e.g. 40GB, 512MB or 40GiB")
+    return int(float(match.group(1)) * unit)

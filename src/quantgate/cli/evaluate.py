@@ -16,6 +16,7 @@ from quantgate.cli.options import (
     DeviceOpt,
     DevicesOpt,
     GatesOpt,
+    MaxMemoryOpt,
     PlanOpt,
     ProfileOpt,
     RootOpt,
@@ -69,8 +70,10 @@ def eval_(
     tenants: TenantsOpt = None,
     device: DeviceOpt = "auto",
     devices: DevicesOpt = "all",
+    max_memory: MaxMemoryOpt = None,
 ) -> None:
     """Evaluate the source once and every artifact against it, in each target's numerics."""
+    from quantgate import offload, sharding
     from quantgate.config import Catalog, load_gates
     from quantgate.devices import resolve
     from quantgate.evaluate import DataDir, EvalContext, evaluate
@@ -97,7 +100,15 @@ def eval_(
     asked = None if plan_file is not None and device == "auto" else resolve(device)
     out = out_dir(out, "--out")
     source_dir = Path(run_plan.source.path) if plan_file is not None else checkpoint
-    shards = spread(devices, asked or run_plan.device, _model_config(source_dir, artifacts))
+    where, config = asked or run_plan.device, _model_config(source_dir, artifacts)
+    budget = offload.budget(max_memory, where)
+    if budget is not None and sharding.count(devices, where, config) > 1:
+        raise UsageError(
+            "--max-memory",
+            "offloading layers is not combined with one model spread over devices",
+            "pass --devices 1",
+        )
+    shards = spread(devices, where, config)
     with contextlib.ExitStack() as stack:
         if shards is not None and not shards.writer:
             # a rank beside rank 0 computes the same evaluation, quietly, and writes it nowhere kept
@@ -146,6 +157,7 @@ def eval_(
             gates=load_gates(Path(run_plan.gates), Catalog(project)),
             tenants=run_plan.tenants if tenants is None else split(tenants),
             device=asked or run_plan.device,
+            max_memory=budget,
         )
     if shards is None or shards.writer:
         _print_summary(run, run_plan.profile, out)

@@ -122,6 +122,16 @@ DevicesOpt = Annotated[
         "process on the CPU) or a count. On the CPU a count above 1 runs that many processes over gloo.",
     ),
 ]
+MaxMemoryOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--max-memory",
+        help="The most memory one model may take on its device, as a size (40GB, 40GiB) or 'auto' (a GPU's "
+        "free memory less a reserve for activations): the decoder layers past it are kept in host memory (on "
+        "the CPU: on disk) and copied to the device for each forward, with the same numbers. Not given: every "
+        "model wholly on its device.",
+    ),
+]
 ResultsOpt = Annotated[Path, typer.Option("--results", help="Evaluation directory (quantgate eval --out).")]
 ReportDirOpt = Annotated[
     Path, typer.Option("--report", help="Directory holding report.json (quantgate gate --out).")

@@ -50,6 +50,7 @@ class SourceRuns:
 
     checkpoint: Path
     device: str = "cpu"
+    max_memory: int | None = None  # bytes the source may keep on the device (``offload``)
     forward_passes: int = 0
     load_seconds: float = 0.0
     _model: Any = None
@@ -60,7 +61,9 @@ class SourceRuns:
             from quantgate.numerics import load_source_for_eval
 
             started = time.perf_counter()
-            self._model = load_source_for_eval(self.checkpoint, device=self.device)
+            self._model = load_source_for_eval(
+                self.checkpoint, device=self.device, max_memory=self.max_memory
+            )
             self.load_seconds = round(time.perf_counter() - started, 3)
 
             def count(*_):
@@ -168,12 +171,15 @@ def evaluate(
     gates: Gates | None = None,
     tenants: list[str] | None = None,
     device: str = "cpu",
+    max_memory: int | None = None,
 ) -> EvalRun:
     """Evaluate the source (from its reference cache when present) and every artifact.
 
     ``device`` ("cpu" or "cuda", resolved by ``quantgate.devices``): where the models run. On a GPU
     with FP8 tensor cores FP8 W8A8 linears run natively, every other format emulated on that GPU
     (``load_for_eval``; each result's numerics say which, per linear); run.json records it.
+    ``max_memory`` (bytes, ``--max-memory``): each model keeps at most that on the device and its
+    other decoder layers offloaded (``quantgate.offload``): the same numbers, so the same caches.
 
     ``reference_only`` evaluates the source alone: an orchestrator runs it once, then one
     evaluation per artifact in parallel, each finding every reference in the cache.
@@ -203,7 +209,7 @@ def evaluate(
             )
     # results are keyed by the artifact directory's name (normally its target's name)
     sizes = {"source": source_bytes, **{d.name: manifests[d].total_bytes for d in dirs}}
-    source = SourceRuns(source_checkpoint, device)
+    source = SourceRuns(source_checkpoint, device, max_memory)
     extra = {"profile": ctx.profile, "source_hash": source_hash}
     references, source_results = {}, {}
     source_files: dict[str, SuiteResultFile] = {}
@@ -227,6 +233,8 @@ def evaluate(
             )
         source_results[suite.spec.name] = result
         source_files[suite.spec.name] = _record(run, "source", result, source_numerics, extra)
+    if source._model is not None:  # loaded for a reference: say whether its layers were offloaded
+        source_numerics["offloaded_layers"] = source._model.numerics.offloaded_layers
     run.numerics["source"] = source_numerics
     source._model = None  # free the source before loading artifacts
 
@@ -237,7 +245,7 @@ def evaluate(
     for d in dirs:
         manifest = manifests[d]
         with run.timed(d.name, "load"):
-            loaded = load_for_eval(d, device=device)
+            loaded = load_for_eval(d, device=device, max_memory=max_memory)
         numerics = loaded.numerics.model_dump(mode="json")
         run.numerics[d.name] = numerics
         about = {**extra, "target": manifest.target, "build_key": manifest.build_key}
@@ -290,6 +298,7 @@ def evaluate(
                 "skipped": run.skipped,
                 "seconds": run.seconds,
                 "shards": shards.describe(device) if (shards := sharding.current()) is not None else None,
+                "max_memory": max_memory,
             }
         ),
     )

@@ -44,10 +44,10 @@ import torch
 from pydantic import BaseModel, ConfigDict
 from torch import nn
 
-from quantgate import sharding
+from quantgate import offload, sharding
 from quantgate.artifact import read_manifest
 from quantgate.config import ActivationNumerics, KVCache, Target, WeightNumerics
-from quantgate.errors import InputError
+from quantgate.errors import InputError, UsageError
 from quantgate.greedy import pin_greedy
 from quantgate.numerics import attention as tiled_attention
 from quantgate.numerics.artifact import (
@@ -100,6 +100,7 @@ class NumericsReport(BaseModel):
     k_scale_range: tuple[float, float] | None = None  # smallest and largest stored k_scale
     v_scale_range: tuple[float, float] | None = None
     tensor_parallel: int = 1  # processes the model was spread over (``sharding``)
+    offloaded_layers: int = 0  # decoder layers held off the device past --max-memory (``offload``)
     notes: tuple[str, ...] = ()
 
 
@@ -344,6 +345,7 @@ class _Loaded:
     latent: bool  # multi-head latent attention: its FP8 cache is not emulated on prefill
     kv_layers: int
     native: NativeResult | None
+    placement: offload.Placement | None  # layers held off the device (--max-memory); None: all on it
 
 
 def load_for_eval(
@@ -354,17 +356,21 @@ def load_for_eval(
     kv_cache: bool = True,
     device: str | torch.device = "cpu",
     native: bool = True,
+    max_memory: int | None = None,
 ) -> EvalModel:
     """The artifact as its target computes it (emulated). ``activations=False`` keeps the same
     weights with unquantized activations (the W*A16 view, for comparison); ``kv_cache=False``
     keeps the KV cache in bf16. On a CUDA device with FP8 tensor cores, FP8 W8A8 linears run on
-    the hardware's kernel (``native.py``, mode ``native``) unless ``native=False``.
+    the hardware's kernel (``native.py``, mode ``native``) unless ``native=False``. ``max_memory``
+    (bytes): the model is assembled on the CPU and the decoder layers past that budget on
+    ``device`` are held off it (``offload``), with the same numbers.
 
     Three steps, each a value in and a value out: plan (what the artifact is, checked against
     its config), apply (decode, load, swap modules, install the KV cache, place on the device),
     describe (the report's account of what was computed)."""
     plan = _plan_load(Path(artifact_dir), target, activations=activations, kv_cache=kv_cache)
-    loaded = _apply(plan, device, native=native)
+    with offload.said_when_too_large(plan.artifact_dir, device):
+        loaded = _apply(plan, device, native=native, max_memory=max_memory)
     return EvalModel(model=loaded.model, tokenizer=loaded.tokenizer, numerics=_describe(plan, loaded, device))
 
 
@@ -421,11 +427,13 @@ def _plan_load(artifact_dir: Path, target: Target | None, *, activations: bool, 
     )
 
 
-def _apply(plan: _LoadPlan, device: str | torch.device, *, native: bool) -> _Loaded:
+def _apply(plan: _LoadPlan, device: str | torch.device, *, native: bool, max_memory: int | None) -> _Loaded:
     """The model with every quantized module decoded and swapped in, its KV cache emulated and
-    placed on ``device`` (FP8 W8A8 linears on the hardware's kernel where it has one)."""
+    placed on ``device`` (FP8 W8A8 linears on the hardware's kernel where it has one). Under a
+    ``max_memory`` budget every module is built on the CPU first and placed last (``_place``)."""
     artifact_dir, kept = plan.artifact_dir, plan.kept
-    raw = read_quantized_tensors(artifact_dir, device)
+    build_on = "cpu" if max_memory is not None else device
+    raw = read_quantized_tensors(artifact_dir, build_on)
     if not raw:
         raise InputError(
             artifact_dir,
@@ -443,7 +451,7 @@ def _apply(plan: _LoadPlan, device: str | torch.device, *, native: bool) -> _Loa
     if kept is not None and kept.weights is not None:
         kept_raw = {m: t for m, t in raw.items() if m in kept.modules}
         emulated.update(emulated_modules(artifact_dir, kept_raw, kept.weights, kept.activations))
-    model, tokenizer, missing = _load_hf(artifact_dir, device)
+    model, tokenizer, missing = _load_hf(artifact_dir, build_on)
     generation_note = pin_greedy(model)
     _refuse_missing(artifact_dir, missing, emulated)
     for name, module in emulated.items():
@@ -454,8 +462,9 @@ def _apply(plan: _LoadPlan, device: str | torch.device, *, native: bool) -> _Loa
     scales = _kv_scales_in_memory(artifact_dir, model, stored) if stored else None
     latent = plan.kv_name is not None and latent_attention(model)
     kv_layers = _install_kv(plan, model, scales, device) if plan.kv_name is not None and not latent else 0
-    model.to(device)
+    model.to(build_on)
     use_float32_gemm(model, device)
+    ran_native = apply_native(model, device) if native else None
     return _Loaded(
         model=model,
         tokenizer=tokenizer,
@@ -465,8 +474,26 @@ def _apply(plan: _LoadPlan, device: str | torch.device, *, native: bool) -> _Loa
         kv_scales=scales,
         latent=latent,
         kv_layers=kv_layers,
-        native=apply_native(model, device) if native else None,
+        native=ran_native,
+        placement=_place(model, device, max_memory),
     )
+
+
+def _place(model: nn.Module, device: str | torch.device, max_memory: int | None) -> offload.Placement | None:
+    """A model assembled on the CPU under a ``max_memory`` budget, dispatched onto ``device``: the
+    placement, or None where everything fits (then it is simply moved there)."""
+    if max_memory is None:
+        return None
+    if sharding.current() is not None:
+        raise UsageError(
+            "--max-memory", "offloading is not combined with --devices above 1", "pass one of the two"
+        )
+    placement = offload.plan(model, device, max_memory)
+    if placement is None:
+        model.to(device)
+    else:
+        offload.place(model, placement, device)
+    return placement
 
 
 def _install_kv(
@@ -564,8 +591,10 @@ def _describe(plan: _LoadPlan, loaded: _Loaded, device: str | torch.device) -> N
         k_scale_range=k_range,
         v_scale_range=v_range,
         tensor_parallel=sharding.processes(),
+        offloaded_layers=loaded.placement.offloaded if loaded.placement is not None else 0,
         notes=(
             *sharding.notes(),
+            *((loaded.placement.note,) if loaded.placement is not None else ()),
             ran_native.note if ran_native is not None else _ACCUMULATION_NOTE,
             plan.weights.note,
             _activation_note(plan),
@@ -578,12 +607,18 @@ def _describe(plan: _LoadPlan, loaded: _Loaded, device: str | torch.device) -> N
     )
 
 
-def load_source_for_eval(checkpoint_dir: Path, *, device: str | torch.device = "cpu") -> EvalModel:
-    """The source checkpoint in bf16, as the reference every artifact is compared with."""
-    model, tokenizer, _ = _load_hf(Path(checkpoint_dir), device)  # intake checked its tensors
-    generation_note = pin_greedy(model)
-    model.to(device)
-    widened = use_float32_gemm(model, device)
+def load_source_for_eval(
+    checkpoint_dir: Path, *, device: str | torch.device = "cpu", max_memory: int | None = None
+) -> EvalModel:
+    """The source checkpoint in bf16, as the reference every artifact is compared with
+    (``max_memory``: as ``load_for_eval``'s)."""
+    build_on = "cpu" if max_memory is not None else device
+    with offload.said_when_too_large(Path(checkpoint_dir), device):
+        model, tokenizer, _ = _load_hf(Path(checkpoint_dir), build_on)  # intake checked its tensors
+        generation_note = pin_greedy(model)
+        model.to(build_on)
+        widened = use_float32_gemm(model, device)
+        placement = _place(model, device, max_memory)
     return EvalModel(
         model=model,
         tokenizer=tokenizer,
@@ -596,8 +631,10 @@ def load_source_for_eval(checkpoint_dir: Path, *, device: str | torch.device = "
             mode="source",
             device=str(device),
             tensor_parallel=sharding.processes(),
+            offloaded_layers=placement.offloaded if placement is not None else 0,
             notes=(
                 *sharding.notes(),
+                *((placement.note,) if placement is not None else ()),
                 "source: bf16 weights and activations, transformers' own modules"
                 + (f"; {widened} linears' bf16 GEMMs accumulate in float32 on the CPU" if widened else ""),
                 generation_note,

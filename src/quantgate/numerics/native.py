@@ -139,7 +139,8 @@ def _kernel_accepts(module: EmulatedLinear) -> bool:
 
 
 def apply_native(model: nn.Module, device: str | torch.device) -> NativeResult | None:
-    """Swap every emulated FP8 W8A8 Linear of ``model`` (already on ``device``) for the native kernel.
+    """Swap every emulated FP8 W8A8 Linear of ``model`` (on ``device``, or on the CPU until it is
+    dispatched there) for the native kernel that ``device`` runs.
 
     None (nothing changed) where ``device`` has no FP8 tensor cores or the model has no module
     of a natively supported format: those stay emulated and are labelled so. A model of which only
@@ -169,7 +170,9 @@ def apply_native(model: nn.Module, device: str | torch.device) -> NativeResult |
     for name, module in candidates:
         if not _kernel_accepts(module):
             continue
-        sharding.replace(model, name, NativeFP8Linear.from_emulated(module).to(device))
+        # placed where the emulated module is: on ``device``, or on the CPU for a model that is
+        # dispatched afterwards, layer by layer (``offload``)
+        sharding.replace(model, name, NativeFP8Linear.from_emulated(module).to(module.weight.device))
         replaced += 1
     if not replaced:
         return None

@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# Issue 29 on the single lent H200 (and issue 27's MoE evaluation after its fix), in consecutive
+# calls of the device tool; the machine keeps /tmp while it stays warm (30 s). BENCHMARKS.md,
+# "Models larger than one GPU (issue 29)", has what came back. Phases:
+#   offload-build  carry .whl, .qg29: wheels into /tmp/site, a 70B-dense shape (LAYERS of its 80,
+#                  default 12) made on the GPU, quantgate build --targets hopper-fp8 (bench/gpu_offload.py)
+#   offload-eval   quantgate eval --profile full, resident and under --max-memory (MAX_MEMORY, default
+#                  16GB), records compared; then the 70B shape is removed (the disk)
+#   moe            a 30B-A3B shape (LAYERS, default 16, of its 48), quantgate build hopper-fp8 and
+#                  quantgate eval --profile full wikitext on the GPU (bench/gpu_scale.py --gen-items 0)
+set -uo pipefail
+phase=$1
+out=${OUT:-/tmp/out}
+mkdir -p /tmp/site /tmp/qg "$out"
+export PYTHONPATH=/tmp/site:$PWD/src:$PWD/bench PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1
+[ -d .qg29 ] && cp -r .qg29/tok .qg29/datasets /tmp/qg/
+if [ ! -d /tmp/site/transformers ]; then
+  python3 -m pip install -q --no-index --no-deps --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 3
+fi
+case $phase in
+offload-build)
+  nvidia-smi -L; df -h /tmp | tail -1; free -g | head -2
+  python3 bench/gpu_offload.py make-build --tokenizer /tmp/qg/tok --work /tmp/o --out "$out" --layers "${LAYERS:-12}"
+  tail -5 "$out/build.log"; cat "$out/offload.json"
+  ;;
+offload-eval)
+  python3 bench/gpu_offload.py eval --data /tmp/qg/datasets --work /tmp/o --out "$out" \
+    --max-memory "${MAX_MEMORY:-16GB}" --suites "${SUITES:-wikitext}"
+  tail -4 "$out"/eval-*.log
+  rm -rf /tmp/o
+  ;;
+moe)
+  df -h /tmp | tail -1
+  rm -rf /tmp/scale_out
+  python3 bench/gpu_scale.py --tokenizer /tmp/qg/tok --data /tmp/qg/datasets --out /tmp/scale_out --sizes 30b-a3b \
+    --layers "${LAYERS:-16}" --gen-items 0 --step-timeout "${STEP_S:-200}" --no-anchor-build 2>&1 | tail -40
+  cp /tmp/scale_out/scale.json "$out/scale_30b-a3b.json"
+  tar -C /tmp/scale_out -czf "$out/scale_logs_30b-a3b.tgz" .
+  ;;
+esac

@@ -162,6 +162,35 @@ def test_gpu_native_logits_agree_with_emulation_on_the_same_artifact(hopper_arti
     assert 0 < relative < 2e-2  # the kernel is really used (not identical) and computes the same function
 
 
+def _bytes(module: torch.nn.Module) -> int:
+    return sum(t.numel() * t.element_size() for t in (*module.parameters(), *module.buffers()))
+
+
+@pytest.mark.gpu
+@needs_fp8_gpu
+def test_gpu_offloaded_layers_give_the_resident_logits_bit_for_bit(hopper_artifact, tiny_source):
+    """``--max-memory`` on a GPU worker (issue 29): the last layer kept in host memory and copied to
+    the GPU for its forward runs the same native kernels on the same bytes; source and artifact."""
+    from quantgate.numerics import load_source_for_eval
+
+    ids = IDS.to("cuda")
+    for load in (lambda **kw: load_for_eval(hopper_artifact, device="cuda", **kw),
+                 lambda **kw: load_source_for_eval(tiny_source, device="cuda", **kw)):  # fmt: skip
+        resident = load()
+        layers = resident.model.model.layers
+        budget = _bytes(resident.model) - _bytes(layers[-1])  # everything but the last layer fits
+        with torch.no_grad():
+            expected = resident.model(ids).logits
+        del resident
+        offloaded = load(max_memory=budget)
+        assert offloaded.numerics.offloaded_layers == 1
+        assert "host memory" in " ".join(offloaded.numerics.notes)
+        last = offloaded.model.model.layers[-1]
+        assert {t.device.type for t in (*last.parameters(), *last.buffers())} == {"meta"}  # held off the GPU
+        with torch.no_grad():
+            assert torch.equal(offloaded.model(ids).logits, expected)
+
+
 def test_moe_experts_stay_emulated_beside_native_linears_device_check_mocked(monkeypatch):
     """A MoE artifact on an FP8 GPU: its attention linears go to the kernel, its experts stay the
     emulated fused-MoE module (whose down GEMM is kept in float32 and weighted before the store).

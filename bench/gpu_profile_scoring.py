@@ -53,6 +53,7 @@ def main() -> None:
     parser.add_argument("--windows", type=int, default=32)
     parser.add_argument("--batch-size", type=int, default=8)
     parser.add_argument("--device", default="cuda")
+    parser.add_argument("--eager-too", action="store_true", help="score again with the eager quantization")
     args = parser.parse_args()
     from quantgate.evaluate.scoring import build_reference, score
     from quantgate.numerics import load_for_eval, load_source_for_eval
@@ -73,16 +74,32 @@ def main() -> None:
     artifact = load_for_eval(args.artifact, device=args.device)
     print("artifact numerics:", artifact.numerics.mode, artifact.numerics.notes[0][:120])
 
+    scored: list = []
+
     def scoring(warm: bool) -> None:
-        score(
-            artifact.model,
-            seqs[: args.batch_size] if warm else seqs,
-            refs[False],
-            batch_size=args.batch_size,
-            pad_id=0,
+        scored.append(
+            score(
+                artifact.model,
+                seqs[: args.batch_size] if warm else seqs,
+                refs[False],
+                batch_size=args.batch_size,
+                pad_id=0,
+            )
         )
 
     _profiled("artifact scoring (KL against the reference)", scoring, tokens, args.device)
+    if args.eager_too:  # the same pass with the eager activation quantization, for the A/B
+        from quantgate.numerics import native
+
+        fused = native.quantize_per_token
+        native.quantize_per_token = native.quantize_per_token_eager
+        _profiled("artifact scoring, eager activation quantization", scoring, tokens, args.device)
+        native.quantize_per_token = fused
+        same = all(
+            torch.equal(a.nll, b.nll) and torch.equal(a.kld, b.kld)
+            for a, b in zip(scored[1], scored[3], strict=True)
+        )
+        print(f"fused and eager scores equal bit for bit: {same}")
 
 
 if __name__ == "__main__":

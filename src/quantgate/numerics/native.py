@@ -18,9 +18,7 @@ values here, not in an FP8 attention kernel.
 
 from __future__ import annotations
 
-import functools
 from dataclasses import dataclass
-from typing import Any
 
 import torch
 from torch import Tensor, nn
@@ -42,10 +40,7 @@ def native_fp8_device(device: str | torch.device) -> bool:
     return torch.cuda.get_device_capability(device) >= MIN_CAPABILITY
 
 
-_MIN_SCALE = 1.0 / (FP8_E4M3FN_MAX * 512.0)
-
-
-def quantize_per_token_eager(x: Tensor) -> tuple[Tensor, Tensor]:
+def quantize_per_token(x: Tensor) -> tuple[Tensor, Tensor]:
     """Dynamic per-token OCP FP8: (q [M, K] float8_e4m3fn, scale [M, 1] float32), as vLLM computes them.
 
     The same float32 arithmetic as ``formats.fp8_per_token`` (the emulated path): the two paths
@@ -53,28 +48,9 @@ def quantize_per_token_eager(x: Tensor) -> tuple[Tensor, Tensor]:
     """
     x = x.float()
     amax = x.abs().amax(dim=-1, keepdim=True)
-    scale = (amax / FP8_E4M3FN_MAX).clamp(min=_MIN_SCALE)
+    scale = (amax / FP8_E4M3FN_MAX).clamp(min=1.0 / (FP8_E4M3FN_MAX * 512.0))
     q = (x * scale.reciprocal()).clamp(-FP8_E4M3FN_MAX, FP8_E4M3FN_MAX).to(torch.float8_e4m3fn)
     return q, scale
-
-
-@functools.cache
-def _fused() -> Any:
-    """The Triton kernels (``fp8_triton``), or None where Triton is not installed."""
-    try:
-        from quantgate.numerics import fp8_triton
-    except ImportError:
-        return None
-    return fp8_triton
-
-
-def quantize_per_token(x: Tensor) -> tuple[Tensor, Tensor]:
-    """``quantize_per_token_eager``'s result: on a GPU in two fused Triton passes (``fp8_triton``,
-    the same bits), elsewhere eagerly."""
-    fused = _fused() if x.is_cuda else None
-    if fused is None:
-        return quantize_per_token_eager(x)
-    return fused.quantize_per_token(x, FP8_E4M3FN_MAX, _MIN_SCALE)
 
 
 class NativeFP8Linear(nn.Module):

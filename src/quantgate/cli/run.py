@@ -20,6 +20,7 @@ from quantgate.cli.options import (
     DeviceOpt,
     DevicesOpt,
     GatesOpt,
+    MaxMemoryOpt,
     ProfileOpt,
     RootOpt,
     SequentialOpt,
@@ -94,8 +95,10 @@ def run(
     repair: RepairOpt = False,
     device: DeviceOpt = "auto",
     devices: DevicesOpt = "all",
+    max_memory: MaxMemoryOpt = None,
 ) -> None:
     """Build, evaluate, gate and publish in one Prefect flow run (ephemeral, or PREFECT_API_URL's server)."""
+    from quantgate import offload
     from quantgate.devices import resolve
     from quantgate.orchestrate import run_flow
     from quantgate.sharding import count
@@ -105,7 +108,15 @@ def run(
             "--step-timeout", f"{step_timeout} is not a time limit", "pass a finite number of seconds above 0"
         )
     where = resolve(device)
-    count(devices, where)  # a count that is not one, or more GPUs than there are: refused before the flow
+    spread = count(
+        devices, where
+    )  # a count that is not one, or more GPUs than there are: refused before the flow
+    if offload.budget(max_memory, where) is not None and spread > 1:  # a size that is none: refused here too
+        raise UsageError(
+            "--max-memory",
+            "offloading layers is not combined with one model spread over devices",
+            "pass --devices 1",
+        )
     out_dir(out, "--out")
     outcome, state = run_flow(
         checkpoint=checkpoint,
@@ -128,6 +139,7 @@ def run(
         repair=repair,
         device=where,
         devices=devices,
+        max_memory=max_memory,
     )
     if outcome is None:
         typer.secho(

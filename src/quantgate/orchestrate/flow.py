@@ -98,6 +98,7 @@ def _eval_args(plan: RunPlan, out: Path) -> list[str]:
         str(out),
         "--devices",
         plan.devices,
+        *(["--max-memory", plan.max_memory] if plan.max_memory else []),
     ]
 
 
@@ -350,6 +351,7 @@ def build_and_gate(
     root: str | None = None,
     device: str = "cpu",
     devices: str = "all",
+    max_memory: str | None = None,
 ) -> State[Any]:
     """Build, evaluate, gate and publish every target of one source checkpoint.
 
@@ -366,7 +368,8 @@ def build_and_gate(
     ``$QUANTGATE_ROOT`` or the checkout). ``device``: "cpu" or "cuda" (``quantgate.devices``), where
     every build and evaluation step computes; ``devices``: how many of them one evaluation spreads
     the model over ("all" or a count, as ``quantgate eval --devices``). Both are in the plan and
-    the evaluation keys.
+    the evaluation keys. ``max_memory``: what each evaluation may keep on its device, the other
+    layers offloaded (``quantgate eval --max-memory``); in the plan, not in the keys.
     """
     from quantgate import paths
 
@@ -391,6 +394,7 @@ def build_and_gate(
         "run_id": run_id,
         "device": "cuda" if device == "cuda" else "cpu",
         "devices": devices,
+        "max_memory": max_memory,
     }
     with out_lock.held(Path(out), run_id):  # the run owns --out from before it plans to its outcome
         (Path(out) / OUTCOME).unlink(missing_ok=True)  # only this run's outcome may be reported

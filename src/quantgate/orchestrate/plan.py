@@ -112,6 +112,9 @@ class RunPlan(Frozen):
     # how many devices each evaluation spreads one model over (``--devices``: "all" or a count);
     # in the evaluation keys, as tensor parallelism changes the summation order
     devices: str = "all"
+    # ``--max-memory`` as given (a size or "auto", which each evaluation step resolves on its own
+    # worker); not in the keys: offloaded layers change the time, not the numbers (``offload``)
+    max_memory: str | None = None
     stamp: str  # the output directory's id (``output_stamp``); "" in a plan resolved but not written
     # the run that planned (its flow run id); "" for plans made outside a flow, which no step refuses
     run_id: str = ""
@@ -300,6 +303,7 @@ def resolve_plan(
     run_id: str = "",
     device: Literal["cpu", "cuda"] = "cpu",
     devices: str = "all",
+    max_memory: str | None = None,
     needs: Collection[Part] = EVERY_PART,
 ) -> RunPlan:
     """A run's inputs resolved into its typed plan: the one place they are, for ``quantgate run``'s
@@ -392,6 +396,7 @@ def resolve_plan(
         eval_env=numerics_switches(),
         device=device,
         devices=devices,
+        max_memory=max_memory,
         stamp="",
         run_id=run_id,
     )

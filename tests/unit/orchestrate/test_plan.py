@@ -158,6 +158,22 @@ def test_the_plan_carries_the_run_device_and_older_plans_read_as_cpu(tiny_llama,
     assert read_plan(plan.file).device == "cpu"
 
 
+def test_the_plan_hands_max_memory_to_every_evaluation_step_and_keeps_it_out_of_the_keys(
+    tiny_llama, repo_root, tmp_path
+):
+    """``quantgate run --max-memory`` reaches each eval step's command line through the plan; the
+    reference and evaluation keys do not change with it (offloading changes time, not numbers)."""
+    from quantgate.orchestrate.flow import _eval_args
+
+    plain = _plan(tiny_llama, repo_root, tmp_path / "a")
+    offloaded = _plan(tiny_llama, repo_root, tmp_path / "b", max_memory="auto")
+    assert read_plan(offloaded.file).max_memory == "auto" and plain.max_memory is None
+    args = _eval_args(offloaded, tmp_path / "e")
+    assert args[args.index("--max-memory") + 1] == "auto"
+    assert "--max-memory" not in _eval_args(plain, tmp_path / "e")
+    assert offloaded.eval_env == plain.eval_env and offloaded.device == plain.device
+
+
 def test_build_and_eval_resolve_their_parts_as_the_run_plans_them_and_write_nothing(
     tiny_llama, repo_root, tmp_path
 ):

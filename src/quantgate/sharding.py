@@ -45,6 +45,7 @@ from quantgate.errors import InputError, UsageError
 _COLUMN = frozenset({"colwise", "colwise_gather_output", "colwise_rep"})
 _ROW = frozenset({"rowwise", "rowwise_split_input", "rowwise_rep"})
 _LOCAL = "_quantgate_local"  # set on a module already cut to this rank's slice
+_EXPERTS = "moe_tp_experts"  # a MoE layer's experts: each expert's MLP cut, the layer's output summed
 _HEADS = ("num_attention_heads", "num_key_value_heads")  # what must split over the processes
 
 
@@ -194,7 +195,30 @@ def load_kwargs(directory: Path, config: Any, device: str) -> dict[str, Any]:
             )
     from torch.distributed.device_mesh import init_device_mesh
 
-    return {"tp_plan": "auto", "device_mesh": init_device_mesh(device, (shards.world,))}
+    return {
+        "tp_plan": _plan_without_experts(config),
+        "device_mesh": init_device_mesh(device, (shards.world,)),
+    }
+
+
+def _is_experts(key: str) -> bool:
+    return ".experts" in f".{key}"
+
+
+def _plan_without_experts(config: Any) -> dict[str, str] | str:
+    """An artifact's plan for ``from_pretrained`` with its MoE experts left out: transformers would
+    cut the compressed per-expert tensors itself, and its weight conversion fails on them (FP8,
+    seen on a tiny Mixtral); the evaluation replaces the experts with its own module, which
+    ``replace`` cuts by the style held back here (``style``). "auto" (the model's own plan) for a
+    model without experts, and for a bf16 source, whose experts transformers cuts itself."""
+    quantized = getattr(config, "quantization_config", None) is not None
+    if not quantized or not any(_is_experts(k) for k in (config.base_model_tp_plan or {})):
+        return "auto"
+    from transformers import AutoModelForCausalLM
+
+    with torch.device("meta"):
+        skeleton = AutoModelForCausalLM.from_config(config)
+    return {k: v for k, v in (skeleton.tp_plan or {}).items() if not _is_experts(k)}
 
 
 def agree(value: Any) -> Any:
@@ -215,8 +239,14 @@ def style(model: nn.Module, name: str) -> str | None:
         return None
     from transformers.distributed.tensor_parallel import replace_layer_number_by_wildcard
 
+    key = replace_layer_number_by_wildcard(name)
     plan: dict[str, str] = getattr(model, "tp_plan", None) or {}
-    return plan.get(replace_layer_number_by_wildcard(name))
+    if key in plan:
+        return plan[key]
+    # the experts' styles, held back from the load (``_plan_without_experts``): the base model's own
+    base: dict[str, str] = getattr(getattr(model, "config", None), "base_model_tp_plan", None) or {}
+    held = {k: v for k, v in base.items() if _is_experts(k)}
+    return held.get(key.removeprefix(f"{getattr(model, 'base_model_prefix', '')}."))
 
 
 def full(tensor: Tensor) -> Tensor:
@@ -234,7 +264,12 @@ def replace(model: nn.Module, name: str, module: nn.Module) -> None:
     parent, _, child = name.rpartition(".")
     owner = model.get_submodule(parent) if parent else model
     wanted = style(model, name)
-    if wanted is not None:
+    if wanted == _EXPERTS:
+        shards = current()
+        assert shards is not None
+        _cut_experts(module, name, shards)
+        _sum_over_ranks(module)
+    elif wanted is not None:
         shards = current()
         assert shards is not None
         if not getattr(getattr(owner, child), _LOCAL, False):
@@ -246,6 +281,52 @@ def replace(model: nn.Module, name: str, module: nn.Module) -> None:
         setattr(module, _LOCAL, True)
         ALL_PARALLEL_STYLES[wanted].install_forward(module, model._device_mesh)
     setattr(owner, child, module)
+
+
+def _cut_experts(module: nn.Module, name: str, shards: Shards) -> None:
+    """A MoE layer's experts cut as vLLM's tensor-parallel fused MoE cuts them: every expert's gate
+    and up projections column-wise (its slice of the intermediate features), its down projection
+    row-wise, so each rank computes every routed token's partial down products over its slice. The
+    module keeps its experts as ``gate``, ``up`` and ``down`` lists of linears (``EmulatedExperts``);
+    one that does not is refused with the way out."""
+    lists = [
+        experts
+        for key in ("gate", "up", "down")
+        if isinstance(experts := getattr(module, key, None), nn.ModuleList)
+    ]
+    if len(lists) != 3:
+        raise InputError(
+            name,
+            f"the model's tensor-parallel plan shards these experts, and {type(module).__name__} keeps no "
+            "gate/up/down lists of expert linears to cut",
+            "evaluate it on one device: --devices 1",
+        )
+    gate, up, down = lists
+    for index, (g, u, d) in enumerate(zip(gate, up, down, strict=True)):
+        _cut(g, f"{name}.{index}.gate_proj", "colwise", shards)
+        _cut(u, f"{name}.{index}.up_proj", "colwise", shards)
+        _cut(d, f"{name}.{index}.down_proj", "rowwise", shards)
+    setattr(module, _LOCAL, True)
+
+
+def is_cut(module: nn.Module) -> bool:
+    """Whether ``module`` holds only this rank's slice (``replace`` cut it)."""
+    return bool(getattr(module, _LOCAL, False))
+
+
+def _sum_over_ranks(module: nn.Module) -> None:
+    """``module``'s output summed over the group after its forward (in its own dtype, bf16 for a MoE
+    layer, as vLLM all-reduces the fused MoE's output): the ranks' partial down products joined."""
+    import torch.distributed as dist
+
+    forward = module.forward
+
+    def summed(*args: Any, **kwargs: Any) -> Tensor:
+        out = forward(*args, **kwargs)
+        dist.all_reduce(out)
+        return out
+
+    module.forward = summed
 
 
 def _cut(module: nn.Module, name: str, wanted: str, shards: Shards) -> None:
@@ -261,7 +342,7 @@ def _cut(module: nn.Module, name: str, wanted: str, shards: Shards) -> None:
         raise InputError(
             name,
             f"the model's tensor-parallel plan gives this module the style {wanted!r}, which quantgate's "
-            "emulated modules do not take (MoE experts and routers are not sharded yet)",
+            "emulated modules do not take",
             "evaluate it on one device: --devices 1",
         )
     if size % shards.world:

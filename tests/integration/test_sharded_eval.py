@@ -26,14 +26,12 @@ pytestmark = pytest.mark.integration
 TARGETS = ["hopper-fp8", "blackwell-nvfp4"]  # per-token FP8 and per-16-group NVFP4 activations
 
 
-@pytest.fixture(scope="module")
-def evaluated(tmp_path_factory, catalog, repo_root) -> dict[int, Path]:
-    """The tiny llama (4 heads, 2 KV heads: splits over 2) built for both targets, evaluated by the
-    command line with one process and with two."""
+def _one_and_two_processes(base: Path, kind: str, catalog, repo_root) -> dict[int, Path]:
+    """A tiny ``kind`` model (4 heads, 2 KV heads: splits over 2) built for both targets, evaluated
+    by the command line with one process and with two."""
     from support.models import write_tiny_model
 
-    base = tmp_path_factory.mktemp("sharded")
-    source = write_tiny_model(base / "tiny-llama", "llama")
+    source = write_tiny_model(base / f"tiny-{kind}", kind)
     record = intake(source, load_gates(repo_root / "gates.yaml", catalog))
     calibration = build_set(load_spec(repo_root / "calibration_sets" / "default.yaml"))  # FP8 KV scales
     build_targets(record, TARGETS, base / "artifacts", catalog, calibration)
@@ -62,6 +60,18 @@ def evaluated(tmp_path_factory, catalog, repo_root) -> dict[int, Path]:
     return outs
 
 
+@pytest.fixture(scope="module")
+def evaluated(tmp_path_factory, catalog, repo_root) -> dict[int, Path]:
+    return _one_and_two_processes(tmp_path_factory.mktemp("sharded"), "llama", catalog, repo_root)
+
+
+@pytest.fixture(scope="module")
+def evaluated_moe(tmp_path_factory, catalog, repo_root) -> dict[int, Path]:
+    """Mixtral's plan shards its experts (``moe_tp_experts``): every expert's gate/up column-wise and
+    down row-wise on each rank, the layer's output summed over the ranks, as vLLM's TP fused MoE."""
+    return _one_and_two_processes(tmp_path_factory.mktemp("sharded-moe"), "mixtral", catalog, repo_root)
+
+
 def _records(out: Path, model: str) -> list[dict]:
     return json.loads((out / model / "wikitext.json").read_text())["samples"]
 
@@ -88,7 +98,9 @@ def test_rank_zero_alone_writes_the_results(evaluated):
     assert listing == {p.relative_to(evaluated[1]) for p in evaluated[1].rglob("*")}
 
 
-def test_two_processes_give_one_process_records(evaluated):
+@pytest.mark.parametrize("kind", ["llama", "mixtral"])
+def test_two_processes_give_one_process_records(kind, request):
+    evaluated = request.getfixturevalue("evaluated" if kind == "llama" else "evaluated_moe")
     for model in ("source", *TARGETS):
         one, two = _records(evaluated[1], model), _records(evaluated[2], model)
         assert [(r["item"], r["tokens"]) for r in one] == [(r["item"], r["tokens"]) for r in two]
@@ -100,3 +112,14 @@ def test_two_processes_give_one_process_records(evaluated):
         assert b["wikitext.perplexity"] == pytest.approx(a["wikitext.perplexity"], rel=2e-4)
         assert b["wikitext.kld_mean"] == pytest.approx(a["wikitext.kld_mean"], rel=0.05)
         assert abs(b["wikitext.top1_agreement"] - a["wikitext.top1_agreement"]) <= 0.01
+
+
+def test_a_moe_artifact_over_two_processes_cuts_its_emulated_experts(evaluated_moe):
+    run = json.loads((evaluated_moe[2] / "run.json").read_text())
+    for model in TARGETS:
+        numerics = run["numerics"][model]
+        assert numerics["moe_layers"] == 2 and numerics["tensor_parallel"] == 2, model
+        # the tiny mixtral's 128 intermediate features, half on each rank
+        assert any("each holding every expert's slice of 64 intermediate" in n for n in numerics["notes"]), (
+            model
+        )

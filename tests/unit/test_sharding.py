@@ -101,7 +101,54 @@ def test_groups_that_would_straddle_two_ranks_are_refused():
 def test_a_style_the_emulation_cannot_take_is_refused_with_the_way_out():
     module = _grouped(None)
     with pytest.raises(InputError, match="--devices 1"):
-        sharding._cut(module, "model.layers.0.mlp.experts", "moe_tp_experts", sharding.Shards(2, 0, 0))
+        sharding._cut(module, "model.layers.0.mlp.experts", "grouped_gemm", sharding.Shards(2, 0, 0))
+
+
+def _experts(hidden: int = 32, intermediate: int = 64, count: int = 4):
+    """A MoE layer's experts as the evaluation holds them: per-channel FP8-style weights, W8A8."""
+    from quantgate.numerics.moe import EmulatedExperts, ExpertWeights
+
+    g = torch.Generator().manual_seed(3)
+
+    def weight(out_features: int, in_features: int) -> DecodedWeight:
+        scales = torch.rand(out_features, 1, generator=g) * 1e-2 + 1e-3
+        return DecodedWeight(
+            torch.randint(-100, 100, (out_features, in_features), generator=g) * scales, scales
+        )
+
+    experts = [
+        ExpertWeights(
+            weight(intermediate, hidden), weight(intermediate, hidden), weight(hidden, intermediate)
+        )
+        for _ in range(count)
+    ]
+    return EmulatedExperts(
+        experts, activation_format("fp8_e4m3fn_per_token"), torch.nn.functional.silu, weight_format="test"
+    )
+
+
+def test_expert_slices_summed_are_the_whole_moe_layer():
+    """Each rank holds every expert's gate/up slice and the matching down slice (vLLM's TP fused
+    MoE): the ranks' outputs summed are the layer's output, up to the bf16 stores of each part and
+    the per-token FP8 scale of the down input, which a rank takes over its slice."""
+    module = _experts()
+    tokens = torch.randn(16, 32).to(torch.bfloat16)
+    index = torch.randint(0, 4, (16, 2), generator=torch.Generator().manual_seed(4))
+    weights = torch.softmax(torch.randn(16, 2), dim=-1).to(torch.bfloat16)
+    whole = module(tokens, index, weights).float()
+    parts = []
+    for rank in range(2):
+        piece = copy.deepcopy(module)
+        sharding._cut_experts(piece, "model.layers.0.mlp.experts", sharding.Shards(2, rank, rank))
+        assert [piece.gate[0].out_features, piece.down[0].in_features] == [32, 32]
+        parts.append(piece(tokens, index, weights).float())
+    relative = (parts[0] + parts[1] - whole).norm() / whole.norm()
+    assert relative < 5e-2  # 1.4e-2 here; a wrong cut (a rank's down slice swapped) is off by 1.4
+
+
+def test_experts_without_expert_lists_are_refused_with_the_way_out():
+    with pytest.raises(InputError, match="--devices 1"):
+        sharding._cut_experts(nn.Linear(4, 4), "model.layers.0.mlp.experts", sharding.Shards(2, 0, 0))
 
 
 def test_devices_option_reads_all_or_a_count():

@@ -267,6 +267,11 @@ def _moe_notes(experts: list[EmulatedExperts]) -> tuple[str, ...]:
             "(numerics/moe.py: vLLM fused-MoE order of roundings; routers bf16, as the source runs them)"
         )
     ]
+    if sharding.is_cut(first):
+        notes.append(
+            f"experts: tensor parallel over {sharding.processes()} processes, each holding every expert's "
+            f"slice of {first.gate[0].out_features} intermediate features, the layer's output summed in bf16"
+        )
     if first.activation is not None and first.activation.needs_global_scale:
         notes.append(
             "experts: one NVFP4 input global scale per layer for gate/up and one for down (the smallest "

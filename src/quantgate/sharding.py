@@ -272,7 +272,7 @@ def replace(model: nn.Module, name: str, module: nn.Module) -> None:
     elif wanted is not None:
         shards = current()
         assert shards is not None
-        if not getattr(getattr(owner, child), _LOCAL, False):
+        if not is_cut(getattr(owner, child)):
             _cut(module, name, wanted, shards)
         from transformers.distributed.tensor_parallel import ALL_PARALLEL_STYLES
 

@@ -25,6 +25,7 @@ from quantgate.cli.options import (
     TargetsOpt,
     TenantsOpt,
     design,
+    memory_budget,
     out_dir,
     refuse_beside_plan,
     split,
@@ -73,7 +74,6 @@ def eval_(
     max_memory: MaxMemoryOpt = None,
 ) -> None:
     """Evaluate the source once and every artifact against it, in each target's numerics."""
-    from quantgate import offload, sharding
     from quantgate.config import Catalog, load_gates
     from quantgate.devices import resolve
     from quantgate.evaluate import DataDir, EvalContext, evaluate
@@ -101,13 +101,7 @@ def eval_(
     out = out_dir(out, "--out")
     source_dir = Path(run_plan.source.path) if plan_file is not None else checkpoint
     where, config = asked or run_plan.device, _model_config(source_dir, artifacts)
-    budget = offload.budget(max_memory, where)
-    if budget is not None and sharding.count(devices, where, config) > 1:
-        raise UsageError(
-            "--max-memory",
-            "offloading layers is not combined with one model spread over devices",
-            "pass --devices 1",
-        )
+    budget = memory_budget(max_memory, devices, where, config)
     shards = spread(devices, where, config)
     with contextlib.ExitStack() as stack:
         if shards is not None and not shards.writer:

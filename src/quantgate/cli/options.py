@@ -138,6 +138,23 @@ ReportDirOpt = Annotated[
 ]
 
 
+def memory_budget(
+    max_memory: str | None, devices: str, device: str, config: Path | None = None
+) -> int | None:
+    """``--max-memory`` as bytes (``offload.budget``), checked with ``--devices`` before any work: a
+    value that is no size, or a budget beside a model spread over several devices, is a usage error."""
+    from quantgate import offload, sharding
+
+    budget = offload.budget(max_memory, device)
+    if budget is not None and sharding.count(devices, device, config) > 1:
+        raise UsageError(
+            "--max-memory",
+            "offloading layers is not combined with one model spread over devices",
+            "pass --devices 1",
+        )
+    return budget
+
+
 def spread(devices: str, device: str, config: Path | None = None) -> Shards | None:
     """This process's place in the group ``--devices`` asks for: None alone; the group torchrun
     started, when it did; else the command runs again under ``torch.distributed.run`` with one

@@ -28,6 +28,7 @@ from quantgate.cli.options import (
     TargetsOpt,
     TenantsOpt,
     design,
+    memory_budget,
     out_dir,
     split,
 )
@@ -98,7 +99,6 @@ def run(
     max_memory: MaxMemoryOpt = None,
 ) -> None:
     """Build, evaluate, gate and publish in one Prefect flow run (ephemeral, or PREFECT_API_URL's server)."""
-    from quantgate import offload
     from quantgate.devices import resolve
     from quantgate.orchestrate import run_flow
     from quantgate.sharding import count
@@ -108,15 +108,8 @@ def run(
             "--step-timeout", f"{step_timeout} is not a time limit", "pass a finite number of seconds above 0"
         )
     where = resolve(device)
-    spread = count(
-        devices, where
-    )  # a count that is not one, or more GPUs than there are: refused before the flow
-    if offload.budget(max_memory, where) is not None and spread > 1:  # a size that is none: refused here too
-        raise UsageError(
-            "--max-memory",
-            "offloading layers is not combined with one model spread over devices",
-            "pass --devices 1",
-        )
+    count(devices, where)  # a count that is not one, or more GPUs than there are: refused before the flow
+    memory_budget(max_memory, devices, where)  # likewise a budget no evaluation step could take
     out_dir(out, "--out")
     outcome, state = run_flow(
         checkpoint=checkpoint,

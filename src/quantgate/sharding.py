@@ -287,7 +287,7 @@ def _cut_experts(module: nn.Module, name: str, shards: Shards) -> None:
     """A MoE layer's experts cut as vLLM's tensor-parallel fused MoE cuts them: every expert's gate
     and up projections column-wise (its slice of the intermediate features), its down projection
     row-wise, so each rank computes every routed token's partial down products over its slice. The
-    module keeps its experts as ``gate``, ``up`` and ``down`` lists of linears (``EmulatedExperts``);
+    module keeps its experts as ``gate``, ``up`` and ``down`` lists of linears (``QuantizedExperts``);
     one that does not is refused with the way out."""
     lists = [
         experts

@@ -9,7 +9,7 @@ measures W8A16 where the hardware runs W8A8, and reports which numerics it used.
 - ``weights``: how each on-disk weight format decodes, exactly;
 - ``emulated``: ``EmulatedLinear``, a quantized Linear computed as its kernel computes it;
 - ``cpu_gemm``: ``Float32GemmLinear``, a bf16 Linear on the CPU computed as a GPU's bf16 GEMM;
-- ``moe``: ``EmulatedExperts``, a mixture-of-experts layer's per-expert weights in place of
+- ``moe``: ``QuantizedExperts``, a mixture-of-experts layer's per-expert weights in place of
   transformers' fused experts, computed as vLLM's fused-MoE kernels compute them;
 - ``kvcache``: FP8 KV cache emulation after RoPE, through transformers' attention dispatch;
 - ``load``: ``load_for_eval`` / ``load_source_for_eval`` and the ``NumericsReport``.
@@ -29,7 +29,7 @@ from quantgate.numerics.formats import (
     register_kv_cache,
 )
 from quantgate.numerics.load import EvalModel, NumericsReport, load_for_eval, load_source_for_eval
-from quantgate.numerics.moe import EmulatedExperts
+from quantgate.numerics.moe import QuantizedExperts
 from quantgate.numerics.weights import DecodedWeight, register_weights, weight_format, weight_formats
 
 if TYPE_CHECKING:
@@ -41,7 +41,7 @@ if TYPE_CHECKING:
 __all__ = [
     "CPU_BF16_GEMM",
     "DecodedWeight",
-    "EmulatedExperts",
+    "QuantizedExperts",
     "EmulatedLinear",
     "EvalModel",
     "Float32GemmLinear",

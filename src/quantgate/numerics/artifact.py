@@ -4,7 +4,7 @@ The raw tensors come straight from the safetensors files (never from transformer
 decompression), grouped per module; each module is decoded by its weight format, checked
 against a meta-device skeleton of the architecture, and turned into an ``EmulatedLinear``, or,
 for per-expert modules on disk that transformers fuses in memory, grouped by layer into an
-``EmulatedExperts`` (``moe.py``). Names on disk go through transformers' own key renamings
+``QuantizedExperts`` (``moe.py``). Names on disk go through transformers' own key renamings
 first. The artifact's own config.json must agree with the numerics being emulated.
 """
 
@@ -180,7 +180,7 @@ def emulated_modules(
     rename: Callable[[str], str] | None = None,
 ) -> dict[str, nn.Module]:
     """The emulated module for every quantized module on disk, keyed by its name in memory: an
-    ``EmulatedLinear`` per Linear, an ``EmulatedExperts`` per fused experts module (its per-expert
+    ``EmulatedLinear`` per Linear, an ``QuantizedExperts`` per fused experts module (its per-expert
     modules on disk grouped). Refuses any mismatch, naming the module on disk. ``skeleton``: the
     architecture on the meta device (built from the artifact's config when not given); ``rename``:
     ``disk_to_memory(skeleton)`` when the caller has it (building it walks every module of the
@@ -240,7 +240,7 @@ def emulated_modules(
             scales = moe.shared_input_scales(experts) if act is not None and act.needs_global_scale else None
         except (moe.ExpertLayoutError, WeightDecodeError) as exc:
             raise InputError(where, str(exc), "rebuild the artifact") from None
-        built[prefix] = moe.EmulatedExperts(
+        built[prefix] = moe.QuantizedExperts(
             weights, act, fused.act_fn, weight_format=wfmt.name, input_scales=scales, notes=tuple(notes)
         )
     return built

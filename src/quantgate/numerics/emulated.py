@@ -13,6 +13,8 @@ without accumulation error.
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
@@ -24,6 +26,7 @@ from quantgate.numerics.weights import DecodedWeight
 class EmulatedLinear(nn.Module):
     """A quantized Linear: decoded weights, the target's activation format, float32 (or float64) matmul."""
 
+    native: ClassVar[bool] = False  # computed here, not on the hardware's kernel (``NativeFP8Linear``)
     weight: Tensor
     weight_scale: Tensor
     weight_global_scale: Tensor | None
@@ -75,6 +78,11 @@ class EmulatedLinear(nn.Module):
         if self.bias is not None:
             y = y + self.bias.to(dtype)
         return y
+
+    def weighted(self, x: Tensor, row_weight: Tensor) -> Tensor:
+        """The GEMM's result times ``row_weight`` [M, 1] (a MoE token's routing weight), multiplied in
+        ``compute_dtype`` before the store, as vLLM's fused MoE kernel does in its accumulator."""
+        return (self.matmul(x) * row_weight.to(self.compute_dtype)).to(x.dtype)
 
     def forward(self, x: Tensor) -> Tensor:
         """The layer's output, stored in the input's dtype as the kernel stores it."""

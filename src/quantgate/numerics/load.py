@@ -14,7 +14,7 @@ quantization at all: W8A16 measured for W8A8 (DESIGN). So:
    bf16 decompression (bf16 rounding of ``w * scale`` is not what the kernel computes);
    they are decoded and matched against a meta-device skeleton before anything is loaded;
    per-expert modules of a mixture-of-experts layer, which transformers fuses in memory,
-   become one ``EmulatedExperts`` per layer (``moe.py``);
+   become one ``QuantizedExperts`` per layer (``moe.py``);
 2. the rest (embeddings, norms, lm_head) comes from ``from_pretrained`` in bf16, on its
    default route, which leaves quantized modules compressed (nothing is dequantized only to
    be thrown away: transformers' NVFP4 decompression alone took ~25 s for the 135M model);
@@ -64,7 +64,7 @@ from quantgate.numerics.cpu_gemm import use_float32_gemm
 from quantgate.numerics.emulated import EmulatedLinear
 from quantgate.numerics.formats import ActivationFormat, activation_format, kv_cache_format
 from quantgate.numerics.kvcache import attention_modules, install_kv_cache, latent_attention
-from quantgate.numerics.moe import EmulatedExperts
+from quantgate.numerics.moe import QuantizedExperts
 from quantgate.numerics.native import NativeFP8Linear, NativeResult, apply_native
 from quantgate.numerics.weights import WeightFormat, weight_format
 
@@ -90,7 +90,7 @@ class NumericsReport(BaseModel):
     # every quantized module by name: "native" (the hardware's kernel) or "emulated" (on ``device``)
     linears: dict[str, Literal["native", "emulated"]] = {}
     modules_replaced: int = 0
-    moe_layers: int = 0  # fused experts modules replaced by EmulatedExperts
+    moe_layers: int = 0  # fused experts modules replaced by QuantizedExperts
     kv_cache_layers: int = 0
     kv_cache_format: str = "bf16"  # the KV format alone: bf16, fp8_e4m3fn, fp8_e4m3fnuz
     kv_cache_scheme: str | None = (
@@ -257,13 +257,21 @@ def _range(values: list[torch.Tensor]) -> tuple[float, float]:
     return float(flat.min()), float(flat.max())
 
 
-def _moe_notes(experts: list[EmulatedExperts]) -> tuple[str, ...]:
+def _moe_notes(experts: list[QuantizedExperts]) -> tuple[str, ...]:
     if not experts:
         return ()
     first = experts[0]
+    native = sum(m.native for m in experts)
+    computed = (
+        "emulated per expert"
+        if not native
+        else "on the FP8 kernel per expert"
+        if native == len(experts)
+        else f"per expert, {native} of them on the FP8 kernel and the others emulated"
+    )
     notes = [
         (
-            f"experts: {len(experts)} MoE layers of {first.num_experts} experts emulated per expert "
+            f"experts: {len(experts)} MoE layers of {first.num_experts} experts {computed} "
             "(numerics/moe.py: vLLM fused-MoE order of roundings; routers bf16, as the source runs them)"
         )
     ]
@@ -344,7 +352,7 @@ class _Loaded:
     model: nn.Module
     tokenizer: Any
     modules_replaced: int
-    experts: tuple[EmulatedExperts, ...]
+    experts: tuple[QuantizedExperts, ...]
     generation_note: str
     kv_scales: KVScales | None  # by attention module in memory; None: none stored
     latent: bool  # multi-head latent attention: its FP8 cache is not emulated on prefill
@@ -474,7 +482,7 @@ def _apply(plan: _LoadPlan, device: str | torch.device, *, native: bool, max_mem
         model=model,
         tokenizer=tokenizer,
         modules_replaced=len(raw),
-        experts=tuple(m for m in emulated.values() if isinstance(m, EmulatedExperts)),
+        experts=tuple(m for m in emulated.values() if isinstance(m, QuantizedExperts)),
         generation_note=generation_note,
         kv_scales=scales,
         latent=latent,
@@ -573,9 +581,9 @@ def _describe(plan: _LoadPlan, loaded: _Loaded, device: str | torch.device) -> N
     kv_report, kv_note = _kv_description(plan, loaded, ranges)
     k_range, v_range = ranges if ranges is not None else (None, None)
     linears: dict[str, Literal["native", "emulated"]] = {
-        name: "native" if isinstance(m, NativeFP8Linear) else "emulated"
+        name: "native" if m.native else "emulated"
         for name, m in loaded.model.named_modules()
-        if isinstance(m, NativeFP8Linear | EmulatedLinear | EmulatedExperts)
+        if isinstance(m, NativeFP8Linear | EmulatedLinear | QuantizedExperts)
     }
     return NumericsReport(
         target=n.target,

@@ -3,8 +3,9 @@
 transformers 5 keeps a layer's experts as two fused parameters (``gate_up_proj`` [E, 2I, H],
 gate rows first, and ``down_proj`` [E, H, I]); artifacts store one module per expert and
 projection (``experts.{e}.gate_proj`` / ``up_proj`` / ``down_proj``, Mixtral ``w1`` / ``w3`` /
-``w2``), with its own scales. The experts module is replaced by ``EmulatedExperts``, which
-holds one ``EmulatedLinear`` per expert and projection, rather than decoding into the fused
+``w2``), with its own scales. The experts module is replaced by ``QuantizedExperts``, which
+holds one ``EmulatedLinear`` per expert and projection (on an FP8 GPU, ``native.apply_native``
+swaps FP8 W8A8 ones for the kernel's ``NativeFP8Linear``), rather than decoding into the fused
 layout, because:
 
 - the fused parameters are bf16 tensors, and ``grid value x scale`` does not fit bf16 (an FP8
@@ -45,7 +46,7 @@ import dataclasses
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import cast
+from typing import Protocol, cast
 
 import torch
 from torch import Tensor, nn
@@ -108,6 +109,13 @@ def is_fused_experts(module: nn.Module | None) -> bool:
         and gate_up.shape[1] == 2 * down.shape[2]
         and gate_up.shape[2] == down.shape[1]
     )
+
+
+class WeightedLinear(Protocol):
+    """What an expert's down projection offers: its output times a per-token routing weight,
+    multiplied in the GEMM's float32 result before the bf16 store, as the fused MoE kernel does."""
+
+    def weighted(self, x: Tensor, row_weight: Tensor) -> Tensor: ...
 
 
 class ExpertLayoutError(ValueError):
@@ -195,7 +203,7 @@ def shared_input_scales(experts: dict[int, dict[str, dict[str, Tensor]]]) -> tup
     return torch.stack(w13).min(), torch.stack(w2).min()
 
 
-class EmulatedExperts(nn.Module):
+class QuantizedExperts(nn.Module):
     """A layer's experts with quantized weights and activations, called like transformers' experts module:
     ``(hidden_states [T, H], top_k_index [T, k], top_k_weights [T, k]) -> [T, H]``."""
 
@@ -233,12 +241,22 @@ class EmulatedExperts(nn.Module):
         self.weight_format = weight_format
         self.notes = notes
 
-    def expert(self, index: int, x: Tensor) -> Tensor:
-        """One expert's down projection of ``x`` [N, H] before its bf16 store: float32 (compute dtype)."""
+    def expert(self, index: int, x: Tensor, routing_weight: Tensor) -> Tensor:
+        """One expert's contribution for ``x`` [N, H]: its down projection times each token's routing
+        weight [N, 1], multiplied before the bf16 store (``WeightedLinear.weighted``)."""
         gate, up = self.gate[index], self.up[index]
-        down = cast(EmulatedLinear, self.down[index])
+        down = cast(WeightedLinear, self.down[index])
         gated = (self.act_fn(gate(x).float()) * up(x).float()).to(x.dtype)
-        return down.matmul(gated)
+        return down.weighted(gated, routing_weight)
+
+    def linears(self) -> tuple[nn.Module, ...]:
+        """Every expert's projections: gates, ups, downs."""
+        return (*self.gate, *self.up, *self.down)
+
+    @property
+    def native(self) -> bool:
+        """Every expert linear runs on the hardware's kernel (``native.apply_native`` swapped them)."""
+        return all(getattr(m, "native", False) for m in self.linears())
 
     @torch.no_grad()
     def forward(self, hidden_states: Tensor, top_k_index: Tensor, top_k_weights: Tensor) -> Tensor:
@@ -249,9 +267,8 @@ class EmulatedExperts(nn.Module):
             if not 0 <= index < self.num_experts:
                 continue  # transformers' sentinel for a token routed to no expert
             token, position = torch.where(top_k_index == index)
-            y = self.expert(index, hidden_states[token])
-            weight = top_k_weights[token, position, None].to(y.dtype)
-            contributions[token, position] = (y * weight).to(hidden_states.dtype)
+            weight = top_k_weights[token, position, None]
+            contributions[token, position] = self.expert(index, hidden_states[token], weight)
         out = contributions[:, 0]
         for slot in range(1, k):  # moe_sum: bf16 additions in routing order
             out = (out.float() + contributions[:, slot].float()).to(hidden_states.dtype)
@@ -260,4 +277,5 @@ class EmulatedExperts(nn.Module):
     def extra_repr(self) -> str:
         """Expert count and formats, for ``print(model)``."""
         activation = self.activation.name if self.activation is not None else "none"
-        return f"experts={self.num_experts}, weights={self.weight_format}, activations={activation}"
+        kernel = ", kernel=torch._scaled_mm" if self.native else ""
+        return f"experts={self.num_experts}, weights={self.weight_format}, activations={activation}{kernel}"

@@ -10,15 +10,22 @@ in the epilogue, and precise accumulation (``use_fast_accum=False``), which is w
 CUTLASS FP8 path does on Hopper. The result is then what the serving kernel computes, not a
 model of it; ``load_for_eval`` labels it ``native``.
 
+MoE experts (``moe.QuantizedExperts``) run on the same kernel, one GEMM per expert and
+projection over the tokens routed to it: gate and up stored in bf16, SiLU-and-mul in float32,
+the product quantized per token again, and the down GEMM's float32 accumulator scaled by the
+token's routing weight before its bf16 store, which vLLM's Triton fused MoE (FP8 W8A8, per-token
+activations, per-channel weights) computes in one kernel; the weight rides in the per-token
+scale of the epilogue. A layer goes to the kernel whole or stays emulated whole.
+
 What stays emulated, and is said so in the report: modules whose shapes the kernel refuses
-(K or N not a multiple of 16), fused MoE experts (``moe.py``), and the FP8 KV cache: its
-quantization is the same cast on the GPU, but attention runs in bf16 over the dequantized
-values here, not in an FP8 attention kernel.
+(K or N not a multiple of 16), and the FP8 KV cache: its quantization is the same cast on the
+GPU, but attention runs in bf16 over the dequantized values here, not in an FP8 attention kernel.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import ClassVar, cast
 
 import torch
 from torch import Tensor, nn
@@ -26,7 +33,7 @@ from torch import Tensor, nn
 from quantgate import sharding
 from quantgate.numerics.emulated import EmulatedLinear
 from quantgate.numerics.formats import FP8_E4M3FN_MAX
-from quantgate.numerics.moe import EmulatedExperts
+from quantgate.numerics.moe import QuantizedExperts
 
 MIN_CAPABILITY = (8, 9)  # Ada: the first NVIDIA architecture with FP8 tensor cores
 _NATIVE_PAIRS = {("fp8_e4m3fn", "fp8_e4m3fn_per_token")}  # (weights, activations) run natively
@@ -56,6 +63,7 @@ def quantize_per_token(x: Tensor) -> tuple[Tensor, Tensor]:
 class NativeFP8Linear(nn.Module):
     """An FP8 W8A8 Linear on ``torch._scaled_mm``: stored FP8 weights, per-token FP8 inputs."""
 
+    native: ClassVar[bool] = True
     weight: Tensor
     weight_scale: Tensor
     bias: Tensor | None
@@ -79,12 +87,13 @@ class NativeFP8Linear(nn.Module):
         weight = (module.weight / safe).to(torch.float8_e4m3fn)
         return cls(weight, scale, module.bias)
 
-    @torch.no_grad()
-    def forward(self, x: Tensor) -> Tensor:
-        """The layer's output in bf16 (the kernel's output type), returned in the input's dtype."""
-        shape = x.shape
-        q, scale = quantize_per_token(x.reshape(-1, self.in_features))
-        y = torch._scaled_mm(
+    def _gemm(self, x: Tensor, row_weight: Tensor | None = None) -> Tensor:
+        """``x`` [M, K] through the kernel, in bf16; ``row_weight`` [M, 1] joins the token scale in the
+        epilogue (float32, before the bf16 store)."""
+        q, scale = quantize_per_token(x)
+        if row_weight is not None:
+            scale = scale * row_weight.float()
+        return torch._scaled_mm(
             q,
             self.weight.t(),  # column-major, as the kernel requires
             scale_a=scale,
@@ -92,6 +101,22 @@ class NativeFP8Linear(nn.Module):
             out_dtype=torch.bfloat16,
             use_fast_accum=False,
         )
+
+    @torch.no_grad()
+    def weighted(self, x: Tensor, row_weight: Tensor) -> Tensor:
+        """A MoE expert's down projection times each token's routing weight [M, 1], stored once in
+        bf16: the weight is folded into the per-token scale the epilogue applies to the float32
+        accumulator, where vLLM's fused MoE multiplies the scaled accumulator by it (the same three
+        float32 factors, in another order). No bias: expert projections have none."""
+        if self.bias is not None:
+            raise ValueError("a weighted product with a bias is not what the fused MoE kernel computes")
+        return self._gemm(x, row_weight).to(x.dtype)
+
+    @torch.no_grad()
+    def forward(self, x: Tensor) -> Tensor:
+        """The layer's output in bf16 (the kernel's output type), returned in the input's dtype."""
+        shape = x.shape
+        y = self._gemm(x.reshape(-1, self.in_features))
         if self.bias is not None:
             y = (y.float() + self.bias).to(torch.bfloat16)
         return y.reshape(*shape[:-1], self.out_features).to(x.dtype)
@@ -103,13 +128,15 @@ class NativeFP8Linear(nn.Module):
 
 @dataclass(frozen=True)
 class NativeResult:
-    """What ran natively: how many FP8 linears moved to the kernel, how many stayed emulated, and why."""
+    """What ran natively: how many FP8 linears and MoE layers moved to the kernel, how many stayed
+    emulated, and why."""
 
-    replaced: int
+    replaced: int  # FP8 W8A8 linears outside MoE experts
     kept_emulated: int  # FP8 W8A8 linears the kernel refuses
-    other_emulated: int  # quantized modules of other formats (a mixed-precision artifact), MoE experts
+    other_emulated: int  # quantized modules of other formats (a mixed-precision artifact), MoE layers left emulated
     device_name: str
     capability: tuple[int, int]
+    moe_layers: int = 0  # MoE layers whose every expert projection runs on the kernel
 
     @property
     def whole(self) -> bool:
@@ -127,20 +154,43 @@ class NativeResult:
         )
         if self.other_emulated:
             kept += f"; {self.other_emulated} quantized modules of other formats emulated"
+        experts = (
+            f"; the experts of {self.moe_layers} MoE layers on the same kernel, one GEMM per expert and "
+            "projection, each token's routing weight folded into its down GEMM's token scale"
+            if self.moe_layers
+            else ""
+        )
         return (
             f"native: {self.replaced} FP8 linears on torch._scaled_mm ({self.device_name}, sm_{major}{minor}), "
             "per-token activation and per-channel weight scales in the epilogue, precise fp32 accumulation, "
-            f"bf16 output, as vLLM's CUTLASS FP8 path{kept}"
+            f"bf16 output, as vLLM's CUTLASS FP8 path{experts}{kept}"
         )
+
+
+def _w8a8(module: nn.Module) -> bool:
+    """An emulated FP8 W8A8 linear (per-channel weights, dynamic per-token activations)."""
+    return isinstance(module, EmulatedLinear) and (
+        module.weight_format,
+        module.activation.name if module.activation is not None else None,
+    ) in _NATIVE_PAIRS
 
 
 def _kernel_accepts(module: EmulatedLinear) -> bool:
     return module.in_features % 16 == 0 and module.out_features % 16 == 0
 
 
+def _native_experts(experts: QuantizedExperts) -> bool:
+    """Whether every projection of every expert can run on the kernel; a MoE layer runs natively
+    whole or not at all, so that its label says what it computed."""
+    return all(
+        _w8a8(m) and _kernel_accepts(cast(EmulatedLinear, m)) and m.bias is None for m in experts.linears()
+    )
+
+
 def apply_native(model: nn.Module, device: str | torch.device) -> NativeResult | None:
     """Swap every emulated FP8 W8A8 Linear of ``model`` (on ``device``, or on the CPU until it is
-    dispatched there) for the native kernel that ``device`` runs.
+    dispatched there) for the native kernel that ``device`` runs, and the expert projections of
+    every MoE layer whose projections all are.
 
     None (nothing changed) where ``device`` has no FP8 tensor cores or the model has no module
     of a natively supported format: those stay emulated and are labelled so. A model of which only
@@ -148,47 +198,39 @@ def apply_native(model: nn.Module, device: str | torch.device) -> NativeResult |
     """
     if not native_fp8_device(device):
         return None
-    # a MoE layer's experts stay emulated as a whole: EmulatedExperts models the fused MoE kernel
-    # (each expert's down GEMM kept in float32 and weighted before the store), which a per-expert
-    # _scaled_mm writing bf16 is not; swapping their linears broke that module (issue 27, 30B-A3B)
-    inside_experts = {
-        f"{prefix}.{child}" if prefix else child
-        for prefix, m in model.named_modules()
-        if isinstance(m, EmulatedExperts)
-        for child, _ in m.named_modules()
-    }
+    moe = [m for m in model.modules() if isinstance(m, QuantizedExperts)]
+    inside_experts = {id(linear) for m in moe for linear in m.linears()}
     candidates = [
-        (name, m)
-        for name, m in model.named_modules()
-        if isinstance(m, EmulatedLinear)
-        and name not in inside_experts
-        and (m.weight_format, m.activation.name if m.activation is not None else None) in _NATIVE_PAIRS
+        (name, m) for name, m in model.named_modules() if _w8a8(m) and id(m) not in inside_experts
     ]
-    if not candidates:
+    accepted = [(name, m) for name, m in candidates if _kernel_accepts(cast(EmulatedLinear, m))]
+    native_moe = [m for m in moe if _native_experts(m)]
+    if not accepted and not native_moe:
         return None
-    replaced = 0
-    for name, module in candidates:
-        if not _kernel_accepts(module):
-            continue
+    for name, module in accepted:
         # placed where the emulated module is: on ``device``, or on the CPU for a model that is
         # dispatched afterwards, layer by layer (``offload``)
-        sharding.replace(model, name, NativeFP8Linear.from_emulated(module).to(module.weight.device))
-        replaced += 1
-    if not replaced:
-        return None
+        sharding.replace(model, name, _native(cast(EmulatedLinear, module)))
+    for experts in native_moe:
+        # each rank's slice as it is (``sharding._cut_experts`` cut the emulated ones): the layer's
+        # forward, and the sum over ranks installed on it, stay
+        for projections in (experts.gate, experts.up, experts.down):
+            for index, module in enumerate(projections):
+                projections[index] = _native(cast(EmulatedLinear, module))
+    others = sum(
+        isinstance(m, EmulatedLinear) and id(m) not in inside_experts for m in model.modules()
+    ) - (len(candidates) - len(accepted))
+    others += len(moe) - len(native_moe)
     torch_device = torch.device(device)
-    kept = len(candidates) - replaced
-    others = (
-        sum(
-            isinstance(m, EmulatedExperts) or (isinstance(m, EmulatedLinear) and name not in inside_experts)
-            for name, m in model.named_modules()
-        )
-        - kept
-    )
     return NativeResult(
-        replaced=replaced,
-        kept_emulated=kept,
+        replaced=len(accepted),
+        kept_emulated=len(candidates) - len(accepted),
         other_emulated=others,
         device_name=torch.cuda.get_device_name(torch_device),
         capability=torch.cuda.get_device_capability(torch_device),
+        moe_layers=len(native_moe),
     )
+
+
+def _native(module: EmulatedLinear) -> NativeFP8Linear:
+    return NativeFP8Linear.from_emulated(module).to(module.weight.device)

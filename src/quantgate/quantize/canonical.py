@@ -100,7 +100,7 @@ def layer_to_float64(layer: nn.Module) -> tuple[str, ...]:
                 setattr(layer.get_submodule(parent) if parent else layer, child, replacement)
             else:
                 notes.append(f"{kind} ({name}) is not a Llama-form RMSNorm: it computes in its own dtype")
-        elif kind == "EmulatedExperts":
+        elif kind == "QuantizedExperts":
             notes.append(f"fused experts ({name}) compute their gate and up products in float32")
     for module in layer.modules():
         if isinstance(module, EmulatedLinear):

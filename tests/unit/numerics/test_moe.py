@@ -26,7 +26,7 @@ from quantgate.evaluate.suites import EvalContext, load_suite
 from quantgate.numerics import EmulatedLinear, Float32GemmLinear, load_for_eval, load_source_for_eval
 from quantgate.numerics.artifact import read_kv_scales
 from quantgate.numerics.load import read_quantized_tensors
-from quantgate.numerics.moe import EmulatedExperts, ExpertWeights, expert_key, vllm_expert_names
+from quantgate.numerics.moe import QuantizedExperts, ExpertWeights, expert_key, vllm_expert_names
 from quantgate.numerics.weights import DecodedWeight
 from quantgate.serving.check import check_artifact
 from support.builds import build_targets
@@ -67,8 +67,8 @@ def _built(moe_artifacts, kind: str):
     return built
 
 
-def _experts_module(model) -> tuple[str, EmulatedExperts]:
-    return next((n, m) for n, m in model.named_modules() if isinstance(m, EmulatedExperts))
+def _experts_module(model) -> tuple[str, QuantizedExperts]:
+    return next((n, m) for n, m in model.named_modules() if isinstance(m, QuantizedExperts))
 
 
 def _routing(experts: int, tokens: int = 24, k: int = 2, seed: int = 0):
@@ -140,10 +140,36 @@ def test_w8a8_differs_from_w8a16_on_an_expert(moe_artifacts):
         # same weights, bit for bit; only the activations' quantization differs
         assert torch.equal(w8a8.gate[0].weight, w8a16.gate[0].weight)
         assert w8a16.gate[0].activation is None and w8a8.gate[0].activation is not None
-        one, other = w8a8.expert(0, hidden), w8a16.expert(0, hidden)
+        unit = torch.ones(hidden.shape[0], 1)  # routing weight 1: the expert's own product, stored
+        one, other = w8a8.expert(0, hidden, unit), w8a16.expert(0, hidden, unit)
         assert not torch.equal(one, other)
         assert (one - other).abs().max() > 1e-3 * other.abs().max()
         assert not torch.equal(w8a8(hidden, index, weights), w8a16(hidden, index, weights))
+
+
+def test_a_moe_artifact_on_an_fp8_gpu_runs_natively_whole_device_check_mocked(moe_artifacts, monkeypatch):
+    """hopper-fp8 Mixtral on an FP8 GPU: attention and every expert on the kernel, labelled native,
+    the logits those of the emulation up to the kernel's bf16 stores. CPU stands in for the GPU
+    (mocked device check; torch's CPU _scaled_mm takes the same row-wise scales)."""
+    from quantgate.numerics import native
+
+    artifact = _built(moe_artifacts, "mixtral").artifacts["hopper-fp8"]
+    ids = torch.randint(3, 200, (2, 16), generator=torch.Generator().manual_seed(1))
+    emulated = load_for_eval(artifact, kv_cache=False)
+    monkeypatch.setattr(native, "native_fp8_device", lambda device: True)
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: "test GPU")
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: (9, 0))
+    loaded = load_for_eval(artifact, kv_cache=False)
+
+    report = loaded.numerics
+    assert report.mode == "native" and report.moe_layers == 2
+    assert set(report.linears.values()) == {"native"}
+    assert any("experts of 2 MoE layers on the same kernel" in note for note in report.notes)
+    assert any("experts on the FP8 kernel per expert" in note for note in report.notes)
+    with torch.no_grad():
+        one, other = loaded.model(ids).logits.float(), emulated.model(ids).logits.float()
+    assert ((one - other).norm() / other.norm()).item() < 2e-2
+    assert (one.argmax(-1) == other.argmax(-1)).float().mean().item() > 0.9
 
 
 def _decode_reference(
@@ -255,7 +281,7 @@ def test_unquantized_experts_route_and_combine_as_transformers(moe_artifacts):
             )
             for e in range(n_experts)
         ]
-        ours = EmulatedExperts(experts, None, fused.act_fn, weight_format="bf16")
+        ours = QuantizedExperts(experts, None, fused.act_fn, weight_format="bf16")
         hidden, index, weights = _routing(n_experts, seed=1)
         with torch.no_grad():
             theirs = fused(hidden, index, weights)
@@ -319,7 +345,7 @@ def test_deepseek_latent_attention_says_what_its_kv_cache_does(moe_artifacts):
     # the dense first layer is Linear, the second layer's experts per expert, its shared expert Linear
     model = loaded.model
     assert isinstance(model.get_submodule("model.layers.0.mlp.gate_proj"), EmulatedLinear)
-    assert isinstance(model.get_submodule("model.layers.1.mlp.experts"), EmulatedExperts)
+    assert isinstance(model.get_submodule("model.layers.1.mlp.experts"), QuantizedExperts)
     assert isinstance(model.get_submodule("model.layers.1.mlp.shared_experts.down_proj"), EmulatedLinear)
     assert model.get_submodule("model.layers.1.mlp.gate").weight.dtype == torch.bfloat16
     ids = torch.randint(3, 512, (1, 8), generator=torch.Generator().manual_seed(0))

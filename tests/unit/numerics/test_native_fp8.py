@@ -97,10 +97,7 @@ def test_on_cpu_nothing_is_native(tmp_path):
 
 
 def test_only_a_wholly_native_model_is_labelled_native(monkeypatch):
-    # CPU stands in for an FP8 GPU here (torch's CPU _scaled_mm takes the same arguments)
-    monkeypatch.setattr(native_module, "native_fp8_device", lambda device: True)
-    monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: "test GPU")
-    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: (9, 0))
+    _mock_fp8_gpu(monkeypatch)
     fp8 = _emulated_fp8()
     w8a16 = EmulatedLinear(
         weight_format("fp8_e4m3fn").decode(
@@ -191,42 +188,110 @@ def test_gpu_offloaded_layers_give_the_resident_logits_bit_for_bit(hopper_artifa
             assert torch.equal(offloaded.model(ids).logits, expected)
 
 
-def test_moe_experts_stay_emulated_beside_native_linears_device_check_mocked(monkeypatch):
-    """A MoE artifact on an FP8 GPU: its attention linears go to the kernel, its experts stay the
-    emulated fused-MoE module (whose down GEMM is kept in float32 and weighted before the store).
-    The 30B-A3B shape on the H200 crashed here: the experts' linears were swapped for native ones,
-    which have no float32 ``matmul``. CPU stands in for the GPU (mocked device check)."""
-    from quantgate.numerics.moe import EmulatedExperts, ExpertWeights
-
-    monkeypatch.setattr(native_module, "native_fp8_device", lambda device: True)
-    monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: "test GPU")
-    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: (9, 0))
+def _fp8_experts(intermediate: int = 32, hidden: int = 64, n: int = 4):
+    from quantgate.numerics.moe import ExpertWeights, QuantizedExperts
 
     def expert(seed: int) -> ExpertWeights:
         gate, up, down = (
-            _emulated_fp8(32, 64, seed),
-            _emulated_fp8(32, 64, seed + 1),
-            _emulated_fp8(64, 32, seed + 2),
+            _emulated_fp8(intermediate, hidden, seed),
+            _emulated_fp8(intermediate, hidden, seed + 1),
+            _emulated_fp8(hidden, intermediate, seed + 2),
         )
         return ExpertWeights(*(_decoded(m) for m in (gate, up, down)))
 
-    experts = EmulatedExperts(
-        [expert(10 * e) for e in range(4)],
+    return QuantizedExperts(
+        [expert(10 * e) for e in range(n)],
         activation_format("fp8_e4m3fn_per_token"),
         torch.nn.functional.silu,
         weight_format="fp8_e4m3fn",
     )
-    layer = torch.nn.ModuleDict({"attn": _emulated_fp8(64, 64, seed=99), "experts": experts})
-    hidden = torch.randn(6, 64, dtype=torch.bfloat16)
+
+
+def _routing(hidden: int = 64):
+    g = torch.Generator().manual_seed(5)
+    states = torch.randn(6, hidden, generator=g).to(torch.bfloat16)
     index = torch.tensor([[0, 1], [2, 3], [1, 2], [3, 0], [0, 2], [1, 3]])
-    weights = torch.full((6, 2), 0.5)
-    before = experts(hidden, index, weights)
+    weights = torch.softmax(torch.randn(6, 2, generator=g), dim=-1)
+    return states, index, weights
+
+
+def _mock_fp8_gpu(monkeypatch) -> None:
+    # CPU stands in for an FP8 GPU here (torch's CPU _scaled_mm takes the same arguments)
+    monkeypatch.setattr(native_module, "native_fp8_device", lambda device: True)
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: "test GPU")
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: (9, 0))
+
+
+def test_moe_experts_go_to_the_kernel_with_the_linears_device_check_mocked(monkeypatch):
+    """A MoE artifact on an FP8 GPU: its attention linears and every expert projection go to the
+    kernel, and the evaluation is labelled native. (The 30B-A3B shape on the H200 once crashed
+    here, when expert linears were swapped without a weighted down product; then it kept every
+    expert emulated in float32 and scored at a tenth of lm-eval's speed.)"""
+    _mock_fp8_gpu(monkeypatch)
+    experts = _fp8_experts()
+    layer = torch.nn.ModuleDict({"attn": _emulated_fp8(64, 64, seed=99), "experts": experts})
+    states, index, weights = _routing()
+    emulated = experts(states, index, weights)
 
     result = apply_native(layer, "cpu")
-    assert result is not None and result.replaced == 1 and result.other_emulated == 1 and not result.whole
+    assert result is not None and result.whole and result.replaced == 1 and result.moe_layers == 1
+    assert "the experts of 1 MoE layers on the same kernel" in result.note
     assert isinstance(layer["attn"], NativeFP8Linear)
-    assert all(isinstance(m, EmulatedLinear) for m in (*experts.gate, *experts.up, *experts.down))
-    torch.testing.assert_close(experts(hidden, index, weights), before, rtol=0, atol=0)
+    assert all(isinstance(m, NativeFP8Linear) for m in experts.linears()) and experts.native
+    assert "kernel=torch._scaled_mm" in repr(experts)
+    if KERNEL == "cpu":
+        native = experts(states, index, weights)
+        assert native.dtype == torch.bfloat16 and native.shape == emulated.shape
+        relative = (native.float() - emulated.float()).norm() / emulated.float().norm()
+        assert relative < 8e-3  # gate, up and down each stored in bf16 once, in another order
+
+
+def test_a_moe_layer_the_kernel_refuses_stays_emulated_whole_device_check_mocked(monkeypatch):
+    _mock_fp8_gpu(monkeypatch)
+    experts = _fp8_experts(intermediate=40)  # 40 intermediate features: not a multiple of 16
+    layer = torch.nn.ModuleDict({"attn": _emulated_fp8(64, 64, seed=99), "experts": experts})
+    states, index, weights = _routing()
+    before = experts(states, index, weights)
+
+    result = apply_native(layer, "cpu")
+    assert result is not None and result.replaced == 1 and result.moe_layers == 0 and not result.whole
+    assert result.other_emulated == 1  # the MoE layer, counted once, labelled emulated
+    assert all(isinstance(m, EmulatedLinear) for m in experts.linears()) and not experts.native
+    torch.testing.assert_close(experts(states, index, weights), before, rtol=0, atol=0)
+
+
+@pytest.mark.gpu
+@needs_fp8_gpu
+def test_gpu_moe_experts_on_the_kernel_agree_with_their_emulation():
+    experts = _fp8_experts(intermediate=64, hidden=128, n=8).to("cuda")
+    g = torch.Generator().manual_seed(3)
+    states = torch.randn(64, 128, generator=g).to(torch.bfloat16).to("cuda")
+    index = torch.stack([torch.randperm(8, generator=g)[:2] for _ in range(64)]).to("cuda")
+    weights = torch.softmax(torch.randn(64, 2, generator=g), dim=-1).to("cuda")
+    emulated = experts(states, index, weights).float()
+    result = apply_native(torch.nn.ModuleDict({"experts": experts}), "cuda")
+    assert result is not None and result.moe_layers == 1 and result.whole and experts.native
+    native = experts(states, index, weights).float()
+    relative = (native - emulated).norm() / emulated.norm()
+    assert 0 < relative < 8e-3  # the kernel is really used, and stores gate, up and down in bf16 once each
+
+
+@needs_rowwise_kernel
+def test_the_routing_weight_rides_in_the_token_scale():
+    """The native down product times a routing weight equals the emulated one up to one bf16
+    rounding: the weight is multiplied in float32 before the store, never after it."""
+    emulated = _emulated_fp8(48, 64).to(KERNEL)
+    native = NativeFP8Linear.from_emulated(emulated)
+    x = torch.randn(9, 64, dtype=torch.bfloat16, device=KERNEL)
+    weight = torch.rand(9, 1, device=KERNEL) * 1e-3  # small weights: a store before the multiply would flush
+    expected = emulated.matmul(x) * weight
+    out = native.weighted(x, weight)
+    assert out.dtype == torch.bfloat16
+    relative = (out.float() - expected).norm() / expected.norm()
+    assert relative < 4e-3
+    with_bias = NativeFP8Linear(native.weight, native.weight_scale.reshape(-1, 1), torch.ones(48))
+    with pytest.raises(ValueError, match="bias"):
+        with_bias.weighted(x, weight)
 
 
 def _decoded(module: EmulatedLinear):

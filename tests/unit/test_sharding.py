@@ -106,7 +106,7 @@ def test_a_style_the_emulation_cannot_take_is_refused_with_the_way_out():
 
 def _experts(hidden: int = 32, intermediate: int = 64, count: int = 4):
     """A MoE layer's experts as the evaluation holds them: per-channel FP8-style weights, W8A8."""
-    from quantgate.numerics.moe import QuantizedExperts, ExpertWeights
+    from quantgate.numerics.moe import ExpertWeights, QuantizedExperts
 
     g = torch.Generator().manual_seed(3)
 

@@ -41,12 +41,12 @@ if TYPE_CHECKING:
 __all__ = [
     "CPU_BF16_GEMM",
     "DecodedWeight",
-    "QuantizedExperts",
     "EmulatedLinear",
     "EvalModel",
     "Float32GemmLinear",
     "NumericsReport",
     "ObserveKV",
+    "QuantizedExperts",
     "activation_format",
     "activation_formats",
     "attention_modules",

@@ -115,7 +115,9 @@ class WeightedLinear(Protocol):
     """What an expert's down projection offers: its output times a per-token routing weight,
     multiplied in the GEMM's float32 result before the bf16 store, as the fused MoE kernel does."""
 
-    def weighted(self, x: Tensor, row_weight: Tensor) -> Tensor: ...
+    def weighted(self, x: Tensor, row_weight: Tensor) -> Tensor:
+        """``x`` [M, K] through the projection, times ``row_weight`` [M, 1], stored in ``x``'s dtype."""
+        ...
 
 
 class ExpertLayoutError(ValueError):

@@ -26,7 +26,7 @@ from quantgate.evaluate.suites import EvalContext, load_suite
 from quantgate.numerics import EmulatedLinear, Float32GemmLinear, load_for_eval, load_source_for_eval
 from quantgate.numerics.artifact import read_kv_scales
 from quantgate.numerics.load import read_quantized_tensors
-from quantgate.numerics.moe import QuantizedExperts, ExpertWeights, expert_key, vllm_expert_names
+from quantgate.numerics.moe import ExpertWeights, QuantizedExperts, expert_key, vllm_expert_names
 from quantgate.numerics.weights import DecodedWeight
 from quantgate.serving.check import check_artifact
 from support.builds import build_targets

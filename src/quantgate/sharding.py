@@ -32,6 +32,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -46,6 +47,8 @@ _COLUMN = frozenset({"colwise", "colwise_gather_output", "colwise_rep"})
 _ROW = frozenset({"rowwise", "rowwise_split_input", "rowwise_rep"})
 _LOCAL = "_quantgate_local"  # set on a module already cut to this rank's slice
 _EXPERTS = "moe_tp_experts"  # a MoE layer's experts: each expert's MLP cut, the layer's output summed
+# (module name on disk, a tensor's shape) -> (dim, start, length) of this rank's slice, or None: whole
+Slicer = Callable[[str, tuple[int, ...]], tuple[int, int, int] | None]
 _HEADS = ("num_attention_heads", "num_key_value_heads")  # what must split over the processes
 
 
@@ -267,7 +270,8 @@ def replace(model: nn.Module, name: str, module: nn.Module) -> None:
     if wanted == _EXPERTS:
         shards = current()
         assert shards is not None
-        _cut_experts(module, name, shards)
+        if not is_cut(module):
+            _cut_experts(module, name, shards)
         _sum_over_ranks(module)
     elif wanted is not None:
         shards = current()
@@ -278,7 +282,7 @@ def replace(model: nn.Module, name: str, module: nn.Module) -> None:
 
         # transformers' local-tensor path for modules that are not nn.Linear (its quantized ones)
         setattr(module, "_hf_quantized_needs_local_tp", True)  # noqa: B010 (not a declared attribute)
-        setattr(module, _LOCAL, True)
+        mark_cut(module)
         ALL_PARALLEL_STYLES[wanted].install_forward(module, model._device_mesh)
     setattr(owner, child, module)
 
@@ -306,6 +310,49 @@ def _cut_experts(module: nn.Module, name: str, shards: Shards) -> None:
         _cut(g, f"{name}.{index}.gate_proj", "colwise", shards)
         _cut(u, f"{name}.{index}.up_proj", "colwise", shards)
         _cut(d, f"{name}.{index}.down_proj", "rowwise", shards)
+    mark_cut(module)
+
+
+def expert_slicer(skeleton: nn.Module, rename: Callable[[str], str]) -> Slicer | None:
+    """In a group whose plan cuts the MoE experts: the slice of each per-expert tensor on disk this
+    rank reads (``numerics.artifact.read_quantized_tensors``), so that no rank holds, let alone
+    decodes, every expert of every layer. The cut is ``_cut_experts``'s: gate and up row-wise on
+    disk (their output features), down by its input features, every 2-D tensor whose extent along
+    that dimension is more than one (weights, packed weights, per-group scales; a per-channel
+    scale of a down projection stays whole). None when alone, or where the plan keeps experts whole.
+    ``skeleton``: the architecture on the meta device; ``rename``: disk names to memory names."""
+    shards = current()
+    if shards is None:
+        return None
+    from quantgate.numerics import moe
+
+    def where(module: str, shape: tuple[int, ...]) -> tuple[int, int, int] | None:
+        key = moe.expert_key(rename(module))
+        if key is None or len(shape) != 2 or not cuts_experts(skeleton, key[0]):
+            return None
+        dim = 1 if moe.role(key[2]) == "down" else 0
+        if shape[dim] <= 1:
+            return None
+        if shape[dim] % shards.world:
+            raise InputError(
+                module,
+                f"{shape[dim]} rows or groups along the split do not divide over {shards.world} processes",
+                "pass a --devices that divides them",
+            )
+        step = shape[dim] // shards.world
+        return dim, shards.rank * step, step
+
+    return where
+
+
+def cuts_experts(model: nn.Module, name: str) -> bool:
+    """Whether this process is one of a group whose plan cuts the experts module ``name``."""
+    return style(model, name) == _EXPERTS
+
+
+def mark_cut(module: nn.Module) -> None:
+    """Record that ``module`` already holds only this rank's slice (read so from disk): ``replace``
+    installs it without cutting it again."""
     setattr(module, _LOCAL, True)
 
 

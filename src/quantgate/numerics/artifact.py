@@ -14,16 +14,20 @@ import json
 from collections import defaultdict
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import nn
 
+from quantgate import sharding
 from quantgate.errors import InputError
 from quantgate.numerics import moe
 from quantgate.numerics.emulated import EmulatedLinear
 from quantgate.numerics.formats import ActivationFormat
 from quantgate.numerics.weights import WeightDecodeError, WeightFormat
+
+if TYPE_CHECKING:
+    from quantgate.sharding import Slicer
 
 _QUANTIZED_MARKERS = (".weight_scale", ".weight_packed")
 
@@ -116,11 +120,13 @@ def check_config(
 
 
 def read_quantized_tensors(
-    artifact_dir: Path, device: str | torch.device = "cpu"
+    artifact_dir: Path, device: str | torch.device = "cpu", slicer: Slicer | None = None
 ) -> dict[str, dict[str, torch.Tensor]]:
     """``{module name: {local tensor name: tensor}}`` for every module with quantized tensors,
     read onto ``device``: on a GPU worker they are decoded there (an 8B artifact's float32 values
-    are 28 GB, which the CPU decoded in seconds and then copied over)."""
+    are 28 GB, which the CPU decoded in seconds and then copied over). ``slicer``: the part of a
+    tensor this process reads (``sharding.expert_slicer``: a rank's slice of every expert), the
+    rest never leaving the file."""
     from safetensors import safe_open
 
     shards = sorted(artifact_dir.glob("*.safetensors"))
@@ -140,7 +146,14 @@ def read_quantized_tensors(
     for shard, entries in by_shard.items():
         with safe_open(shard, "pt", device=str(device)) as f:
             for module, local in entries:
-                found[module][local] = f.get_tensor(f"{module}.{local}")
+                key = f"{module}.{local}"
+                part = slicer(module, tuple(f.get_slice(key).get_shape())) if slicer is not None else None
+                if part is None:
+                    found[module][local] = f.get_tensor(key)
+                    continue
+                dim, start, length = part
+                window = (slice(None),) * dim + (slice(start, start + length),)
+                found[module][local] = f.get_slice(key)[window].to(device)
     return dict(found)
 
 
@@ -178,18 +191,17 @@ def emulated_modules(
     act: ActivationFormat | None,
     skeleton: nn.Module | None = None,
     rename: Callable[[str], str] | None = None,
+    *,
+    sliced: bool = False,
 ) -> dict[str, nn.Module]:
     """The emulated module for every quantized module on disk, keyed by its name in memory: an
     ``EmulatedLinear`` per Linear, an ``QuantizedExperts`` per fused experts module (its per-expert
     modules on disk grouped). Refuses any mismatch, naming the module on disk. ``skeleton``: the
     architecture on the meta device (built from the artifact's config when not given); ``rename``:
     ``disk_to_memory(skeleton)`` when the caller has it (building it walks every module of the
-    skeleton, which a layer-by-layer caller must not do once per layer)."""
-    from transformers import AutoConfig, AutoModelForCausalLM
-
-    if skeleton is None:
-        with torch.device("meta"):
-            skeleton = AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(artifact_dir))
+    skeleton, which a layer-by-layer caller must not do once per layer). ``sliced``: ``raw`` was read
+    with ``sharding.expert_slicer``, so experts the plan cuts hold this rank's slice already."""
+    skeleton = skeleton if skeleton is not None else meta_skeleton(artifact_dir)
     rename = rename or disk_to_memory(skeleton)
     built: dict[str, nn.Module] = {}
     layers: dict[str, dict[int, dict[str, dict[str, torch.Tensor]]]] = defaultdict(lambda: defaultdict(dict))
@@ -235,15 +247,28 @@ def emulated_modules(
     for prefix, experts in layers.items():
         where = f"{artifact_dir}: experts {disk_prefix[prefix]}"
         fused: Any = skeleton.get_submodule(prefix)  # transformers' experts module: its act_fn
+        cut = sliced and sharding.cuts_experts(skeleton, prefix)
         try:
-            weights, notes = moe.plan_layer(fused, experts, wfmt.decode)
+            weights, notes = moe.plan_layer(
+                fused, experts, wfmt.decode, shards=sharding.processes() if cut else 1
+            )
             scales = moe.shared_input_scales(experts) if act is not None and act.needs_global_scale else None
         except (moe.ExpertLayoutError, WeightDecodeError) as exc:
             raise InputError(where, str(exc), "rebuild the artifact") from None
         built[prefix] = moe.QuantizedExperts(
             weights, act, fused.act_fn, weight_format=wfmt.name, input_scales=scales, notes=tuple(notes)
         )
+        if cut:
+            sharding.mark_cut(built[prefix])
     return built
+
+
+def meta_skeleton(artifact_dir: Path) -> nn.Module:
+    """The artifact's architecture on the meta device: its module names and shapes, no memory."""
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    with torch.device("meta"):
+        return AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(artifact_dir))
 
 
 def _submodule(model: nn.Module, name: str) -> nn.Module | None:

@@ -55,6 +55,7 @@ from quantgate.numerics.artifact import (
     disk_to_memory,
     emulated_modules,
     kv_cache_scheme,
+    meta_skeleton,
     quantization_config,
     read_kv_scales,
     read_quantized_tensors,
@@ -446,7 +447,12 @@ def _apply(plan: _LoadPlan, device: str | torch.device, *, native: bool, max_mem
     ``max_memory`` budget every module is built on the CPU first and placed last (``_place``)."""
     artifact_dir, kept = plan.artifact_dir, plan.kept
     build_on = "cpu" if max_memory is not None else device
-    raw = read_quantized_tensors(artifact_dir, build_on)
+    skeleton = meta_skeleton(artifact_dir)
+    rename = disk_to_memory(skeleton)
+    # in a group, each rank reads its slice of every expert only (a 235B MoE's experts, whole, are
+    # more than one GPU holds)
+    slicer = sharding.expert_slicer(skeleton, rename)
+    raw = read_quantized_tensors(artifact_dir, build_on, slicer)
     if not raw:
         raise InputError(
             artifact_dir,
@@ -455,15 +461,23 @@ def _apply(plan: _LoadPlan, device: str | torch.device, *, native: bool, max_mem
         )
     # everything is decoded and matched against a meta-device skeleton first, so a mismatch is
     # reported as such rather than as whatever transformers makes of unexpected tensors
+    sliced = slicer is not None
     emulated = emulated_modules(
         artifact_dir,
         {m: t for m, t in raw.items() if kept is None or m not in kept.modules},
         plan.weights,
         plan.activations,
+        skeleton,
+        rename,
+        sliced=sliced,
     )
     if kept is not None and kept.weights is not None:
         kept_raw = {m: t for m, t in raw.items() if m in kept.modules}
-        emulated.update(emulated_modules(artifact_dir, kept_raw, kept.weights, kept.activations))
+        emulated.update(
+            emulated_modules(
+                artifact_dir, kept_raw, kept.weights, kept.activations, skeleton, rename, sliced=sliced
+            )
+        )
     model, tokenizer, missing = _load_hf(artifact_dir, build_on)
     generation_note = pin_greedy(model)
     _refuse_missing(artifact_dir, missing, emulated)

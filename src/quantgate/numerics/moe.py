@@ -95,6 +95,11 @@ def expert_key(name: str) -> tuple[str, int, str] | None:
     return match["prefix"], int(match["index"]), match["proj"]
 
 
+def role(projection: str) -> str:
+    """``gate``, ``up`` or ``down`` for a per-expert projection's name on disk (``w1``, ``up_proj``...)."""
+    return _ROLES[projection]
+
+
 def is_fused_experts(module: nn.Module | None) -> bool:
     """A transformers experts module with the fused gate_up_proj [E, 2I, H] / down_proj [E, H, I] layout."""
     if module is None:
@@ -137,16 +142,19 @@ def plan_layer(
     fused: nn.Module,
     experts: dict[int, dict[str, dict[str, Tensor]]],
     decode: Callable[[dict[str, Tensor]], DecodedWeight],
+    *,
+    shards: int = 1,
 ) -> tuple[list[ExpertWeights], list[str]]:
     """Decode every expert of one layer (``{index: {projection name: tensors}}``); also returns notes.
 
     Refuses missing experts or projections, a mix of naming schemes, and shapes that do not fit
-    the fused module. NVFP4: the up projection takes the gate's weight global scale, as vLLM's
-    fused gate/up GEMM does; a note counts the experts where that changes the weights.
+    the fused module (``shards``: the tensors are one rank's slice of the intermediate features of
+    so many, ``sharding.expert_slicer``). NVFP4: the up projection takes the gate's weight global
+    scale, as vLLM's fused gate/up GEMM does; a note counts the experts where that changes the weights.
     """
     gate_up: Tensor = fused.gate_up_proj  # type: ignore[assignment]  # checked by is_fused_experts
     n_experts, two_i, hidden = gate_up.shape
-    intermediate = two_i // 2
+    intermediate = two_i // 2 // shards
     if sorted(experts) != list(range(n_experts)):
         found = sorted(experts)
         raise ExpertLayoutError(

@@ -172,6 +172,45 @@ def test_a_moe_artifact_on_an_fp8_gpu_runs_natively_whole_device_check_mocked(mo
     assert (one.argmax(-1) == other.argmax(-1)).float().mean().item() > 0.9
 
 
+@pytest.mark.parametrize("target", ["hopper-fp8", "blackwell-nvfp4"])
+def test_each_rank_reads_only_its_slice_of_every_expert(moe_artifacts, monkeypatch, target):
+    """Under --devices 2 a rank reads its half of every expert from disk, as ``_cut_experts`` would
+    have cut it after decoding them all: gate and up by their output rows, down by its input
+    columns (NVFP4: packed bytes and block scales alike), a down projection's per-channel scale
+    and every global scale whole; attention's tensors whole (transformers cuts those)."""
+    from quantgate import sharding
+    from quantgate.numerics.artifact import disk_to_memory, meta_skeleton
+
+    artifact = _built(moe_artifacts, "mixtral").artifacts[target]
+    whole = read_quantized_tensors(artifact)
+    skeleton = meta_skeleton(artifact)
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    monkeypatch.setenv("RANK", "1")
+    sliced = read_quantized_tensors(
+        artifact, "cpu", sharding.expert_slicer(skeleton, disk_to_memory(skeleton))
+    )
+    assert sliced.keys() == whole.keys()
+    checked = set()
+    for module, tensors in whole.items():
+        projection = module.rsplit(".", 1)[1]
+        for local, tensor in tensors.items():
+            mine = sliced[module][local]
+            if ".experts." not in module or tensor.ndim != 2:
+                assert torch.equal(mine.view(torch.uint8), tensor.view(torch.uint8)), (module, local)
+                continue
+            dim = 1 if ROLES[projection] == "down" else 0
+            if tensor.shape[dim] == 1:
+                assert torch.equal(mine.float(), tensor.float()), (module, local)
+                continue
+            half = tensor.shape[dim] // 2
+            assert torch.equal(mine.view(torch.uint8), tensor.narrow(dim, half, half).view(torch.uint8)), (
+                module,
+                local,
+            )
+            checked.add((ROLES[projection], local))
+    assert {role for role, _ in checked} == {"gate", "up", "down"}
+
+
 def _decode_reference(
     tensors: dict[str, torch.Tensor], target: str, ref
 ) -> tuple[torch.Tensor, torch.Tensor]:

@@ -276,7 +276,7 @@ def replace(model: nn.Module, name: str, module: nn.Module) -> None:
     elif wanted is not None:
         shards = current()
         assert shards is not None
-        if not is_cut(getattr(owner, child)):
+        if not is_cut(getattr(owner, child)) and not is_cut(module):
             _cut(module, name, wanted, shards)
         from transformers.distributed.tensor_parallel import ALL_PARALLEL_STYLES
 
@@ -313,25 +313,26 @@ def _cut_experts(module: nn.Module, name: str, shards: Shards) -> None:
     mark_cut(module)
 
 
-def expert_slicer(skeleton: nn.Module, rename: Callable[[str], str]) -> Slicer | None:
-    """In a group whose plan cuts the MoE experts: the slice of each per-expert tensor on disk this
-    rank reads (``numerics.artifact.read_quantized_tensors``), so that no rank holds, let alone
-    decodes, every expert of every layer. The cut is ``_cut_experts``'s: gate and up row-wise on
-    disk (their output features), down by its input features, every 2-D tensor whose extent along
-    that dimension is more than one (weights, packed weights, per-group scales; a per-channel
-    scale of a down projection stays whole). None when alone, or where the plan keeps experts whole.
-    ``skeleton``: the architecture on the meta device; ``rename``: disk names to memory names."""
+def slicer(skeleton: nn.Module, rename: Callable[[str], str]) -> Slicer | None:
+    """In a group: the slice of each quantized tensor on disk this rank reads
+    (``numerics.artifact.read_quantized_tensors``), so that no rank holds, let alone decodes, the
+    whole model (a 70B's weights decoded to float32 are twice an H200). The cut is ``_cut``'s and
+    ``_cut_experts``'s: a column-wise linear (an expert's gate and up) by its output features,
+    every tensor along them (weight, packed weight, scales, bias); a row-wise one (an expert's
+    down) by its input features, every 2-D tensor whose extent along them is more than one
+    (weights, packed weights, per-group scales; a per-channel scale and the bias stay whole).
+    Global scales stay whole. None when alone. ``skeleton``: the architecture on the meta device
+    (its plan); ``rename``: disk names to memory names."""
     shards = current()
     if shards is None:
         return None
-    from quantgate.numerics import moe
 
     def where(module: str, shape: tuple[int, ...]) -> tuple[int, int, int] | None:
-        key = moe.expert_key(rename(module))
-        if key is None or len(shape) != 2 or not cuts_experts(skeleton, key[0]):
+        wanted = read_style(skeleton, rename(module))
+        if wanted is None or not shape:
             return None
-        dim = 1 if moe.role(key[2]) == "down" else 0
-        if shape[dim] <= 1:
+        dim = 0 if wanted in _COLUMN else 1
+        if len(shape) <= dim or shape[dim] <= 1:
             return None
         if shape[dim] % shards.world:
             raise InputError(
@@ -343,6 +344,38 @@ def expert_slicer(skeleton: nn.Module, rename: Callable[[str], str]) -> Slicer |
         return dim, shards.rank * step, step
 
     return where
+
+
+def read_style(skeleton: nn.Module, name: str) -> str | None:
+    """How ``slicer`` cuts the tensors of module ``name`` (a memory name): a column or a row style
+    of the plan, an expert's projection by its role; None: read whole."""
+    from quantgate.numerics import moe
+
+    key = moe.expert_key(name)
+    if key is not None:
+        if not cuts_experts(skeleton, key[0]):
+            return None
+        return "rowwise" if moe.role(key[2]) == "down" else "colwise"
+    wanted = style(skeleton, name)
+    return wanted if wanted in _COLUMN or wanted in _ROW else None
+
+
+def read_shape(out_features: int, in_features: int, wanted: str | None) -> tuple[int, int]:
+    """A Linear's weight shape as this rank reads it under ``read_style`` ``wanted`` (None: whole)."""
+    if wanted is None:
+        return out_features, in_features
+    world = processes()
+    return (out_features // world, in_features) if wanted in _COLUMN else (out_features, in_features // world)
+
+
+def read_cut(module: nn.Module, wanted: str) -> None:
+    """A module built from tensors ``slicer`` read: marked cut, and, for a row-wise one, its bias
+    kept by rank 0 alone (it is added once, after the sum over ranks), as ``_cut`` leaves it."""
+    shards = current()
+    assert shards is not None
+    if wanted in _ROW and not shards.writer and getattr(module, "bias", None) is not None:
+        _set(module, "bias", None)
+    mark_cut(module)
 
 
 def cuts_experts(model: nn.Module, name: str) -> bool:

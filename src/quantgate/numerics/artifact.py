@@ -125,8 +125,7 @@ def read_quantized_tensors(
     """``{module name: {local tensor name: tensor}}`` for every module with quantized tensors,
     read onto ``device``: on a GPU worker they are decoded there (an 8B artifact's float32 values
     are 28 GB, which the CPU decoded in seconds and then copied over). ``slicer``: the part of a
-    tensor this process reads (``sharding.expert_slicer``: a rank's slice of every expert), the
-    rest never leaving the file."""
+    tensor this process reads (``sharding.slicer``: a rank's slice), the rest never leaving the file."""
     from safetensors import safe_open
 
     shards = sorted(artifact_dir.glob("*.safetensors"))
@@ -200,7 +199,7 @@ def emulated_modules(
     architecture on the meta device (built from the artifact's config when not given); ``rename``:
     ``disk_to_memory(skeleton)`` when the caller has it (building it walks every module of the
     skeleton, which a layer-by-layer caller must not do once per layer). ``sliced``: ``raw`` was read
-    with ``sharding.expert_slicer``, so experts the plan cuts hold this rank's slice already."""
+    with ``sharding.slicer``, so the modules the plan cuts hold this rank's slice already."""
     skeleton = skeleton if skeleton is not None else meta_skeleton(artifact_dir)
     rename = rename or disk_to_memory(skeleton)
     built: dict[str, nn.Module] = {}
@@ -216,6 +215,7 @@ def emulated_modules(
             disk_prefix.setdefault(key[0], name.rsplit(".", 2)[0])
             continue
         module = _submodule(skeleton, memory)
+        cut = sharding.read_style(skeleton, memory) if sliced else None
         if not isinstance(module, nn.Linear):
             raise InputError(
                 where,
@@ -227,11 +227,12 @@ def emulated_modules(
             decoded = wfmt.decode(tensors)
         except WeightDecodeError as exc:
             raise InputError(where, str(exc), "rebuild the artifact") from None
-        if tuple(decoded.values.shape) != (module.out_features, module.in_features):
+        want = sharding.read_shape(module.out_features, module.in_features, cut)
+        if tuple(decoded.values.shape) != want:
             raise InputError(
                 where,
-                f"decoded weight is {tuple(decoded.values.shape)}, the module is "
-                f"({module.out_features}, {module.in_features})",
+                f"decoded weight is {tuple(decoded.values.shape)}, the module is {want}"
+                + (f" (this rank's slice of ({module.out_features}, {module.in_features}))" if cut else ""),
                 "rebuild the artifact",
             )
         global_scale = (
@@ -244,13 +245,15 @@ def emulated_modules(
         built[memory] = EmulatedLinear(
             decoded, act, weight_format=wfmt.name, input_global_scale=global_scale, bias=tensors.get("bias")
         )
+        if cut is not None:
+            sharding.read_cut(built[memory], cut)
     for prefix, experts in layers.items():
         where = f"{artifact_dir}: experts {disk_prefix[prefix]}"
         fused: Any = skeleton.get_submodule(prefix)  # transformers' experts module: its act_fn
-        cut = sliced and sharding.cuts_experts(skeleton, prefix)
+        read_cut = sliced and sharding.cuts_experts(skeleton, prefix)
         try:
             weights, notes = moe.plan_layer(
-                fused, experts, wfmt.decode, shards=sharding.processes() if cut else 1
+                fused, experts, wfmt.decode, shards=sharding.processes() if read_cut else 1
             )
             scales = moe.shared_input_scales(experts) if act is not None and act.needs_global_scale else None
         except (moe.ExpertLayoutError, WeightDecodeError) as exc:
@@ -258,7 +261,7 @@ def emulated_modules(
         built[prefix] = moe.QuantizedExperts(
             weights, act, fused.act_fn, weight_format=wfmt.name, input_scales=scales, notes=tuple(notes)
         )
-        if cut:
+        if read_cut:
             sharding.mark_cut(built[prefix])
     return built
 

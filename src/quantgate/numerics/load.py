@@ -449,9 +449,9 @@ def _apply(plan: _LoadPlan, device: str | torch.device, *, native: bool, max_mem
     build_on = "cpu" if max_memory is not None else device
     skeleton = meta_skeleton(artifact_dir)
     rename = disk_to_memory(skeleton)
-    # in a group, each rank reads its slice of every expert only (a 235B MoE's experts, whole, are
-    # more than one GPU holds)
-    slicer = sharding.expert_slicer(skeleton, rename)
+    # in a group, each rank reads its slice of every module the plan cuts (a 70B decoded whole, or
+    # a 235B MoE's experts, is more than one GPU holds)
+    slicer = sharding.slicer(skeleton, rename)
     raw = read_quantized_tensors(artifact_dir, build_on, slicer)
     if not raw:
         raise InputError(

@@ -149,7 +149,7 @@ def plan_layer(
 
     Refuses missing experts or projections, a mix of naming schemes, and shapes that do not fit
     the fused module (``shards``: the tensors are one rank's slice of the intermediate features of
-    so many, ``sharding.expert_slicer``). NVFP4: the up projection takes the gate's weight global
+    so many, ``sharding.slicer``). NVFP4: the up projection takes the gate's weight global
     scale, as vLLM's fused gate/up GEMM does; a note counts the experts where that changes the weights.
     """
     gate_up: Tensor = fused.gate_up_proj  # type: ignore[assignment]  # checked by is_fused_experts

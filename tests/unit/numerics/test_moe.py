@@ -173,42 +173,42 @@ def test_a_moe_artifact_on_an_fp8_gpu_runs_natively_whole_device_check_mocked(mo
 
 
 @pytest.mark.parametrize("target", ["hopper-fp8", "blackwell-nvfp4"])
-def test_each_rank_reads_only_its_slice_of_every_expert(moe_artifacts, monkeypatch, target):
-    """Under --devices 2 a rank reads its half of every expert from disk, as ``_cut_experts`` would
-    have cut it after decoding them all: gate and up by their output rows, down by its input
-    columns (NVFP4: packed bytes and block scales alike), a down projection's per-channel scale
-    and every global scale whole; attention's tensors whole (transformers cuts those)."""
+def test_each_rank_reads_only_its_slice_of_every_cut_module(moe_artifacts, monkeypatch, target):
+    """Under --devices 2 a rank reads its half of every module the plan cuts, as ``_cut`` and
+    ``_cut_experts`` would have cut it after decoding the whole model: q/k/v and an expert's gate
+    and up by their output rows (bias too), o and an expert's down by their input columns (NVFP4:
+    packed bytes and block scales alike), a row-wise per-channel scale and every global scale whole."""
     from quantgate import sharding
     from quantgate.numerics.artifact import disk_to_memory, meta_skeleton
 
     artifact = _built(moe_artifacts, "mixtral").artifacts[target]
     whole = read_quantized_tensors(artifact)
     skeleton = meta_skeleton(artifact)
+    rename = disk_to_memory(skeleton)
     monkeypatch.setenv("WORLD_SIZE", "2")
     monkeypatch.setenv("RANK", "1")
-    sliced = read_quantized_tensors(
-        artifact, "cpu", sharding.expert_slicer(skeleton, disk_to_memory(skeleton))
-    )
+    sliced = read_quantized_tensors(artifact, "cpu", sharding.slicer(skeleton, rename))
     assert sliced.keys() == whole.keys()
     checked = set()
     for module, tensors in whole.items():
-        projection = module.rsplit(".", 1)[1]
+        wanted = sharding.read_style(skeleton, rename(module))
+        assert wanted is not None, module  # every quantized module of a Mixtral is cut by its plan
+        dim = 0 if wanted.startswith("colwise") else 1
         for local, tensor in tensors.items():
             mine = sliced[module][local]
-            if ".experts." not in module or tensor.ndim != 2:
-                assert torch.equal(mine.view(torch.uint8), tensor.view(torch.uint8)), (module, local)
-                continue
-            dim = 1 if ROLES[projection] == "down" else 0
-            if tensor.shape[dim] == 1:
+            if tensor.ndim <= dim or tensor.shape[dim] == 1:
                 assert torch.equal(mine.float(), tensor.float()), (module, local)
                 continue
             half = tensor.shape[dim] // 2
-            assert torch.equal(mine.view(torch.uint8), tensor.narrow(dim, half, half).view(torch.uint8)), (
+            expected = tensor.narrow(dim, half, half)
+            assert torch.equal(mine.view(torch.uint8), expected.contiguous().view(torch.uint8)), (
                 module,
                 local,
             )
-            checked.add((ROLES[projection], local))
-    assert {role for role, _ in checked} == {"gate", "up", "down"}
+            checked.add((module.rsplit(".", 1)[1], dim))
+    projections = {p for p, _ in checked}
+    assert {"q_proj", "o_proj", "w1", "w3", "w2"} <= projections
+    assert ("o_proj", 1) in checked and ("w2", 1) in checked and ("q_proj", 0) in checked
 
 
 def _decode_reference(

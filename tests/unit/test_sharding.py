@@ -181,3 +181,42 @@ def test_all_devices_is_the_most_gpus_the_heads_split_over_gpu_count_mocked(
     assert sharding.count("all", "cuda", tmp_path / "absent.json") == 1
     with pytest.raises(UsageError, match="torch sees 8"):
         sharding.count("16", "cuda", config)
+
+
+class _Plan(nn.Module):
+    """A skeleton with nothing but a tensor-parallel plan, as ``sharding.slicer`` reads it."""
+
+    tp_plan = {"model.layers.*.mlp.up_proj": "colwise", "model.layers.*.mlp.down_proj": "rowwise"}
+
+
+@pytest.mark.parametrize("name, style", [("up_proj", "colwise"), ("down_proj", "rowwise")])
+def test_a_module_read_as_its_slice_is_the_slice_cut_after_the_whole_read(monkeypatch, name, style):
+    """Each rank reading its part of the tensors on disk (``slicer``) and marking the module cut
+    (``read_cut``) gives what decoding the whole and cutting it (``_cut``) gives: weights, per-group
+    scales, bias (column-wise: each rank's features; row-wise: rank 0 alone adds it)."""
+    module = _grouped(None)
+    disk = {"weight": module.weight, "weight_scale": module.weight_scale, "bias": module.bias}
+    full = f"model.layers.0.mlp.{name}"
+    expected_slices = _slices(module, style)
+    for rank, expected in enumerate(expected_slices):
+        monkeypatch.setenv("WORLD_SIZE", "2")
+        monkeypatch.setenv("RANK", str(rank))
+        where = sharding.slicer(_Plan(), lambda disk_name: disk_name)
+        assert where is not None and sharding.read_style(_Plan(), full) == style
+        read = {}
+        for key, tensor in disk.items():
+            part = where(full, tuple(tensor.shape))
+            read[key] = tensor if part is None else tensor.narrow(part[0], part[1], part[2])
+        built = EmulatedLinear(
+            DecodedWeight(read["weight"], read["weight_scale"]), None, weight_format="test", bias=read["bias"]
+        )
+        sharding.read_cut(built, style)
+        assert sharding.is_cut(built)
+        assert (built.out_features, built.in_features) == sharding.read_shape(OUT, IN, style)
+        assert torch.equal(built.weight, expected.weight) and torch.equal(
+            built.weight_scale, expected.weight_scale
+        )
+        assert (built.bias is None) == (expected.bias is None)
+        if expected.bias is not None:
+            assert torch.equal(built.bias, expected.bias)
+    assert style == "colwise" or expected_slices[1].bias is None  # row-wise: the bias once, on rank 0

@@ -24,7 +24,6 @@ GPU, but attention runs in bf16 over the dequantized values here, not in an FP8 
 
 from __future__ import annotations
 
-import functools
 from dataclasses import dataclass
 from typing import ClassVar, cast
 
@@ -48,38 +47,15 @@ def native_fp8_device(device: str | torch.device) -> bool:
     return torch.cuda.get_device_capability(device) >= MIN_CAPABILITY
 
 
-_MIN_SCALE = 1.0 / (FP8_E4M3FN_MAX * 512.0)
-
-
 def quantize_per_token(x: Tensor) -> tuple[Tensor, Tensor]:
     """Dynamic per-token OCP FP8: (q [M, K] float8_e4m3fn, scale [M, 1] float32), as vLLM computes them.
 
-    On CUDA, two fused Triton passes (``fp8_quant_cuda``: the eager path spent more of a scoring
-    pass than the FP8 GEMMs themselves); elsewhere, and where Triton is missing, the eager
-    operations. Both give the same bits.
+    The same float32 arithmetic as ``formats.fp8_per_token`` (the emulated path): the two paths
+    differ only in the GEMM, never in what is fed to it.
     """
-    kernel = _fused_kernel() if x.is_cuda else None
-    if kernel is not None:
-        return kernel.quantize_per_token(x, FP8_E4M3FN_MAX, _MIN_SCALE)
-    return quantize_per_token_eager(x)
-
-
-@functools.cache
-def _fused_kernel():
-    try:
-        from quantgate.numerics import fp8_quant_cuda
-    except ImportError:
-        return None
-    return fp8_quant_cuda
-
-
-def quantize_per_token_eager(x: Tensor) -> tuple[Tensor, Tensor]:
-    """``quantize_per_token`` in torch operations: the same float32 arithmetic as
-    ``formats.fp8_per_token`` (the emulated path), so the two paths differ only in the GEMM, never
-    in what is fed to it."""
     x = x.float()
     amax = x.abs().amax(dim=-1, keepdim=True)
-    scale = (amax / FP8_E4M3FN_MAX).clamp(min=_MIN_SCALE)
+    scale = (amax / FP8_E4M3FN_MAX).clamp(min=1.0 / (FP8_E4M3FN_MAX * 512.0))
     q = (x * scale.reciprocal()).clamp(-FP8_E4M3FN_MAX, FP8_E4M3FN_MAX).to(torch.float8_e4m3fn)
     return q, scale
 
@@ -157,9 +133,7 @@ class NativeResult:
 
     replaced: int  # FP8 W8A8 linears outside MoE experts
     kept_emulated: int  # FP8 W8A8 linears the kernel refuses
-    other_emulated: (
-        int  # quantized modules of other formats (a mixed-precision artifact), MoE layers left emulated
-    )
+    other_emulated: int  # quantized modules of other formats (a mixed-precision artifact), MoE layers left emulated
     device_name: str
     capability: tuple[int, int]
     moe_layers: int = 0  # MoE layers whose every expert projection runs on the kernel
@@ -195,14 +169,10 @@ class NativeResult:
 
 def _w8a8(module: nn.Module) -> bool:
     """An emulated FP8 W8A8 linear (per-channel weights, dynamic per-token activations)."""
-    return (
-        isinstance(module, EmulatedLinear)
-        and (
-            module.weight_format,
-            module.activation.name if module.activation is not None else None,
-        )
-        in _NATIVE_PAIRS
-    )
+    return isinstance(module, EmulatedLinear) and (
+        module.weight_format,
+        module.activation.name if module.activation is not None else None,
+    ) in _NATIVE_PAIRS
 
 
 def _kernel_accepts(module: EmulatedLinear) -> bool:
@@ -230,7 +200,9 @@ def apply_native(model: nn.Module, device: str | torch.device) -> NativeResult |
         return None
     moe = [m for m in model.modules() if isinstance(m, QuantizedExperts)]
     inside_experts = {id(linear) for m in moe for linear in m.linears()}
-    candidates = [(name, m) for name, m in model.named_modules() if _w8a8(m) and id(m) not in inside_experts]
+    candidates = [
+        (name, m) for name, m in model.named_modules() if _w8a8(m) and id(m) not in inside_experts
+    ]
     accepted = [(name, m) for name, m in candidates if _kernel_accepts(cast(EmulatedLinear, m))]
     native_moe = [m for m in moe if _native_experts(m)]
     if not accepted and not native_moe:
@@ -245,9 +217,9 @@ def apply_native(model: nn.Module, device: str | torch.device) -> NativeResult |
         for projections in (experts.gate, experts.up, experts.down):
             for index, module in enumerate(projections):
                 projections[index] = _native(cast(EmulatedLinear, module))
-    others = sum(isinstance(m, EmulatedLinear) and id(m) not in inside_experts for m in model.modules()) - (
-        len(candidates) - len(accepted)
-    )
+    others = sum(
+        isinstance(m, EmulatedLinear) and id(m) not in inside_experts for m in model.modules()
+    ) - (len(candidates) - len(accepted))
     others += len(moe) - len(native_moe)
     torch_device = torch.device(device)
     return NativeResult(

@@ -133,7 +133,9 @@ class NativeResult:
 
     replaced: int  # FP8 W8A8 linears outside MoE experts
     kept_emulated: int  # FP8 W8A8 linears the kernel refuses
-    other_emulated: int  # quantized modules of other formats (a mixed-precision artifact), MoE layers left emulated
+    other_emulated: (
+        int  # quantized modules of other formats (a mixed-precision artifact), MoE layers left emulated
+    )
     device_name: str
     capability: tuple[int, int]
     moe_layers: int = 0  # MoE layers whose every expert projection runs on the kernel
@@ -169,10 +171,14 @@ class NativeResult:
 
 def _w8a8(module: nn.Module) -> bool:
     """An emulated FP8 W8A8 linear (per-channel weights, dynamic per-token activations)."""
-    return isinstance(module, EmulatedLinear) and (
-        module.weight_format,
-        module.activation.name if module.activation is not None else None,
-    ) in _NATIVE_PAIRS
+    return (
+        isinstance(module, EmulatedLinear)
+        and (
+            module.weight_format,
+            module.activation.name if module.activation is not None else None,
+        )
+        in _NATIVE_PAIRS
+    )
 
 
 def _kernel_accepts(module: EmulatedLinear) -> bool:
@@ -200,9 +206,7 @@ def apply_native(model: nn.Module, device: str | torch.device) -> NativeResult |
         return None
     moe = [m for m in model.modules() if isinstance(m, QuantizedExperts)]
     inside_experts = {id(linear) for m in moe for linear in m.linears()}
-    candidates = [
-        (name, m) for name, m in model.named_modules() if _w8a8(m) and id(m) not in inside_experts
-    ]
+    candidates = [(name, m) for name, m in model.named_modules() if _w8a8(m) and id(m) not in inside_experts]
     accepted = [(name, m) for name, m in candidates if _kernel_accepts(cast(EmulatedLinear, m))]
     native_moe = [m for m in moe if _native_experts(m)]
     if not accepted and not native_moe:
@@ -217,9 +221,9 @@ def apply_native(model: nn.Module, device: str | torch.device) -> NativeResult |
         for projections in (experts.gate, experts.up, experts.down):
             for index, module in enumerate(projections):
                 projections[index] = _native(cast(EmulatedLinear, module))
-    others = sum(
-        isinstance(m, EmulatedLinear) and id(m) not in inside_experts for m in model.modules()
-    ) - (len(candidates) - len(accepted))
+    others = sum(isinstance(m, EmulatedLinear) and id(m) not in inside_experts for m in model.modules()) - (
+        len(candidates) - len(accepted)
+    )
     others += len(moe) - len(native_moe)
     torch_device = torch.device(device)
     return NativeResult(

@@ -9,9 +9,9 @@
 #   moe            a 30B-A3B shape (LAYERS, default 16, of its 48), quantgate build hopper-fp8 and
 #                  quantgate eval --profile full wikitext on the GPU (bench/gpu_scale.py --gen-items 0)
 #   profile        carry .whl, .qg29: the gpu-marked tests of test_formats and test_native_fp8, then a
-#                  SIZE (default 8b) shape made and built to hopper-fp8, bench/fused_fp8_quant.py's
-#                  check, and the scoring passes under torch.profiler (bench/gpu_profile_scoring.py,
-#                  WINDOWS default 32; FUSED_TOO=1 scores again with the fused quantization)
+#                  SIZE (default 8b) shape made and built to hopper-fp8, bench/fused_fp8_quant.py (the fused
+#                  quantization against the eager one), and the scoring passes under torch.profiler (bench/gpu_profile_scoring.py,
+#                  WINDOWS default 32; EAGER_TOO=1 scores again with the eager quantization)
 set -uo pipefail
 phase=$1
 out=${OUT:-/tmp/out}
@@ -50,7 +50,7 @@ print(json.dumps(g.make_source('${SIZE:-8b}', Path('/tmp/qg/tok'), Path('/tmp/p/
     --cache-dir /tmp/p/cache 2>&1 | tail -4
   python3 bench/fused_fp8_quant.py 2>&1 | tee "$out/fused_fp8_quant.txt"
   python3 bench/gpu_profile_scoring.py /tmp/p/source /tmp/p/built/hopper-fp8 /tmp/qg/datasets/wikitext-2-raw/wiki.test.raw \
-    --windows "${WINDOWS:-32}" ${FUSED_TOO:+--fused-too} > "$out/profile_scoring.txt" 2>&1
+    --windows "${WINDOWS:-32}" ${EAGER_TOO:+--eager-too} > "$out/profile_scoring.txt" 2>&1
   grep -v '^USDT' "$out/profile_scoring.txt" | cut -c1-170 | head -90
   ;;
 esac

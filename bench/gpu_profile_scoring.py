@@ -54,7 +54,9 @@ def main() -> None:
     parser.add_argument("--batch-size", type=int, default=8)
     parser.add_argument("--device", default="cuda")
     parser.add_argument(
-        "--fused-too", action="store_true", help="score again with bench/fused_fp8_quant.py's kernels"
+        "--eager-too",
+        action="store_true",
+        help="score again with the eager activation quantization (native.quantize_per_token_eager), for the A/B",
     )
     args = parser.parse_args()
     from quantgate.evaluate.scoring import build_reference, score
@@ -90,18 +92,13 @@ def main() -> None:
         )
 
     _profiled("artifact scoring (KL against the reference)", scoring, tokens, args.device)
-    if args.fused_too:  # the same pass with the fused activation quantization, for the A/B
-        import fused_fp8_quant
-
+    if args.eager_too:  # the same pass with the eager activation quantization, for the A/B
         from quantgate.numerics import native
-        from quantgate.numerics.formats import FP8_E4M3FN_MAX
 
-        eager = native.quantize_per_token
-        native.quantize_per_token = lambda x: fused_fp8_quant.quantize_per_token(
-            x, FP8_E4M3FN_MAX, 1.0 / (FP8_E4M3FN_MAX * 512.0)
-        )
-        _profiled("artifact scoring, fused activation quantization", scoring, tokens, args.device)
-        native.quantize_per_token = eager
+        fused = native.quantize_per_token
+        native.quantize_per_token = native.quantize_per_token_eager
+        _profiled("artifact scoring, eager activation quantization", scoring, tokens, args.device)
+        native.quantize_per_token = fused
         same = all(
             torch.equal(a.nll, b.nll) and torch.equal(a.kld, b.kld)
             for a, b in zip(scored[1], scored[3], strict=True)

@@ -24,6 +24,7 @@ GPU, but attention runs in bf16 over the dequantized values here, not in an FP8 
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from typing import ClassVar, cast
 
@@ -47,15 +48,38 @@ def native_fp8_device(device: str | torch.device) -> bool:
     return torch.cuda.get_device_capability(device) >= MIN_CAPABILITY
 
 
+_MIN_SCALE = 1.0 / (FP8_E4M3FN_MAX * 512.0)
+
+
 def quantize_per_token(x: Tensor) -> tuple[Tensor, Tensor]:
     """Dynamic per-token OCP FP8: (q [M, K] float8_e4m3fn, scale [M, 1] float32), as vLLM computes them.
 
-    The same float32 arithmetic as ``formats.fp8_per_token`` (the emulated path): the two paths
-    differ only in the GEMM, never in what is fed to it.
+    On CUDA, two fused Triton passes (``fp8_quant_cuda``: the eager path spent more of a scoring
+    pass than the FP8 GEMMs themselves); elsewhere, and where Triton is missing, the eager
+    operations. Both give the same bits.
     """
+    kernel = _fused_kernel() if x.is_cuda else None
+    if kernel is not None:
+        return kernel.quantize_per_token(x, FP8_E4M3FN_MAX, _MIN_SCALE)
+    return quantize_per_token_eager(x)
+
+
+@functools.cache
+def _fused_kernel():
+    try:
+        from quantgate.numerics import fp8_quant_cuda
+    except ImportError:
+        return None
+    return fp8_quant_cuda
+
+
+def quantize_per_token_eager(x: Tensor) -> tuple[Tensor, Tensor]:
+    """``quantize_per_token`` in torch operations: the same float32 arithmetic as
+    ``formats.fp8_per_token`` (the emulated path), so the two paths differ only in the GEMM, never
+    in what is fed to it."""
     x = x.float()
     amax = x.abs().amax(dim=-1, keepdim=True)
-    scale = (amax / FP8_E4M3FN_MAX).clamp(min=1.0 / (FP8_E4M3FN_MAX * 512.0))
+    scale = (amax / FP8_E4M3FN_MAX).clamp(min=_MIN_SCALE)
     q = (x * scale.reciprocal()).clamp(-FP8_E4M3FN_MAX, FP8_E4M3FN_MAX).to(torch.float8_e4m3fn)
     return q, scale
 

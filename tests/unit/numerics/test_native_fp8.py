@@ -78,6 +78,24 @@ def test_per_token_quantization_is_the_emulated_one():
     assert torch.equal(q.float() * scale, fp8_e4m3fn_per_token(x))
 
 
+@pytest.mark.gpu
+@needs_fp8_gpu
+@pytest.mark.parametrize("k", [64, 4096, 14336 + 7])  # one block of the kernel, several, a ragged tail
+def test_gpu_fused_quantization_gives_the_eager_bits(k):
+    """The fused Triton quantization (on CUDA) against the eager torch operations, bit for bit, on
+    rows of every magnitude, an all-zero row (the floor scale) and a row holding a NaN."""
+    g = torch.Generator().manual_seed(k)
+    x = torch.randn(257, k, generator=g) * torch.logspace(-8, 4, 257).reshape(257, 1)
+    x[5] = 0
+    x[9, k // 2] = float("nan")
+    x = x.to(torch.bfloat16).to("cuda")
+    assert native_module._fused_kernel() is not None  # the GPU image has Triton: the fused path is taken
+    q, scale = quantize_per_token(x)
+    eager_q, eager_scale = native_module.quantize_per_token_eager(x)
+    assert torch.equal(q.view(torch.uint8), eager_q.view(torch.uint8))
+    assert torch.equal(scale.nan_to_num(-1.0), eager_scale.nan_to_num(-1.0))
+
+
 @needs_rowwise_kernel
 def test_native_module_matches_emulation_up_to_its_bf16_output():
     emulated = _emulated_fp8().to(KERNEL)

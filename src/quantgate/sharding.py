@@ -313,22 +313,23 @@ def _cut_experts(module: nn.Module, name: str, shards: Shards) -> None:
     mark_cut(module)
 
 
-def slicer(skeleton: nn.Module, rename: Callable[[str], str]) -> Slicer | None:
+def slicer(style_of: Callable[[str], str | None], rename: Callable[[str], str]) -> Slicer | None:
     """In a group: the slice of each quantized tensor on disk this rank reads
     (``numerics.artifact.read_quantized_tensors``), so that no rank holds, let alone decodes, the
     whole model (a 70B's weights decoded to float32 are twice an H200). The cut is ``_cut``'s and
-    ``_cut_experts``'s: a column-wise linear (an expert's gate and up) by its output features,
+    ``_cut_experts``'s: a column-wise module (an expert's gate and up) by its output features,
     every tensor along them (weight, packed weight, scales, bias); a row-wise one (an expert's
     down) by its input features, every 2-D tensor whose extent along them is more than one
     (weights, packed weights, per-group scales; a per-channel scale and the bias stay whole).
-    Global scales stay whole. None when alone. ``skeleton``: the architecture on the meta device
-    (its plan); ``rename``: disk names to memory names."""
+    Global scales stay whole. None when alone. ``style_of``: a module's read style by its memory
+    name (``numerics.artifact.read_style``: the plan's, an expert's by its role; None: whole);
+    ``rename``: disk names to memory names."""
     shards = current()
     if shards is None:
         return None
 
     def where(module: str, shape: tuple[int, ...]) -> tuple[int, int, int] | None:
-        wanted = read_style(skeleton, rename(module))
+        wanted = style_of(rename(module))
         if wanted is None or not shape:
             return None
         dim = 0 if wanted in _COLUMN else 1
@@ -346,22 +347,14 @@ def slicer(skeleton: nn.Module, rename: Callable[[str], str]) -> Slicer | None:
     return where
 
 
-def read_style(skeleton: nn.Module, name: str) -> str | None:
-    """How ``slicer`` cuts the tensors of module ``name`` (a memory name): a column or a row style
-    of the plan, an expert's projection by its role; None: read whole."""
-    from quantgate.numerics import moe
-
-    key = moe.expert_key(name)
-    if key is not None:
-        if not cuts_experts(skeleton, key[0]):
-            return None
-        return "rowwise" if moe.role(key[2]) == "down" else "colwise"
-    wanted = style(skeleton, name)
+def linear_style(model: nn.Module, name: str) -> str | None:
+    """The plan's column- or row-wise style of linear ``name`` (None: replicated, or another style)."""
+    wanted = style(model, name)
     return wanted if wanted in _COLUMN or wanted in _ROW else None
 
 
 def read_shape(out_features: int, in_features: int, wanted: str | None) -> tuple[int, int]:
-    """A Linear's weight shape as this rank reads it under ``read_style`` ``wanted`` (None: whole)."""
+    """A Linear's weight shape as this rank reads it under read style ``wanted`` (None: whole)."""
     if wanted is None:
         return out_features, in_features
     world = processes()

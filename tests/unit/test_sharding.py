@@ -201,8 +201,10 @@ def test_a_module_read_as_its_slice_is_the_slice_cut_after_the_whole_read(monkey
     for rank, expected in enumerate(expected_slices):
         monkeypatch.setenv("WORLD_SIZE", "2")
         monkeypatch.setenv("RANK", str(rank))
-        where = sharding.slicer(_Plan(), lambda disk_name: disk_name)
-        assert where is not None and sharding.read_style(_Plan(), full) == style
+        where = sharding.slicer(
+            lambda name: sharding.linear_style(_Plan(), name), lambda disk_name: disk_name
+        )
+        assert where is not None and sharding.linear_style(_Plan(), full) == style
         read = {}
         for key, tensor in disk.items():
             part = where(full, tuple(tensor.shape))

@@ -215,7 +215,7 @@ def emulated_modules(
             disk_prefix.setdefault(key[0], name.rsplit(".", 2)[0])
             continue
         module = _submodule(skeleton, memory)
-        cut = sharding.read_style(skeleton, memory) if sliced else None
+        cut = read_style(skeleton, memory) if sliced else None
         if not isinstance(module, nn.Linear):
             raise InputError(
                 where,
@@ -264,6 +264,18 @@ def emulated_modules(
         if read_cut:
             sharding.mark_cut(built[prefix])
     return built
+
+
+def read_style(skeleton: nn.Module, name: str) -> str | None:
+    """How ``sharding.slicer`` cuts the tensors of module ``name`` (a memory name) in a group: the
+    plan's column- or row-wise style of a linear; an expert's projection by its role, where the
+    plan cuts its experts (gate and up column-wise, down row-wise); None: read whole."""
+    key = moe.expert_key(name)
+    if key is None:
+        return sharding.linear_style(skeleton, name)
+    if not sharding.cuts_experts(skeleton, key[0]):
+        return None
+    return "rowwise" if moe.role(key[2]) == "down" else "colwise"
 
 
 def meta_skeleton(artifact_dir: Path) -> nn.Module:

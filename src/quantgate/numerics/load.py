@@ -59,6 +59,7 @@ from quantgate.numerics.artifact import (
     quantization_config,
     read_kv_scales,
     read_quantized_tensors,
+    read_style,
     split_groups,
 )
 from quantgate.numerics.cpu_gemm import use_float32_gemm
@@ -451,7 +452,7 @@ def _apply(plan: _LoadPlan, device: str | torch.device, *, native: bool, max_mem
     rename = disk_to_memory(skeleton)
     # in a group, each rank reads its slice of every module the plan cuts (a 70B decoded whole, or
     # a 235B MoE's experts, is more than one GPU holds)
-    slicer = sharding.slicer(skeleton, rename)
+    slicer = sharding.slicer(lambda name: read_style(skeleton, name), rename)
     raw = read_quantized_tensors(artifact_dir, build_on, slicer)
     if not raw:
         raise InputError(

@@ -179,7 +179,7 @@ def test_each_rank_reads_only_its_slice_of_every_cut_module(moe_artifacts, monke
     and up by their output rows (bias too), o and an expert's down by their input columns (NVFP4:
     packed bytes and block scales alike), a row-wise per-channel scale and every global scale whole."""
     from quantgate import sharding
-    from quantgate.numerics.artifact import disk_to_memory, meta_skeleton
+    from quantgate.numerics.artifact import disk_to_memory, meta_skeleton, read_style
 
     artifact = _built(moe_artifacts, "mixtral").artifacts[target]
     whole = read_quantized_tensors(artifact)
@@ -187,11 +187,13 @@ def test_each_rank_reads_only_its_slice_of_every_cut_module(moe_artifacts, monke
     rename = disk_to_memory(skeleton)
     monkeypatch.setenv("WORLD_SIZE", "2")
     monkeypatch.setenv("RANK", "1")
-    sliced = read_quantized_tensors(artifact, "cpu", sharding.slicer(skeleton, rename))
+    sliced = read_quantized_tensors(
+        artifact, "cpu", sharding.slicer(lambda name: read_style(skeleton, name), rename)
+    )
     assert sliced.keys() == whole.keys()
     checked = set()
     for module, tensors in whole.items():
-        wanted = sharding.read_style(skeleton, rename(module))
+        wanted = read_style(skeleton, rename(module))
         assert wanted is not None, module  # every quantized module of a Mixtral is cut by its plan
         dim = 0 if wanted.startswith("colwise") else 1
         for local, tensor in tensors.items():

@@ -146,13 +146,15 @@ def read_quantized_tensors(
         with safe_open(shard, "pt", device=str(device)) as f:
             for module, local in entries:
                 key = f"{module}.{local}"
-                part = slicer(module, tuple(f.get_slice(key).get_shape())) if slicer is not None else None
+                view = f.get_slice(key)  # the header's shape; the bytes are read below, whole or in part
+                part = slicer(module, tuple(view.get_shape())) if slicer is not None else None
                 if part is None:
                     found[module][local] = f.get_tensor(key)
-                    continue
-                dim, start, length = part
-                window = (slice(None),) * dim + (slice(start, start + length),)
-                found[module][local] = f.get_slice(key)[window].to(device)
+                else:
+                    dim, start, length = part
+                    found[module][local] = view[(slice(None),) * dim + (slice(start, start + length),)].to(
+                        device
+                    )
     return dict(found)
 
 

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import functools
 from dataclasses import dataclass
-from typing import ClassVar, cast
+from typing import ClassVar, TypeGuard
 
 import torch
 from torch import Tensor, nn
@@ -193,7 +193,7 @@ class NativeResult:
         )
 
 
-def _w8a8(module: nn.Module) -> bool:
+def _w8a8(module: nn.Module) -> TypeGuard[EmulatedLinear]:
     """An emulated FP8 W8A8 linear (per-channel weights, dynamic per-token activations)."""
     return (
         isinstance(module, EmulatedLinear)
@@ -212,9 +212,7 @@ def _kernel_accepts(module: EmulatedLinear) -> bool:
 def _native_experts(experts: QuantizedExperts) -> bool:
     """Whether every projection of every expert can run on the kernel; a MoE layer runs natively
     whole or not at all, so that its label says what it computed."""
-    return all(
-        _w8a8(m) and _kernel_accepts(cast(EmulatedLinear, m)) and m.bias is None for m in experts.linears()
-    )
+    return all(_w8a8(m) and _kernel_accepts(m) and m.bias is None for m in experts.linears())
 
 
 def apply_native(model: nn.Module, device: str | torch.device) -> NativeResult | None:
@@ -231,20 +229,21 @@ def apply_native(model: nn.Module, device: str | torch.device) -> NativeResult |
     moe = [m for m in model.modules() if isinstance(m, QuantizedExperts)]
     inside_experts = {id(linear) for m in moe for linear in m.linears()}
     candidates = [(name, m) for name, m in model.named_modules() if _w8a8(m) and id(m) not in inside_experts]
-    accepted = [(name, m) for name, m in candidates if _kernel_accepts(cast(EmulatedLinear, m))]
+    accepted = [(name, m) for name, m in candidates if _kernel_accepts(m)]
     native_moe = [m for m in moe if _native_experts(m)]
     if not accepted and not native_moe:
         return None
     for name, module in accepted:
         # placed where the emulated module is: on ``device``, or on the CPU for a model that is
         # dispatched afterwards, layer by layer (``offload``)
-        sharding.replace(model, name, _native(cast(EmulatedLinear, module)))
+        sharding.replace(model, name, _native(module))
     for experts in native_moe:
         # each rank's slice as it is (``sharding._cut_experts`` cut the emulated ones): the layer's
         # forward, and the sum over ranks installed on it, stay
         for projections in (experts.gate, experts.up, experts.down):
-            for index, module in enumerate(projections):
-                projections[index] = _native(cast(EmulatedLinear, module))
+            for index, linear in enumerate(projections):
+                assert _w8a8(linear)  # _native_experts checked every projection
+                projections[index] = _native(linear)
     others = sum(isinstance(m, EmulatedLinear) and id(m) not in inside_experts for m in model.modules()) - (
         len(candidates) - len(accepted)
     )

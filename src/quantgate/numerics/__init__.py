@@ -29,7 +29,7 @@ from quantgate.numerics.formats import (
     register_kv_cache,
 )
 from quantgate.numerics.load import EvalModel, NumericsReport, load_for_eval, load_source_for_eval
-from quantgate.numerics.moe import QuantizedExperts
+from quantgate.numerics.moe import QuantizedExperts, RoutedExperts
 from quantgate.numerics.weights import DecodedWeight, register_weights, weight_format, weight_formats
 
 if TYPE_CHECKING:
@@ -47,6 +47,7 @@ __all__ = [
     "NumericsReport",
     "ObserveKV",
     "QuantizedExperts",
+    "RoutedExperts",
     "activation_format",
     "activation_formats",
     "attention_modules",

@@ -9,13 +9,16 @@ more read and an FP8 write.
 
 Same bits as ``native.quantize_per_token_eager``, so native and emulated evaluations are fed the
 same FP8 values: the absmax is exact in any order (NaN propagating, as ``torch.amax``); the scale
-and its reciprocal are computed from it by the same torch operations on the [M, 1] column;
+and its reciprocal are computed from it by the same torch function on the [M, 1] column
+(``native.per_token_scale``);
 ``x * (1 / scale)`` is one IEEE float32 multiply; the clamp is exact; the cast to e4m3fn rounds
 to nearest even, as torch's does. ``tests/unit/numerics/test_native_fp8.py`` checks it on the GPU
 (``gpu`` mark), over rows of every magnitude, a zero row, a NaN and a ragged tail.
 """
 
 from __future__ import annotations
+
+from collections.abc import Callable
 
 import torch
 import triton
@@ -54,13 +57,16 @@ def _quantize_rows(x_ptr, inv_ptr, q_ptr, k, stride_x, stride_q, FMAX: tl.conste
         tl.store(q_base + cols, v.to(tl.float8e4nv, fp_downcast_rounding="rtne"), mask=mask)
 
 
-def quantize_per_token(x: torch.Tensor, fmax: float, min_scale: float) -> tuple[torch.Tensor, torch.Tensor]:
-    """(q [M, K] float8_e4m3fn, scale [M, 1] float32) of a CUDA ``x`` [M, K], as the eager path computes them."""
+def quantize_per_token(
+    x: torch.Tensor, fmax: float, scale_of: Callable[[torch.Tensor], torch.Tensor]
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """(q [M, K] float8_e4m3fn, scale [M, 1] float32) of a CUDA ``x`` [M, K], as the eager path computes
+    them; ``scale_of``: a row's scale from its absmax, the eager path's own function."""
     x = x.contiguous()
     rows, k = x.shape
     amax = torch.empty((rows, 1), device=x.device, dtype=torch.float32)
     _row_absmax[(rows,)](x, amax, k, x.stride(0), BLOCK=_BLOCK)
-    scale = (amax / fmax).clamp(min=min_scale)  # the eager path's operations, on the column alone
+    scale = scale_of(amax)  # torch operations on the [M, 1] column alone
     inv = scale.reciprocal()
     q = torch.empty((rows, k), device=x.device, dtype=torch.float8_e4m3fn)
     _quantize_rows[(rows,)](x, inv, q, k, x.stride(0), q.stride(0), FMAX=fmax, BLOCK=_BLOCK)

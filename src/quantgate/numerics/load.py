@@ -66,7 +66,7 @@ from quantgate.numerics.cpu_gemm import use_float32_gemm
 from quantgate.numerics.emulated import EmulatedLinear
 from quantgate.numerics.formats import ActivationFormat, activation_format, kv_cache_format
 from quantgate.numerics.kvcache import attention_modules, install_kv_cache, latent_attention
-from quantgate.numerics.moe import QuantizedExperts
+from quantgate.numerics.moe import QuantizedExperts, RoutedExperts
 from quantgate.numerics.native import NativeFP8Linear, NativeResult, apply_native
 from quantgate.numerics.weights import WeightFormat, weight_format
 
@@ -259,17 +259,18 @@ def _range(values: list[torch.Tensor]) -> tuple[float, float]:
     return float(flat.min()), float(flat.max())
 
 
-def _moe_notes(experts: list[QuantizedExperts]) -> tuple[str, ...]:
+def _moe_notes(experts: list[QuantizedExperts], native: int) -> tuple[str, ...]:
+    """``experts`` as loaded (emulated); ``native``: how many of those layers ``apply_native`` moved
+    to the kernel."""
     if not experts:
         return ()
     first = experts[0]
-    native = sum(m.native for m in experts)
     computed = (
         "emulated per expert"
         if not native
-        else "on the FP8 kernel per expert"
+        else "on the FP8 kernel, stacked (one grouped GEMM per projection on Hopper)"
         if native == len(experts)
-        else f"per expert, {native} of them on the FP8 kernel and the others emulated"
+        else f"{native} of them on the FP8 kernel and the others emulated per expert"
     )
     notes = [
         (
@@ -598,7 +599,7 @@ def _describe(plan: _LoadPlan, loaded: _Loaded, device: str | torch.device) -> N
     linears: dict[str, Literal["native", "emulated"]] = {
         name: "native" if m.native else "emulated"
         for name, m in loaded.model.named_modules()
-        if isinstance(m, NativeFP8Linear | EmulatedLinear | QuantizedExperts)
+        if isinstance(m, NativeFP8Linear | EmulatedLinear | RoutedExperts)
     }
     return NumericsReport(
         target=n.target,
@@ -628,7 +629,7 @@ def _describe(plan: _LoadPlan, loaded: _Loaded, device: str | torch.device) -> N
             _activation_note(plan),
             kv_note
             + ("; its FP8 rounding stays emulated" if ran_native is not None and loaded.kv_layers else ""),
-            *_moe_notes(list(loaded.experts)),
+            *_moe_notes(list(loaded.experts), ran_native.moe_layers if ran_native is not None else 0),
             *((plan.kept.note,) if plan.kept is not None else ()),
             loaded.generation_note,
         ),

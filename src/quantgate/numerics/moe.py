@@ -5,8 +5,8 @@ gate rows first, and ``down_proj`` [E, H, I]); artifacts store one module per ex
 projection (``experts.{e}.gate_proj`` / ``up_proj`` / ``down_proj``, Mixtral ``w1`` / ``w3`` /
 ``w2``), with its own scales. The experts module is replaced by ``QuantizedExperts``, which
 holds one ``EmulatedLinear`` per expert and projection (on an FP8 GPU, ``native.apply_native``
-swaps FP8 W8A8 ones for the kernel's ``NativeFP8Linear``), rather than decoding into the fused
-layout, because:
+replaces an FP8 W8A8 layer with ``native.NativeFP8Experts``, the experts stacked for one grouped
+GEMM per projection), rather than decoding into the fused layout, because:
 
 - the fused parameters are bf16 tensors, and ``grid value x scale`` does not fit bf16 (an FP8
   value times a bf16 channel scale has up to 12 significant bits): the same rounding that
@@ -46,7 +46,7 @@ import dataclasses
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Protocol, cast
+from typing import ClassVar, cast
 
 import torch
 from torch import Tensor, nn
@@ -114,15 +114,6 @@ def is_fused_experts(module: nn.Module | None) -> bool:
         and gate_up.shape[1] == 2 * down.shape[2]
         and gate_up.shape[2] == down.shape[1]
     )
-
-
-class WeightedLinear(Protocol):
-    """What an expert's down projection offers: its output times a per-token routing weight,
-    multiplied in the GEMM's float32 result before the bf16 store, as the fused MoE kernel does."""
-
-    def weighted(self, x: Tensor, row_weight: Tensor) -> Tensor:
-        """``x`` [M, K] through the projection, times ``row_weight`` [M, 1], stored in ``x``'s dtype."""
-        ...
 
 
 class ExpertLayoutError(ValueError):
@@ -213,11 +204,100 @@ def shared_input_scales(experts: dict[int, dict[str, dict[str, Tensor]]]) -> tup
     return torch.stack(w13).min(), torch.stack(w2).min()
 
 
-class QuantizedExperts(nn.Module):
-    """A layer's experts with quantized weights and activations, called like transformers' experts module:
-    ``(hidden_states [T, H], top_k_index [T, k], top_k_weights [T, k]) -> [T, H]``."""
+@dataclass(frozen=True)
+class Routes:
+    """A layer's (token, slot) pairs sorted by expert, stably (each expert's rows in token order),
+    as a grouped GEMM takes them: expert ``e``'s rows are ``ends[e-1]:ends[e]``; rows from
+    ``ends[-1]`` on were routed to no expert."""
 
+    order: Tensor  # [T*k] the flat (token * k + slot) index of each sorted row
+    token: Tensor  # [T*k] the token of each sorted row
+    weight: Tensor  # [T*k, 1] the routing weight of each sorted row
+    ends: Tensor  # [E] int32, cumulative row counts
+
+
+def route(top_k_index: Tensor, top_k_weights: Tensor, num_experts: int) -> Routes:
+    """Sort a layer's routing by expert on the device, without a host sync: one sort where a loop
+    over ``unique`` experts and ``where`` waited for the GPU once per expert."""
+    k = top_k_index.shape[1]
+    flat = top_k_index.reshape(-1)
+    # transformers' sentinel for a token routed to no expert lies outside [0, E): the last bucket
+    bucket = torch.where((flat >= 0) & (flat < num_experts), flat, num_experts)
+    order = torch.argsort(bucket, stable=True)
+    counts = torch.bincount(bucket, minlength=num_experts + 1)[:num_experts]
+    return Routes(
+        order=order,
+        token=order // k,
+        weight=top_k_weights.reshape(-1)[order].unsqueeze(-1),
+        ends=counts.cumsum(0).to(torch.int32),
+    )
+
+
+class RoutedExperts(nn.Module):
+    """A layer's experts called like transformers' experts module:
+    ``(hidden_states [T, H], top_k_index [T, k], top_k_weights [T, k]) -> [T, H]``. Routing and the
+    combination are here, once; a subclass computes the routed rows (``routed``)."""
+
+    native: ClassVar[bool] = False  # on the hardware's own kernel (``native.NativeFP8Experts``)
     act_fn: Callable[[Tensor], Tensor]
+
+    def __init__(
+        self,
+        num_experts: int,
+        act_fn: Callable[[Tensor], Tensor],
+        *,
+        activation: ActivationFormat | None,
+        weight_format: str,
+        notes: tuple[str, ...] = (),
+    ) -> None:
+        super().__init__()
+        self.num_experts = num_experts
+        self.act_fn = act_fn
+        self.activation = activation
+        self.weight_format = weight_format
+        self.notes = notes
+
+    def routed(self, hidden_states: Tensor, routes: Routes) -> Tensor:
+        """Each sorted row's contribution [T*k, H]: its token through its expert, times its routing
+        weight before the bf16 store. Rows routed to no expert may hold anything."""
+        raise NotImplementedError
+
+    @torch.no_grad()
+    def forward(self, hidden_states: Tensor, top_k_index: Tensor, top_k_weights: Tensor) -> Tensor:
+        """Every token through its top-k experts, weighted and summed in routing order."""
+        tokens, k = top_k_index.shape
+        routes = route(top_k_index, top_k_weights, self.num_experts)
+        rows = self.routed(hidden_states, routes)
+        routed = torch.arange(rows.shape[0], device=rows.device) < routes.ends[-1]
+        contributions = torch.empty_like(rows)
+        contributions[routes.order] = torch.where(routed.unsqueeze(-1), rows, 0)
+        contributions = contributions.view(tokens, k, -1)
+        out = contributions[:, 0]
+        for slot in range(1, k):  # moe_sum: bf16 additions in routing order
+            out = (out.float() + contributions[:, slot].float()).to(hidden_states.dtype)
+        return out
+
+    def extra_repr(self) -> str:
+        """Expert count and formats, for ``print(model)``."""
+        activation = self.activation.name if self.activation is not None else "none"
+        kernel = ", kernel=torch._scaled_mm" if self.native else ""
+        return f"experts={self.num_experts}, weights={self.weight_format}, activations={activation}{kernel}"
+
+
+def expert_bounds(routes: Routes) -> list[tuple[int, int, int]]:
+    """``(expert, start, end)`` of every expert that has rows, for a loop over experts (one host sync)."""
+    bounds, start = [], 0
+    for index, end in enumerate(routes.ends.tolist()):
+        if end > start:
+            bounds.append((index, start, end))
+        start = end
+    return bounds
+
+
+class QuantizedExperts(RoutedExperts):
+    """A layer's experts with quantized weights and activations, each expert's projections an
+    ``EmulatedLinear`` (on an FP8 GPU, ``native.apply_native`` replaces a whole FP8 W8A8 layer with
+    ``NativeFP8Experts``)."""
 
     def __init__(
         self,
@@ -230,7 +310,9 @@ class QuantizedExperts(nn.Module):
         compute_dtype: torch.dtype = torch.float32,
         notes: tuple[str, ...] = (),
     ) -> None:
-        super().__init__()
+        super().__init__(
+            len(experts), act_fn, activation=activation, weight_format=weight_format, notes=notes
+        )
         w13_scale, w2_scale = input_scales if input_scales is not None else (None, None)
 
         def linear(weight: DecodedWeight, scale: Tensor | None) -> EmulatedLinear:
@@ -245,47 +327,23 @@ class QuantizedExperts(nn.Module):
         self.gate = nn.ModuleList(linear(e.gate, w13_scale) for e in experts)
         self.up = nn.ModuleList(linear(e.up, w13_scale) for e in experts)
         self.down = nn.ModuleList(linear(e.down, w2_scale) for e in experts)
-        self.num_experts = len(experts)
-        self.act_fn = act_fn
-        self.activation = activation
-        self.weight_format = weight_format
-        self.notes = notes
 
     def expert(self, index: int, x: Tensor, routing_weight: Tensor) -> Tensor:
         """One expert's contribution for ``x`` [N, H]: its down projection times each token's routing
-        weight [N, 1], multiplied before the bf16 store (``WeightedLinear.weighted``)."""
+        weight [N, 1], multiplied before the bf16 store (``EmulatedLinear.weighted``)."""
         gate, up = self.gate[index], self.up[index]
-        down = cast(WeightedLinear, self.down[index])
+        down = cast(EmulatedLinear, self.down[index])
         gated = (self.act_fn(gate(x).float()) * up(x).float()).to(x.dtype)
         return down.weighted(gated, routing_weight)
 
-    def linears(self) -> tuple[nn.Module, ...]:
+    def routed(self, hidden_states: Tensor, routes: Routes) -> Tensor:
+        """Expert by expert over its contiguous rows."""
+        x = hidden_states[routes.token]
+        rows = torch.zeros_like(x)
+        for index, start, end in expert_bounds(routes):
+            rows[start:end] = self.expert(index, x[start:end], routes.weight[start:end])
+        return rows
+
+    def linears(self) -> tuple[EmulatedLinear, ...]:
         """Every expert's projections: gates, ups, downs."""
-        return (*self.gate, *self.up, *self.down)
-
-    @property
-    def native(self) -> bool:
-        """Every expert linear runs on the hardware's kernel (``native.apply_native`` swapped them)."""
-        return all(getattr(m, "native", False) for m in self.linears())
-
-    @torch.no_grad()
-    def forward(self, hidden_states: Tensor, top_k_index: Tensor, top_k_weights: Tensor) -> Tensor:
-        """Every token through its top-k experts, weighted and summed in routing order."""
-        tokens, k = top_k_index.shape
-        contributions = hidden_states.new_zeros((tokens, k, hidden_states.shape[-1]))
-        for index in torch.unique(top_k_index).tolist():
-            if not 0 <= index < self.num_experts:
-                continue  # transformers' sentinel for a token routed to no expert
-            token, position = torch.where(top_k_index == index)
-            weight = top_k_weights[token, position, None]
-            contributions[token, position] = self.expert(index, hidden_states[token], weight)
-        out = contributions[:, 0]
-        for slot in range(1, k):  # moe_sum: bf16 additions in routing order
-            out = (out.float() + contributions[:, slot].float()).to(hidden_states.dtype)
-        return out
-
-    def extra_repr(self) -> str:
-        """Expert count and formats, for ``print(model)``."""
-        activation = self.activation.name if self.activation is not None else "none"
-        kernel = ", kernel=torch._scaled_mm" if self.native else ""
-        return f"experts={self.num_experts}, weights={self.weight_format}, activations={activation}{kernel}"
+        return cast(tuple[EmulatedLinear, ...], (*self.gate, *self.up, *self.down))

@@ -38,7 +38,7 @@ from quantgate.artifact import require_manifest
 from quantgate.atomic import write_json
 from quantgate.frozen import FrozenRecord
 from quantgate.numerics import (
-    QuantizedExperts,
+    RoutedExperts,
     disk_to_memory,
     expert_key,
     load_for_eval,
@@ -226,7 +226,7 @@ def _memory_names(model: nn.Module, unit: Unit) -> set[str]:
     for module in unit.modules:
         memory = rename(module)
         key = expert_key(memory)
-        if key is not None and isinstance(_get(model, key[0]), QuantizedExperts):
+        if key is not None and isinstance(_get(model, key[0]), RoutedExperts):
             names.add(key[0])
         else:
             names.add(memory)

@@ -18,7 +18,14 @@ from quantgate.intake import intake
 from quantgate.numerics import EmulatedLinear, load_for_eval
 from quantgate.numerics import native as native_module
 from quantgate.numerics.formats import activation_format, fp8_e4m3fn_per_token
-from quantgate.numerics.native import NativeFP8Linear, apply_native, native_fp8_device, quantize_per_token
+from quantgate.numerics.moe import expert_bounds, route
+from quantgate.numerics.native import (
+    NativeFP8Experts,
+    NativeFP8Linear,
+    apply_native,
+    native_fp8_device,
+    quantize_per_token,
+)
 from quantgate.numerics.weights import weight_format
 from support.builds import build_targets
 
@@ -253,12 +260,14 @@ def test_moe_experts_go_to_the_kernel_with_the_linears_device_check_mocked(monke
 
     result = apply_native(layer, "cpu")
     assert result is not None and result.whole and result.replaced == 1 and result.moe_layers == 1
-    assert "the experts of 1 MoE layers on the same kernel" in result.note
+    assert "the experts of 1 MoE layers on the same kernel, one grouped GEMM per projection" in result.note
     assert isinstance(layer["attn"], NativeFP8Linear)
-    assert all(isinstance(m, NativeFP8Linear) for m in experts.linears()) and experts.native
-    assert "kernel=torch._scaled_mm" in repr(experts)
+    stacked = layer["experts"]
+    assert isinstance(stacked, NativeFP8Experts) and stacked.native
+    assert stacked.gate_up_weight.dtype == torch.float8_e4m3fn and stacked.gate_up_weight.shape == (4, 64, 64)
+    assert "kernel=torch._scaled_mm" in repr(stacked)
     if KERNEL == "cpu":
-        native = experts(states, index, weights)
+        native = stacked(states, index, weights)
         assert native.dtype == torch.bfloat16 and native.shape == emulated.shape
         relative = (native.float() - emulated.float()).norm() / emulated.float().norm()
         assert relative < 8e-3  # gate, up and down each stored in bf16 once, in another order
@@ -280,36 +289,49 @@ def test_a_moe_layer_the_kernel_refuses_stays_emulated_whole_device_check_mocked
 
 @pytest.mark.gpu
 @needs_fp8_gpu
-def test_gpu_moe_experts_on_the_kernel_agree_with_their_emulation():
+def test_gpu_moe_experts_on_the_kernel_agree_with_their_emulation(monkeypatch):
+    """On the GPU the experts run as one grouped GEMM per projection (Hopper): the same products
+    as the emulation within the bf16 stores, and as one ``_scaled_mm`` per expert within an ulp."""
     experts = _fp8_experts(intermediate=64, hidden=128, n=8).to("cuda")
     g = torch.Generator().manual_seed(3)
     states = torch.randn(64, 128, generator=g).to(torch.bfloat16).to("cuda")
     index = torch.stack([torch.randperm(8, generator=g)[:2] for _ in range(64)]).to("cuda")
+    index[0, 1] = 8  # transformers' sentinel: routed to no expert
     weights = torch.softmax(torch.randn(64, 2, generator=g), dim=-1).to("cuda")
     emulated = experts(states, index, weights).float()
-    result = apply_native(torch.nn.ModuleDict({"experts": experts}), "cuda")
-    assert result is not None and result.moe_layers == 1 and result.whole and experts.native
-    native = experts(states, index, weights).float()
+    layer = torch.nn.ModuleDict({"experts": experts})
+    result = apply_native(layer, "cuda")
+    stacked = layer["experts"]
+    assert result is not None and result.moe_layers == 1 and result.whole and stacked.native
+    native = stacked(states, index, weights).float()
     relative = (native - emulated).norm() / emulated.norm()
     assert 0 < relative < 8e-3  # the kernel is really used, and stores gate, up and down in bf16 once each
+    if torch.cuda.get_device_capability() == (9, 0):
+        monkeypatch.setattr(native_module, "_grouped_kernel", lambda device, groups: False)
+        looped = stacked(states, index, weights).float()
+        assert (native - looped).norm() / looped.norm() < 1e-3
 
 
-@needs_rowwise_kernel
-def test_the_routing_weight_rides_in_the_token_scale():
-    """The native down product times a routing weight equals the emulated one up to one bf16
-    rounding: the weight is multiplied in float32 before the store, never after it."""
-    emulated = _emulated_fp8(48, 64).to(KERNEL)
-    native = NativeFP8Linear.from_emulated(emulated)
-    x = torch.randn(9, 64, dtype=torch.bfloat16, device=KERNEL)
-    weight = torch.rand(9, 1, device=KERNEL) * 1e-3  # small weights: a store before the multiply would flush
-    expected = emulated.matmul(x) * weight
-    out = native.weighted(x, weight)
-    assert out.dtype == torch.bfloat16
-    relative = (out.float() - expected).norm() / expected.norm()
-    assert relative < 4e-3
-    with_bias = NativeFP8Linear(native.weight, native.weight_scale.reshape(-1, 1), torch.ones(48))
-    with pytest.raises(ValueError, match="bias"):
-        with_bias.weighted(x, weight)
+def test_the_grouped_gemm_takes_the_stacked_experts_as_laid_out():
+    """The grouped kernel's contract (torch's own shape, stride and dtype checks, on the meta
+    device): row-major FP8 rows with one scale each, every expert's [N, K] weight column-major."""
+    q = torch.empty(10, 64, dtype=torch.float8_e4m3fn, device="meta")
+    weight = torch.empty(3, 96, 64, dtype=torch.float8_e4m3fn, device="meta")
+    ends = torch.empty(3, dtype=torch.int32, device="meta")
+    out = native_module.grouped_gemm(
+        q, torch.empty(10, 1, device="meta"), weight, torch.empty(3, 96, device="meta"), ends
+    )
+    assert out.shape == (10, 96) and out.dtype == torch.bfloat16
+
+
+def test_routes_keep_each_experts_rows_in_token_order_and_drop_the_sentinel():
+    index = torch.tensor([[2, 0], [0, 4], [2, 1]])  # 4: no expert of 3
+    weights = torch.tensor([[0.6, 0.4], [0.7, 0.3], [0.5, 0.5]])
+    routes = route(index, weights, 3)
+    assert routes.ends.tolist() == [2, 3, 5] and routes.ends.dtype == torch.int32
+    assert routes.token.tolist() == [0, 1, 2, 0, 2, 1]  # expert 0: tokens 0, 1; 1: 2; 2: 0, 2; then none
+    assert routes.weight.squeeze(-1).tolist() == pytest.approx([0.4, 0.7, 0.5, 0.6, 0.5, 0.3])
+    assert expert_bounds(routes) == [(0, 0, 2), (1, 2, 3), (2, 3, 5)]
 
 
 def _decoded(module: EmulatedLinear):

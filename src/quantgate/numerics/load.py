@@ -66,7 +66,7 @@ from quantgate.numerics.cpu_gemm import use_float32_gemm
 from quantgate.numerics.emulated import EmulatedLinear
 from quantgate.numerics.formats import ActivationFormat, activation_format, kv_cache_format
 from quantgate.numerics.kvcache import attention_modules, install_kv_cache, latent_attention
-from quantgate.numerics.moe import QuantizedExperts, RoutedExperts
+from quantgate.numerics.moe import RoutedExperts
 from quantgate.numerics.native import NativeFP8Linear, NativeResult, apply_native
 from quantgate.numerics.weights import WeightFormat, weight_format
 
@@ -259,12 +259,11 @@ def _range(values: list[torch.Tensor]) -> tuple[float, float]:
     return float(flat.min()), float(flat.max())
 
 
-def _moe_notes(experts: list[QuantizedExperts], native: int) -> tuple[str, ...]:
-    """``experts`` as loaded (emulated); ``native``: how many of those layers ``apply_native`` moved
-    to the kernel."""
+def _moe_notes(experts: list[RoutedExperts]) -> tuple[str, ...]:
     if not experts:
         return ()
     first = experts[0]
+    native = sum(m.native for m in experts)
     computed = (
         "emulated per expert"
         if not native
@@ -281,7 +280,7 @@ def _moe_notes(experts: list[QuantizedExperts], native: int) -> tuple[str, ...]:
     if sharding.is_cut(first):
         notes.append(
             f"experts: tensor parallel over {sharding.processes()} processes, each holding every expert's "
-            f"slice of {first.gate[0].out_features} intermediate features, the layer's output summed in bf16"
+            f"slice of {first.intermediate} intermediate features, the layer's output summed in bf16"
         )
     if first.activation is not None and first.activation.needs_global_scale:
         notes.append(
@@ -355,7 +354,7 @@ class _Loaded:
     model: nn.Module
     tokenizer: Any
     modules_replaced: int
-    experts: tuple[QuantizedExperts, ...]
+    experts: tuple[RoutedExperts, ...]  # as the model holds them: emulated, or on the kernel
     generation_note: str
     kv_scales: KVScales | None  # by attention module in memory; None: none stored
     latent: bool  # multi-head latent attention: its FP8 cache is not emulated on prefill
@@ -498,7 +497,9 @@ def _apply(plan: _LoadPlan, device: str | torch.device, *, native: bool, max_mem
         model=model,
         tokenizer=tokenizer,
         modules_replaced=len(raw),
-        experts=tuple(m for m in emulated.values() if isinstance(m, QuantizedExperts)),
+        # from the model, not ``emulated``: an expert layer on the kernel replaced its emulated one,
+        # whose float32 weights must not stay referenced
+        experts=tuple(m for m in model.modules() if isinstance(m, RoutedExperts)),
         generation_note=generation_note,
         kv_scales=scales,
         latent=latent,
@@ -629,7 +630,7 @@ def _describe(plan: _LoadPlan, loaded: _Loaded, device: str | torch.device) -> N
             _activation_note(plan),
             kv_note
             + ("; its FP8 rounding stays emulated" if ran_native is not None and loaded.kv_layers else ""),
-            *_moe_notes(list(loaded.experts), ran_native.moe_layers if ran_native is not None else 0),
+            *_moe_notes(list(loaded.experts)),
             *((plan.kept.note,) if plan.kept is not None else ()),
             loaded.generation_note,
         ),

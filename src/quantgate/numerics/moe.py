@@ -257,6 +257,11 @@ class RoutedExperts(nn.Module):
         self.weight_format = weight_format
         self.notes = notes
 
+    @property
+    def intermediate(self) -> int:
+        """Each expert's intermediate features (on a rank of a group, its slice of them)."""
+        raise NotImplementedError
+
     def routed(self, hidden_states: Tensor, routes: Routes) -> Tensor:
         """Each sorted row's contribution [T*k, H]: its token through its expert, times its routing
         weight before the bf16 store. Rows routed to no expert may hold anything."""
@@ -311,7 +316,11 @@ class QuantizedExperts(RoutedExperts):
         notes: tuple[str, ...] = (),
     ) -> None:
         super().__init__(
-            len(experts), act_fn, activation=activation, weight_format=weight_format, notes=notes
+            len(experts),
+            act_fn,
+            activation=activation,
+            weight_format=weight_format,
+            notes=notes,
         )
         w13_scale, w2_scale = input_scales if input_scales is not None else (None, None)
 
@@ -327,6 +336,11 @@ class QuantizedExperts(RoutedExperts):
         self.gate = nn.ModuleList(linear(e.gate, w13_scale) for e in experts)
         self.up = nn.ModuleList(linear(e.up, w13_scale) for e in experts)
         self.down = nn.ModuleList(linear(e.down, w2_scale) for e in experts)
+
+    @property
+    def intermediate(self) -> int:
+        """Each expert's intermediate features, as its gate holds them (``sharding`` may cut them)."""
+        return cast(EmulatedLinear, self.gate[0]).out_features
 
     def expert(self, index: int, x: Tensor, routing_weight: Tensor) -> Tensor:
         """One expert's contribution for ``x`` [N, H]: its down projection times each token's routing

@@ -173,11 +173,15 @@ class NativeFP8Experts(RoutedExperts):
             weight_format="fp8_e4m3fn",
             notes=notes,
         )
-        self.intermediate = gate_up[0].shape[1] // 2
         self.register_buffer("gate_up_weight", gate_up[0].contiguous())
         self.register_buffer("gate_up_scale", gate_up[1].float().contiguous())
         self.register_buffer("down_weight", down[0].contiguous())
         self.register_buffer("down_scale", down[1].float().contiguous())
+
+    @property
+    def intermediate(self) -> int:
+        """Each expert's intermediate features: half of the stacked gate/up rows."""
+        return self.gate_up_weight.shape[1] // 2
 
     @classmethod
     def from_emulated(cls, experts: QuantizedExperts) -> NativeFP8Experts:

@@ -7,6 +7,7 @@ DeepSeek-V3 (dense first layer, shared expert, grouped top-k, latent attention).
 from __future__ import annotations
 
 import copy
+import gc
 import re
 import shutil
 import time
@@ -166,6 +167,8 @@ def test_a_moe_artifact_on_an_fp8_gpu_runs_natively_whole_device_check_mocked(mo
     assert set(report.linears.values()) == {"native"}
     assert any("experts of 2 MoE layers on the same kernel" in note for note in report.notes)
     assert any("experts on the FP8 kernel, stacked" in note for note in report.notes)
+    gc.collect()  # the emulated experts the kernel's replaced are gone: only the emulated model's two stay
+    assert sum(isinstance(o, QuantizedExperts) for o in gc.get_objects()) == 2
     with torch.no_grad():
         one, other = loaded.model(ids).logits.float(), emulated.model(ids).logits.float()
     assert ((one - other).norm() / other.norm()).item() < 2e-2

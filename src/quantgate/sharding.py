@@ -335,14 +335,8 @@ def slicer(style_of: Callable[[str], str | None], rename: Callable[[str], str]) 
         dim = 0 if wanted in _COLUMN else 1
         if len(shape) <= dim or shape[dim] <= 1:
             return None
-        if shape[dim] % shards.world:
-            raise InputError(
-                module,
-                f"{shape[dim]} rows or groups along the split do not divide over {shards.world} processes",
-                "pass a --devices that divides them",
-            )
-        step = shape[dim] // shards.world
-        return dim, shards.rank * step, step
+        start, step = _rank_slice(module, shape[dim], "rows or groups along the split", shards)
+        return dim, start, step
 
     return where
 
@@ -402,6 +396,19 @@ def _sum_over_ranks(module: nn.Module) -> None:
     module.forward = summed
 
 
+def _rank_slice(name: str, extent: int, what: str, shards: Shards) -> tuple[int, int]:
+    """This rank's ``(start, length)`` of ``extent`` rows, features or groups, which must divide
+    evenly over the group (``name``: the module, for the error)."""
+    if extent % shards.world:
+        raise InputError(
+            name,
+            f"{extent} {what} do not divide over {shards.world} processes",
+            "pass a --devices that divides them",
+        )
+    step = extent // shards.world
+    return shards.rank * step, step
+
+
 def _cut(module: nn.Module, name: str, wanted: str, shards: Shards) -> None:
     """``module``'s tensors narrowed to this rank's slice: output features (dim 0 of the weight,
     per-channel scales and bias) for a column-wise style, input features (dim 1 of the weight and
@@ -418,25 +425,14 @@ def _cut(module: nn.Module, name: str, wanted: str, shards: Shards) -> None:
             "emulated modules do not take",
             "evaluate it on one device: --devices 1",
         )
-    if size % shards.world:
-        raise InputError(
-            name,
-            f"{size} features do not split over {shards.world} processes",
-            "pass a --devices that divides them",
-        )
+    _rank_slice(name, size, "features", shards)
     for key, tensor in [*module.named_buffers(recurse=False), *module.named_parameters(recurse=False)]:
         if tensor is None or key == "bias":
             continue
         if tensor.ndim == 2 and tensor.shape[dim] > 1 and size % tensor.shape[dim] == 0:
-            if tensor.shape[dim] % shards.world:  # quantization groups would straddle two ranks
-                raise InputError(
-                    name,
-                    f"its {key} has {tensor.shape[dim]} groups along the split, which do not divide over "
-                    f"{shards.world} processes",
-                    "pass a --devices that divides them",
-                )
-            step = tensor.shape[dim] // shards.world  # the weight, or its per-channel / per-group scales
-            _set(module, key, tensor.narrow(dim, shards.rank * step, step).contiguous())
+            # the weight, or its per-channel / per-group scales (groups must not straddle two ranks)
+            start, step = _rank_slice(name, tensor.shape[dim], f"{key} groups along the split", shards)
+            _set(module, key, tensor.narrow(dim, start, step).contiguous())
     bias = getattr(module, "bias", None)
     if bias is not None and dim == 0:
         step = out_features // shards.world

@@ -41,6 +41,9 @@ def main() -> None:
         "--layers", type=int, default=None, help="keep the first N decoder layers (a CPU smoke run)"
     )
     parser.add_argument("--device", default="cuda")
+    parser.add_argument(
+        "--static", action="store_true", help="also a static cache with its compiled decode step"
+    )
     args = parser.parse_args()
 
     from gpu_scale import shape_config
@@ -95,6 +98,18 @@ def main() -> None:
         f"({manual_step:.1f} ms a step); weights {weights / 1e9:.1f} GB, "
         f"{weights / 4.3e12 * 1e3:.1f} ms a step to read at 4.3 TB/s"
     )
+    if args.static:
+        # transformers compiles the decode step of a static cache (generation_config.compile_config):
+        # the first calls compile, the last one is the steady state
+        static = GenerationConfig(**{**config.to_dict(), "cache_implementation": "static"})
+        for attempt in range(3):
+            took = _timed(
+                lambda: model.generate(input_ids=ids, attention_mask=mask, generation_config=static), sync
+            )
+            print(
+                f"== static cache, compiled decode, call {attempt + 1}: {took:.2f} s "
+                f"({(took - prefill) / (args.steps - 1) * 1e3:.1f} ms a step)"
+            )
     with profile(activities=[ProfilerActivity.CPU, *([ProfilerActivity.CUDA] if cuda else [])]) as prof:
         generate()
         sync()

@@ -222,8 +222,10 @@ class NativeFP8Experts(RoutedExperts):
             return grouped_gemm(q, scale, weight, weight_scale, routes.ends)
         out = q.new_zeros((q.shape[0], weight.shape[1]), dtype=torch.bfloat16)
         for index, start, end in expert_bounds(routes):
+            # a copy of the rows' scales: cuBLASLt refuses a scale vector that starts off 16 bytes
+            # (CUBLAS_STATUS_NOT_SUPPORTED on the H200 at row 18)
             out[start:end] = _scaled_gemm(
-                q[start:end], scale[start:end], weight[index], weight_scale[index : index + 1]
+                q[start:end], scale[start:end].clone(), weight[index], weight_scale[index : index + 1].clone()
             )
         return out
 

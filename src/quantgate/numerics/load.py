@@ -35,7 +35,10 @@ quantization at all: W8A16 measured for W8A8 (DESIGN). So:
 
 from __future__ import annotations
 
+import re
 import warnings
+from collections import defaultdict
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Literal
@@ -67,7 +70,7 @@ from quantgate.numerics.emulated import EmulatedLinear
 from quantgate.numerics.formats import ActivationFormat, activation_format, kv_cache_format
 from quantgate.numerics.kvcache import attention_modules, install_kv_cache, latent_attention
 from quantgate.numerics.moe import RoutedExperts
-from quantgate.numerics.native import NativeFP8Linear, NativeResult, apply_native
+from quantgate.numerics.native import NativeFP8Linear, NativeResult, apply_native, to_kernel
 from quantgate.numerics.weights import WeightFormat, weight_format
 
 _ACCUMULATION_NOTE = (
@@ -217,11 +220,12 @@ def _drop_decompression_hook(model: nn.Module) -> None:
 
 
 def _refuse_leftovers(artifact_dir: Path, model: nn.Module) -> None:
-    """Nothing may still be compressed or quantized outside an EmulatedLinear."""
+    """Nothing may still be compressed or quantized outside the modules quantgate built (emulated,
+    or in a kernel's form: ``NativeFP8Linear``, ``NativeFP8Experts``)."""
     narrow = {torch.float8_e4m3fn, torch.float8_e4m3fnuz, torch.float8_e5m2, torch.uint8, torch.int32}
     left = []
     for name, module in model.named_modules():
-        if isinstance(module, EmulatedLinear):
+        if isinstance(module, EmulatedLinear | NativeFP8Linear | RoutedExperts):
             continue
         if getattr(module, "quantization_scheme", None) is not None:
             left.append(name)
@@ -442,11 +446,54 @@ def _plan_load(artifact_dir: Path, target: Target | None, *, activations: bool, 
     )
 
 
+_LAYER = re.compile(r"^(.*?\.\d+)\.")  # a module's decoder layer: the name up to its first index
+
+
+def _by_layer(names: Iterable[str]) -> list[list[str]]:
+    """Module names grouped by decoder layer (a MoE layer's experts together), in name order."""
+    groups: dict[str, list[str]] = defaultdict(list)
+    for name in sorted(names):
+        match = _LAYER.match(name)
+        groups[match[1] if match else name].append(name)
+    return list(groups.values())
+
+
+def _decode_layer(
+    plan: _LoadPlan,
+    raw: dict[str, dict[str, torch.Tensor]],
+    skeleton: nn.Module,
+    rename: Callable[[str], str],
+    sliced: bool,
+    native: bool,
+    device: str | torch.device,
+) -> dict[str, nn.Module]:
+    """One layer's quantized modules (``raw``: its tensors), each in the target's format (a repaired
+    variant's kept modules in theirs) and, on a device with the kernel, in the kernel's form. A
+    function of its own so that the layer's raw tensors and float32 decode are freed on return."""
+    kept = plan.kept
+    formats = [(plan.weights, plan.activations, [m for m in raw if kept is None or m not in kept.modules])]
+    if kept is not None and kept.weights is not None:
+        formats.append((kept.weights, kept.activations, [m for m in raw if m in kept.modules]))
+    modules: dict[str, nn.Module] = {}
+    for weights, activations, chosen in formats:
+        built = emulated_modules(
+            plan.artifact_dir,
+            {m: raw[m] for m in chosen},
+            weights,
+            activations,
+            skeleton,
+            rename,
+            sliced=sliced,
+        )
+        modules.update(to_kernel(built, device) if native else built)
+    return modules
+
+
 def _apply(plan: _LoadPlan, device: str | torch.device, *, native: bool, max_memory: int | None) -> _Loaded:
     """The model with every quantized module decoded and swapped in, its KV cache emulated and
     placed on ``device`` (FP8 W8A8 linears on the hardware's kernel where it has one). Under a
     ``max_memory`` budget every module is built on the CPU first and placed last (``_place``)."""
-    artifact_dir, kept = plan.artifact_dir, plan.kept
+    artifact_dir = plan.artifact_dir
     build_on = "cpu" if max_memory is not None else device
     skeleton = meta_skeleton(artifact_dir)
     rename = disk_to_memory(skeleton)
@@ -461,22 +508,16 @@ def _apply(plan: _LoadPlan, device: str | torch.device, *, native: bool, max_mem
             "evaluate a built artifact",
         )
     # everything is decoded and matched against a meta-device skeleton first, so a mismatch is
-    # reported as such rather than as whatever transformers makes of unexpected tensors
+    # reported as such rather than as whatever transformers makes of unexpected tensors; layer by
+    # layer, each layer in its kernel's form where the device has one (``to_kernel``), so that the
+    # float32 decode of the whole model is never held at once, and a layer's raw tensors go with it
     sliced = slicer is not None
-    emulated = emulated_modules(
-        artifact_dir,
-        {m: t for m, t in raw.items() if kept is None or m not in kept.modules},
-        plan.weights,
-        plan.activations,
-        skeleton,
-        rename,
-        sliced=sliced,
-    )
-    if kept is not None and kept.weights is not None:
-        kept_raw = {m: t for m, t in raw.items() if m in kept.modules}
+    modules_replaced = len(raw)
+    emulated: dict[str, nn.Module] = {}
+    for names in _by_layer(raw):
         emulated.update(
-            emulated_modules(
-                artifact_dir, kept_raw, kept.weights, kept.activations, skeleton, rename, sliced=sliced
+            _decode_layer(
+                plan, {name: raw.pop(name) for name in names}, skeleton, rename, sliced, native, device
             )
         )
     model, tokenizer, missing = _load_hf(artifact_dir, build_on)
@@ -496,7 +537,7 @@ def _apply(plan: _LoadPlan, device: str | torch.device, *, native: bool, max_mem
     return _Loaded(
         model=model,
         tokenizer=tokenizer,
-        modules_replaced=len(raw),
+        modules_replaced=modules_replaced,
         # from the model, not ``emulated``: an expert layer on the kernel replaced its emulated one,
         # whose float32 weights must not stay referenced
         experts=tuple(m for m in model.modules() if isinstance(m, RoutedExperts)),

@@ -322,46 +322,71 @@ def _native_experts(experts: QuantizedExperts) -> bool:
     return all(_w8a8(m) and _kernel_accepts(m) and m.bias is None for m in experts.linears())
 
 
+def to_kernel(modules: dict[str, nn.Module], device: str | torch.device) -> dict[str, nn.Module]:
+    """``modules`` (built, not yet installed: ``numerics.artifact.emulated_modules``) with each one
+    ``device``'s kernel runs in its kernel's form: an FP8 W8A8 linear it accepts as a
+    ``NativeFP8Linear``, a MoE layer whose every projection it accepts as ``NativeFP8Experts``; the
+    others as they are. A load converts layer by layer, so that the float32 decode of the whole
+    model (4 bytes a parameter: a 70B is twice an H200) never exists at once."""
+    if not native_fp8_device(device):
+        return modules
+    return {name: _kernel_form(module) for name, module in modules.items()}
+
+
+def _kernel_form(module: nn.Module) -> nn.Module:
+    if isinstance(module, QuantizedExperts):
+        return NativeFP8Experts.from_emulated(module) if _native_experts(module) else module
+    if _w8a8(module) and _kernel_accepts(module):
+        return _native(module)
+    return module
+
+
 def apply_native(model: nn.Module, device: str | torch.device) -> NativeResult | None:
     """Swap every emulated FP8 W8A8 Linear of ``model`` (on ``device``, or on the CPU until it is
-    dispatched there) for the native kernel that ``device`` runs, and the expert projections of
-    every MoE layer whose projections all are.
+    dispatched there) that the native kernel of ``device`` accepts for that kernel, and every MoE
+    layer whose projections all are (modules ``to_kernel`` converted before they were installed
+    stay); then say what runs natively.
 
-    None (nothing changed) where ``device`` has no FP8 tensor cores or the model has no module
-    of a natively supported format: those stay emulated and are labelled so. A model of which only
-    some modules run natively (a mixed-precision artifact) is labelled ``emulated``, its note counting both.
+    None where ``device`` has no FP8 tensor cores or no module runs natively: the model is
+    emulated and labelled so. A model of which only some modules run natively (a mixed-precision
+    artifact) is labelled ``emulated``, its note counting both.
     """
     if not native_fp8_device(device):
         return None
-    moe = [(name, m) for name, m in model.named_modules() if isinstance(m, QuantizedExperts)]
-    inside_experts = {id(linear) for _, m in moe for linear in m.linears()}
-    candidates = [(name, m) for name, m in model.named_modules() if _w8a8(m) and id(m) not in inside_experts]
-    accepted = [(name, m) for name, m in candidates if _kernel_accepts(m)]
-    native_moe = [(name, m) for name, m in moe if _native_experts(m)]
-    if not accepted and not native_moe:
+    inside = {
+        id(linear) for m in model.modules() if isinstance(m, QuantizedExperts) for linear in m.linears()
+    }
+    for name, module in list(model.named_modules()):
+        if isinstance(module, QuantizedExperts | EmulatedLinear) and id(module) not in inside:
+            converted = _kernel_form(module)
+            if converted is not module:
+                # placed where the emulated module is: on ``device``, or on the CPU for a model that
+                # is dispatched afterwards (``offload``); each rank's slice as it is, and
+                # ``replace`` installs an experts module's sum over ranks
+                sharding.replace(model, name, converted)
+    experts = [m for m in model.modules() if isinstance(m, RoutedExperts)]
+    inside = {
+        id(linear) for m in experts if isinstance(m, QuantizedExperts) for linear in m.linears()
+    }  # those left
+    linears = [m for m in model.modules() if isinstance(m, EmulatedLinear) and id(m) not in inside]
+    replaced = sum(isinstance(m, NativeFP8Linear) for m in model.modules())
+    native_moe = sum(m.native for m in experts)
+    if not replaced and not native_moe:
         return None
-    for name, module in accepted:
-        # placed where the emulated module is: on ``device``, or on the CPU for a model that is
-        # dispatched afterwards, layer by layer (``offload``)
-        sharding.replace(model, name, _native(module))
-    for name, experts in native_moe:
-        # each rank's slice as it is (``sharding._cut_experts`` cut the emulated ones); ``replace``
-        # installs the sum over ranks on the new module
-        sharding.replace(model, name, NativeFP8Experts.from_emulated(experts))
-    others = sum(isinstance(m, EmulatedLinear) and id(m) not in inside_experts for m in model.modules()) - (
-        len(candidates) - len(accepted)
-    )
-    others += len(moe) - len(native_moe)
+    refused = sum(_w8a8(m) for m in linears)  # W8A8 linears the kernel does not accept
     torch_device = torch.device(device)
     return NativeResult(
-        replaced=len(accepted),
-        kept_emulated=len(candidates) - len(accepted),
-        other_emulated=others,
+        replaced=replaced,
+        kept_emulated=refused,
+        other_emulated=len(linears) - refused + len(experts) - native_moe,
         device_name=torch.cuda.get_device_name(torch_device),
         capability=torch.cuda.get_device_capability(torch_device),
-        moe_layers=len(native_moe),
+        moe_layers=native_moe,
     )
 
 
 def _native(module: EmulatedLinear) -> NativeFP8Linear:
-    return NativeFP8Linear.from_emulated(module).to(module.weight.device)
+    native = NativeFP8Linear.from_emulated(module).to(module.weight.device)
+    if sharding.is_cut(module):  # read as this rank's slice: ``replace`` must not cut it again
+        sharding.mark_cut(native)
+    return native

@@ -11,6 +11,7 @@ import gc
 import re
 import shutil
 import time
+import weakref
 from pathlib import Path
 
 import pytest
@@ -173,6 +174,33 @@ def test_a_moe_artifact_on_an_fp8_gpu_runs_natively_whole_device_check_mocked(mo
         one, other = loaded.model(ids).logits.float(), emulated.model(ids).logits.float()
     assert ((one - other).norm() / other.norm()).item() < 2e-2
     assert (one.argmax(-1) == other.argmax(-1)).float().mean().item() > 0.9
+
+
+def test_on_an_fp8_gpu_each_layer_is_in_its_kernels_form_before_the_next_decodes_device_check_mocked(
+    moe_artifacts, monkeypatch
+):
+    """The float32 decode of a whole model (4 bytes a parameter: a 70B is twice an H200; the
+    30B-A3B shape's load peaked at 7) never exists at once: every layer's emulated modules are
+    gone, converted to the kernel's FP8 operands, before the next layer is decoded."""
+    from quantgate.numerics import load, native
+
+    monkeypatch.setattr(native, "native_fp8_device", lambda device: True)
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: "test GPU")
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: (9, 0))
+    decoded, alive_at_each_decode = [], []
+    real = load.emulated_modules
+
+    def watched(*args, **kwargs):
+        gc.collect()
+        alive_at_each_decode.append(sum(ref() is not None for ref in decoded))
+        built = real(*args, **kwargs)
+        decoded.extend(weakref.ref(m) for m in built.values())
+        return built
+
+    monkeypatch.setattr(load, "emulated_modules", watched)
+    loaded = load_for_eval(_built(moe_artifacts, "mixtral").artifacts["hopper-fp8"], kv_cache=False)
+    assert loaded.numerics.mode == "native" and len(alive_at_each_decode) == 2  # two decoder layers
+    assert alive_at_each_decode == [0, 0]
 
 
 @pytest.mark.parametrize("target", ["hopper-fp8", "blackwell-nvfp4"])

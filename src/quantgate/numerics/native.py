@@ -10,7 +10,7 @@ in the epilogue, and precise accumulation (``use_fast_accum=False``), which is w
 CUTLASS FP8 path does on Hopper. The result is then what the serving kernel computes, not a
 model of it; ``load_for_eval`` labels it ``native``.
 
-MoE experts run on the same arithmetic as ``NativeFP8Experts``: a layer's experts stacked, the
+A MoE layer's experts run on the same arithmetic as ``NativeFP8Experts``: stacked, the
 routed rows sorted by expert on the device, and one grouped FP8 GEMM per projection
 (``torch._scaled_grouped_mm`` on Hopper, CUTLASS with the same row-wise epilogue and precise
 accumulation; one ``_scaled_mm`` per expert elsewhere): gate and up stored in bf16, SiLU-and-mul
@@ -18,6 +18,10 @@ in float32, the product quantized per token again, and the down GEMM's float32 a
 by the token's routing weight before its bf16 store, which vLLM's Triton fused MoE (FP8 W8A8,
 per-token activations, per-channel weights) computes in one kernel; the weight rides in the
 per-token scale of the epilogue. A layer goes to the kernel whole or stays emulated whole.
+
+A load converts each decoder layer as soon as it is decoded (``to_kernel``), so the float32
+decode of a whole model, 4 bytes a parameter, never exists; ``apply_native`` converts what is
+left in an installed model and says what runs natively.
 
 What stays emulated, and is said so in the report: modules whose shapes the kernel refuses
 (K or N not a multiple of 16), and the FP8 KV cache: its quantization is the same cast on the

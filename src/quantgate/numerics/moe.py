@@ -273,9 +273,9 @@ class RoutedExperts(nn.Module):
         tokens, k = top_k_index.shape
         routes = route(top_k_index, top_k_weights, self.num_experts)
         rows = self.routed(hidden_states, routes)
-        routed = torch.arange(rows.shape[0], device=rows.device) < routes.ends[-1]
+        to_an_expert = torch.arange(rows.shape[0], device=rows.device) < routes.ends[-1]
         contributions = torch.empty_like(rows)
-        contributions[routes.order] = torch.where(routed.unsqueeze(-1), rows, 0)
+        contributions[routes.order] = torch.where(to_an_expert.unsqueeze(-1), rows, 0)
         contributions = contributions.view(tokens, k, -1)
         out = contributions[:, 0]
         for slot in range(1, k):  # moe_sum: bf16 additions in routing order

@@ -7,10 +7,12 @@ processes anyway), or on Dask to fan builds and evaluations out over a cluster.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
 import threading
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -50,7 +52,8 @@ def run_flow(*, dask_workers: int = 0, dask_address: str | None = None, **parame
         # the ephemeral API server is a child process: it reads this from the environment
         os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
         heavy_slots.use_file_leases()
-        state = flow_fn(**parameters, return_state=True)
+        with patient_ephemeral_server():
+            state = flow_fn(**parameters, return_state=True)
         outcome_path = out / OUTCOME
         if outcome_path.exists():
             return json.loads(outcome_path.read_text()), state
@@ -58,6 +61,25 @@ def run_flow(*, dask_workers: int = 0, dask_address: str | None = None, **parame
     if isinstance(error, QuantgateError):
         raise error
     return None, state
+
+
+EPHEMERAL_STARTUP_S = 120
+_STARTUP_VARIABLE = "PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS"
+
+
+@contextlib.contextmanager
+def patient_ephemeral_server() -> Iterator[None]:
+    """Give Prefect's ephemeral API server 120 s to answer, not its default 20: under a fresh HOME it
+    first creates and migrates its database, and on a loaded 2-core machine that took longer than
+    20 s, so the README's first command failed ("Timed out while attempting to connect to
+    ephemeral Prefect API server") before any work. A value set in the environment is kept."""
+    if os.environ.get(_STARTUP_VARIABLE):
+        yield
+        return
+    from prefect.settings import PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS, temporary_settings
+
+    with temporary_settings(updates={PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS: EPHEMERAL_STARTUP_S}):
+        yield
 
 
 def _stop_cleanly() -> None:

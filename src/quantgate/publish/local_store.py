@@ -31,7 +31,7 @@ from quantgate.atomic import disk_full, disk_full_error
 from quantgate.hashing import FileEntry, file_problem, sha256_file
 from quantgate.publish.store import Digest, OnBytes, OnFile
 
-_LEGACY_STALE_S = 3600  # an unlocked temporary file from before pids: removed once this old
+_LEGACY_STALE_S = 3600  # a temporary file from before pids, or a staging one (killed before its lock): removed once this old
 
 
 def local_path(uri: str) -> Path:
@@ -42,7 +42,9 @@ def local_path(uri: str) -> Path:
 
 def _leftover(name: str) -> re.Pattern[str]:
     n = re.escape(name)
-    return re.compile(rf"^\.{n}\.(?:part-(?P<pid>\d+)-[0-9a-f]{{8}}|(?P<legacy>[a-z0-9_]{{8}}\.tmp))$")
+    return re.compile(
+        rf"^\.{n}\.(?:part-(?P<pid>\d+)-[0-9a-f]{{8}}(?P<staging>\.new)?|(?P<legacy>[a-z0-9_]{{8}}\.tmp))$"
+    )
 
 
 def remove_leftovers(dst: Path) -> list[Path]:
@@ -57,7 +59,7 @@ def remove_leftovers(dst: Path) -> list[Path]:
         if match is None or not entry.is_file(follow_symlinks=False):
             continue
         path = Path(entry.path)
-        if match["legacy"] is not None:
+        if match["legacy"] is not None or match["staging"] is not None:
             if time.time() - entry.stat(follow_symlinks=False).st_mtime >= _LEGACY_STALE_S:
                 path.unlink(missing_ok=True)
                 removed.append(path)
@@ -83,14 +85,20 @@ def _locked_part(dst: Path) -> Iterator[int]:
     """A new temporary file beside ``dst``, locked for this process: its descriptor. Removed on
     any exception (SIGTERM under ``quantgate publish`` is one); renamed onto ``dst`` by the caller."""
     tmp = dst.with_name(f".{dst.name}.part-{os.getpid()}-{secrets.token_hex(4)}")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+    # created under a staging name and locked before it takes the name a remover looks for: between
+    # the creation and the lock, another publish's ``remove_leftovers`` took the unlocked file for a
+    # dead writer's and unlinked it, and this one's rename failed (two publishes of one report, CI)
+    staging = tmp.with_name(f"{tmp.name}.new")
+    fd = os.open(staging, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
+        os.rename(staging, tmp)
         yield fd
         os.replace(tmp, dst)
     except BaseException as exc:
         full = isinstance(exc, OSError) and disk_full(exc, dst.parent)
         tmp.unlink(missing_ok=True)
+        staging.unlink(missing_ok=True)
         if full:
             raise disk_full_error(dst, "copying it") from exc
         raise

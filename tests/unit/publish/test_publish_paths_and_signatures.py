@@ -176,7 +176,7 @@ def test_two_concurrent_publishes_of_the_same_content_leave_one_version(tmp_path
         for _ in range(2)
     ]
     outs = [p.communicate(timeout=300) for p in procs]
-    assert [p.returncode for p in procs] == [0, 0], [err[-2000:] for _, err in outs]
+    assert [p.returncode for p in procs] == [0, 0], [(out[-2000:], err[-3000:]) for out, err in outs]
     versions = _client(cfg).search_model_versions(f"name = '{MODEL}.hopper-fp8'")
     assert len(versions) == 1
     reported = {json.loads(out)["artifacts"][0]["version"] for out, _ in outs}

@@ -42,6 +42,7 @@ read from vLLM's source:
 
 from __future__ import annotations
 
+import abc
 import dataclasses
 import re
 from collections.abc import Callable
@@ -233,7 +234,7 @@ def route(top_k_index: Tensor, top_k_weights: Tensor, num_experts: int) -> Route
     )
 
 
-class RoutedExperts(nn.Module):
+class RoutedExperts(nn.Module, abc.ABC):
     """A layer's experts called like transformers' experts module:
     ``(hidden_states [T, H], top_k_index [T, k], top_k_weights [T, k]) -> [T, H]``. Routing and the
     combination are here, once; a subclass computes the routed rows (``routed``)."""
@@ -258,14 +259,14 @@ class RoutedExperts(nn.Module):
         self.notes = notes
 
     @property
+    @abc.abstractmethod
     def intermediate(self) -> int:
         """Each expert's intermediate features (on a rank of a group, its slice of them)."""
-        raise NotImplementedError
 
+    @abc.abstractmethod
     def routed(self, hidden_states: Tensor, routes: Routes) -> Tensor:
         """Each sorted row's contribution [T*k, H]: its token through its expert, times its routing
         weight before the bf16 store. Rows routed to no expert may hold anything."""
-        raise NotImplementedError
 
     @torch.no_grad()
     def forward(self, hidden_states: Tensor, top_k_index: Tensor, top_k_weights: Tensor) -> Tensor:

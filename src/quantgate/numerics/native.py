@@ -357,22 +357,15 @@ def apply_native(model: nn.Module, device: str | torch.device) -> NativeResult |
     """
     if not native_fp8_device(device):
         return None
-    inside = {
-        id(linear) for m in model.modules() if isinstance(m, QuantizedExperts) for linear in m.linears()
-    }
-    for name, module in list(model.named_modules()):
-        if isinstance(module, QuantizedExperts | EmulatedLinear) and id(module) not in inside:
-            converted = _kernel_form(module)
-            if converted is not module:
-                # placed where the emulated module is: on ``device``, or on the CPU for a model that
-                # is dispatched afterwards (``offload``); each rank's slice as it is, and
-                # ``replace`` installs an experts module's sum over ranks
-                sharding.replace(model, name, converted)
+    for name, module in _emulated(model):
+        converted = _kernel_form(module)
+        if converted is not module:
+            # placed where the emulated module is: on ``device``, or on the CPU for a model that
+            # is dispatched afterwards (``offload``); each rank's slice as it is, and
+            # ``replace`` installs an experts module's sum over ranks
+            sharding.replace(model, name, converted)
     experts = [m for m in model.modules() if isinstance(m, RoutedExperts)]
-    inside = {
-        id(linear) for m in experts if isinstance(m, QuantizedExperts) for linear in m.linears()
-    }  # those left
-    linears = [m for m in model.modules() if isinstance(m, EmulatedLinear) and id(m) not in inside]
+    linears = [m for _, m in _emulated(model) if isinstance(m, EmulatedLinear)]
     replaced = sum(isinstance(m, NativeFP8Linear) for m in model.modules())
     native_moe = sum(m.native for m in experts)
     if not replaced and not native_moe:
@@ -387,6 +380,19 @@ def apply_native(model: nn.Module, device: str | torch.device) -> NativeResult |
         capability=torch.cuda.get_device_capability(torch_device),
         moe_layers=native_moe,
     )
+
+
+def _emulated(model: nn.Module) -> list[tuple[str, nn.Module]]:
+    """The emulated linears and MoE layers of ``model``, by name; an emulated MoE layer's own
+    expert linears are its, not listed apart."""
+    inside = {
+        id(linear) for m in model.modules() if isinstance(m, QuantizedExperts) for linear in m.linears()
+    }
+    return [
+        (name, m)
+        for name, m in model.named_modules()
+        if isinstance(m, QuantizedExperts | EmulatedLinear) and id(m) not in inside
+    ]
 
 
 def _native(module: EmulatedLinear) -> NativeFP8Linear:

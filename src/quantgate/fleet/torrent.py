@@ -38,7 +38,9 @@ def piece_size(total_bytes: int) -> int:
 
 
 def make(name: str, files: dict[str, Path]) -> bytes:
-    """The bencoded v2 torrent of ``files`` (name in the torrent -> local file) under ``name``."""
+    """The bencoded v2 torrent of ``files`` (name in the torrent -> local file) under ``name``:
+    the same bytes for the same files (no creation date), so two publishes of one version that
+    write it to the same store path agree."""
     import libtorrent as lt
 
     with tempfile.TemporaryDirectory(prefix="quantgate-torrent-") as tmp:
@@ -51,6 +53,7 @@ def make(name: str, files: dict[str, Path]) -> bytes:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", DeprecationWarning)
             creator = lt.create_torrent(storage, piece_size(storage.total_size()), lt.create_torrent.v2_only)
+            creator.set_creation_date(0)  # none written: the same files make the same bytes, at any time
             lt.set_piece_hashes(creator, tmp)
         return lt.bencode(creator.generate())
 

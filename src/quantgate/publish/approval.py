@@ -67,7 +67,7 @@ class Approval(FrozenRecord):
     manifest_sha256: str
     report_sha256: str  # the report that last changed a verdict
     signed_at: str
-    # the v2 info-hash of the version's torrent (fleet.torrent): the swarm a node may fetch it from.
+    # the v2 info-hash of the version's torrent (manifest.torrent): the swarm a node may fetch it from.
     # Absent from the text when None, so a statement without one is signed as before.
     torrent: str | None = Field(default=None, pattern=r"^[0-9a-f]{64}$")
 

@@ -46,7 +46,7 @@ SIGNED_BY = "quantgate.signed_by"  # key id (signing.key_id) of the key that sig
 # the gate's signed approval of the version (publish.approval): the statement and its signature
 APPROVAL = "quantgate.approval"
 APPROVAL_SIGNATURE = "quantgate.approval_sig"
-# the v2 info-hash of the version's torrent (fleet.torrent); trusted only as the signed approval names it
+# the v2 info-hash of the version's torrent (manifest.torrent); trusted only as the signed approval names it
 TORRENT = "quantgate.torrent"
 
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]*$")

@@ -410,7 +410,7 @@ def _signed_manifest(job: _Job, cfg: RegistryConfig, tmp: Path) -> tuple[Path, P
 
 
 def _torrent(job: _Job, manifest: Path, signature: Path, tmp: Path) -> Path:
-    """The version's BitTorrent v2 torrent (``fleet.torrent``): its files, the manifest and its
+    """The version's BitTorrent v2 torrent (``manifest.torrent``): its files, the manifest and its
     signature, under the manifest's sha256 (the fleet's cache entry), written beside them."""
     files = {rel: job.directory / rel for rel in job.manifest.files}
     files |= {MANIFEST: manifest, signing.SIGNATURE: signature}

@@ -10,6 +10,13 @@ Format: sigstore's ``model-signing`` library with an elliptic-curve key pair (P-
 P-521), offline (no Fulcio, no Rekor): a Sigstore bundle (DSSE envelope over an in-toto
 statement naming the manifest's sha256), stored as ``manifest.sig`` beside ``manifest.json``
 in the version's artifact directory; anyone can check one with ``model_signing verify key``.
+
+Why deterministic ECDSA (RFC 6979): the same key and manifest give the same ``manifest.sig``
+bytes, so the torrent built over it (``manifest.torrent``) and its info hash are the same on every
+publish of the same content. Two concurrent publishes of one report resume the same run and
+write the same store paths; with random nonces each wrote its own signature over the other's and
+one failed its verification of the store's copy (seen in CI). A verifier cannot tell the two
+kinds of signature apart, so versions signed before verify as they did.
 """
 
 from __future__ import annotations
@@ -79,15 +86,45 @@ def signing_key(cfg: RegistryConfig) -> Path:
     return key
 
 
-def sign(manifest: Path, cfg: RegistryConfig) -> bytes:
-    """The signature (a Sigstore bundle, JSON) of ``manifest``'s bytes with the signing key."""
+class _Rfc6979Key:
+    """An EC private key whose ECDSA signatures use RFC 6979's deterministic nonce (same key and
+    message, same bytes); everything else is the wrapped key's. model-signing's key signer calls
+    ``sign(data, ECDSA(hash))`` on it."""
+
+    def __init__(self, key) -> None:
+        self._key = key
+
+    def sign(self, data: bytes, algorithm) -> bytes:
+        from cryptography.hazmat.primitives.asymmetric import ec
+
+        return self._key.sign(data, ec.ECDSA(algorithm.algorithm, deterministic_signing=True))
+
+    def __getattr__(self, name: str):
+        return getattr(self._key, name)
+
+
+def _signer_config(key: Path):
+    """model-signing's elliptic-key configuration, signing deterministically. The key signer keeps
+    its key as ``_private_key`` (model-signing 1.x); a release that renames it is refused here
+    rather than signing with random nonces (test_signing checks two signatures are one)."""
     from model_signing import signing
 
+    config = signing.Config().use_elliptic_key_signer(private_key=key)
+    signer = getattr(config, "_signer", None)
+    if not hasattr(signer, "_private_key"):
+        raise RuntimeError("model-signing's key signer changed: it no longer keeps _private_key")
+    signer._private_key = _Rfc6979Key(signer._private_key)
+    return config
+
+
+def sign(manifest: Path, cfg: RegistryConfig) -> bytes:
+    """The signature (a Sigstore bundle, JSON) of ``manifest``'s bytes with the signing key; the
+    same bytes each time for the same key and manifest."""
     key = signing_key(cfg)
     with tempfile.TemporaryDirectory(prefix="quantgate-sign-") as tmp:
         out = Path(tmp) / SIGNATURE
         try:
-            signing.Config().use_elliptic_key_signer(private_key=key).sign(manifest, out)
+            _signer_config(key).sign(manifest, out)
         except ValueError as exc:
             raise SignatureError(
                 key, f"cannot sign with this key ({exc})", "use a PEM EC P-256 key"

@@ -17,10 +17,11 @@ from quantgate.errors import (
     SignatureError,
     TamperedArtifactError,
 )
+from quantgate.fleet import TORRENT
 from quantgate.hashing import FileEntry, content_hash, sha256_file
 from quantgate.publish import RegistryConfig, approval, naming, publish_report, pull
 from quantgate.publish.local_store import local_path
-from quantgate.publish.signing import SIGNATURE, generate_key_pair, sign
+from quantgate.publish.signing import SIGNATURE, generate_key_pair, sign, verify
 from support.artifacts import MODEL, installed_entries, write_artifact, write_report
 
 pytestmark = pytest.mark.unit
@@ -67,6 +68,31 @@ def test_every_version_is_signed_and_the_signature_is_beside_its_manifest(publis
     tags = _client(registry).get_model_version(published.registered_model, published.version).tags
     assert len(tags[naming.SIGNED_BY]) == 16
     assert (registry.signing_key.stat().st_mode & 0o777) == 0o600
+
+
+def test_the_same_key_and_content_sign_to_the_same_bytes_on_every_publish(
+    artifacts, report, registry, tmp_path
+):
+    """Deterministic ECDSA: a second registry publishing the same report with the same key
+    stores the same manifest.sig and torrent, so concurrent publishes sharing a run agree."""
+    first = next(a for a in publish_report(report, artifacts, registry).artifacts if a.artifact == "hopper-fp8")
+    again = RegistryConfig.local(tmp_path / "again").model_copy(
+        update={"signing_key": registry.signing_key, "trusted_keys": registry.trusted_keys}
+    )
+    second = next(a for a in publish_report(report, artifacts, again).artifacts if a.artifact == "hopper-fp8")
+    one, two = local_path(first.source), local_path(second.source)
+    assert (one / SIGNATURE).read_bytes() == (two / SIGNATURE).read_bytes()
+    assert (one / TORRENT).read_bytes() == (two / TORRENT).read_bytes()
+    tags = [
+        _client(cfg).get_model_version(a.registered_model, a.version).tags for cfg, a in
+        ((registry, first), (again, second))
+    ]
+    assert tags[0][naming.TORRENT] == tags[1][naming.TORRENT]
+    # another manifest signs differently, and each signature still verifies with the public key
+    other = tmp_path / "other.json"
+    other.write_bytes((one / MANIFEST).read_bytes() + b" ")
+    assert sign(other, registry) != (one / SIGNATURE).read_bytes()
+    assert verify(other, sign(other, registry), registry, str(other)) == tags[0][naming.SIGNED_BY]
 
 
 def test_a_store_manifest_with_a_hostile_name_is_tampering_even_when_signed(

@@ -75,7 +75,9 @@ def test_the_same_key_and_content_sign_to_the_same_bytes_on_every_publish(
 ):
     """Deterministic ECDSA: a second registry publishing the same report with the same key
     stores the same manifest.sig and torrent, so concurrent publishes sharing a run agree."""
-    first = next(a for a in publish_report(report, artifacts, registry).artifacts if a.artifact == "hopper-fp8")
+    first = next(
+        a for a in publish_report(report, artifacts, registry).artifacts if a.artifact == "hopper-fp8"
+    )
     again = RegistryConfig.local(tmp_path / "again").model_copy(
         update={"signing_key": registry.signing_key, "trusted_keys": registry.trusted_keys}
     )
@@ -84,8 +86,8 @@ def test_the_same_key_and_content_sign_to_the_same_bytes_on_every_publish(
     assert (one / SIGNATURE).read_bytes() == (two / SIGNATURE).read_bytes()
     assert (one / TORRENT).read_bytes() == (two / TORRENT).read_bytes()
     tags = [
-        _client(cfg).get_model_version(a.registered_model, a.version).tags for cfg, a in
-        ((registry, first), (again, second))
+        _client(cfg).get_model_version(a.registered_model, a.version).tags
+        for cfg, a in ((registry, first), (again, second))
     ]
     assert tags[0][naming.TORRENT] == tags[1][naming.TORRENT]
     # another manifest signs differently, and each signature still verifies with the public key

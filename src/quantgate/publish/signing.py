@@ -24,6 +24,7 @@ from __future__ import annotations
 import hashlib
 import tempfile
 from pathlib import Path
+from typing import Any
 
 from quantgate.atomic import write_bytes
 from quantgate.errors import SignatureError
@@ -106,12 +107,12 @@ class _Rfc6979Key:
 def _signer_config(key: Path):
     """model-signing's elliptic-key configuration, signing deterministically. The key signer keeps
     its key as ``_private_key`` (model-signing 1.x); a release that renames it is refused here
-    rather than signing with random nonces (test_signing checks two signatures are one)."""
+    rather than signing with random nonces (test_publish_paths_and_signatures checks two are one)."""
     from model_signing import signing
 
     config = signing.Config().use_elliptic_key_signer(private_key=key)
-    signer = getattr(config, "_signer", None)
-    if not hasattr(signer, "_private_key"):
+    signer: Any = getattr(config, "_signer", None)
+    if getattr(signer, "_private_key", None) is None:
         raise RuntimeError("model-signing's key signer changed: it no longer keeps _private_key")
     signer._private_key = _Rfc6979Key(signer._private_key)
     return config

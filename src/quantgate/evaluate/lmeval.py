@@ -43,10 +43,13 @@ class TaskOptions(TypedDict):
 def run_task(
     model, tokenizer, config: dict[str, Any], *, max_length: int, **options: Unpack[TaskOptions]
 ) -> list[dict[str, Any]]:
-    """Run one lm-eval task on a loaded model; return its per-sample log, sorted by doc_id."""
-    from lm_eval.models.huggingface import HFLM
+    """Run one lm-eval task on a loaded model; return its per-sample log, sorted by doc_id. The
+    backend is lm-eval's HF one with its stop sequences checked every few steps (``lmeval_hf``)."""
+    from quantgate.evaluate.lmeval_hf import QuantgateHFLM
 
-    lm = HFLM(pretrained=model, tokenizer=tokenizer, batch_size=options["batch_size"], max_length=max_length)
+    lm = QuantgateHFLM(
+        pretrained=model, tokenizer=tokenizer, batch_size=options["batch_size"], max_length=max_length
+    )
     return run_task_on(lm, config, **options)
 
 

@@ -38,7 +38,9 @@ from quantgate.results import RunInfo, SuiteResultFile, write_run_info, write_su
 # traces' deepest-bin agreement); a cached source result without them cannot be paired
 # 4: generation is greedy whatever the checkpoint's generation config says (generation.pin_greedy);
 # a version-3 reference followed its num_beams, penalties and sampling settings
-REFERENCE_VERSION = 4
+# 5: a padded batch's decoding steps attend with the heads grouped (attention.grouped_decode): sdpa's
+# arithmetic, but another kernel call, whose rounding may differ (on a GPU, another kernel)
+REFERENCE_VERSION = 5
 # the arithmetic of a GPU pass beyond the device itself, in a GPU reference's key: 2, lm_head
 # chunks of scoring.chunk_rows("cuda") rows and no torch.compile under QUANTGATE_COMPILE=auto
 GPU_ARITHMETIC = 2

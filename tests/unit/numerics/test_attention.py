@@ -55,10 +55,10 @@ def test_bf16_differs_from_sdpa_only_by_rounding():
     assert ours < 0.05 and ours <= 4 * theirs
 
 
-def test_decoding_steps_and_short_prompts_go_to_sdpa_unchanged():
+def test_unpadded_decoding_steps_and_short_prompts_go_to_sdpa_unchanged():
     query, key, value = _qkv(length=LENGTH)
     module = SimpleNamespace(is_causal=True, num_key_value_groups=3)
-    step = query[:, :, -1:]  # one new token against the whole cache
+    step = query[:, :, -1:]  # one new token against the whole cache, no mask: sdpa groups the heads
     assert torch.equal(
         attention.tiled_attention_forward(module, step, key, value, None)[0],
         sdpa_attention_forward(module, step, key, value, None)[0],
@@ -68,6 +68,48 @@ def test_decoding_steps_and_short_prompts_go_to_sdpa_unchanged():
         attention.tiled_attention_forward(module, *short, None)[0],
         sdpa_attention_forward(module, *short, None)[0],
     )
+
+
+@pytest.mark.parametrize("mask_kind", ["bool", "additive"])
+def test_a_padded_decoding_step_reads_the_cache_in_place_and_computes_what_sdpa_computes(
+    mask_kind, monkeypatch
+):
+    """Left-padded batches (every batched generation) decode with the heads grouped; sdpa's path
+    copies K and V once per query head in the group (repeat_kv) first."""
+    import transformers.integrations.sdpa_attention as sdpa
+
+    query, key, value = (t.to(torch.bfloat16) for t in _qkv(length=LENGTH))
+    step = query[:, :, -1:]
+    allowed = torch.ones(3, 1, 1, LENGTH, dtype=torch.bool)
+    allowed[1, ..., :50] = False  # row 1 was padded on the left
+    mask = allowed if mask_kind == "bool" else torch.where(allowed, 0.0, torch.finfo(torch.bfloat16).min)
+    module = SimpleNamespace(is_causal=True, num_key_value_groups=3)
+    expected, _ = sdpa_attention_forward(module, step, key, value, mask, scaling=0.2)
+    copies = []
+    monkeypatch.setattr(sdpa, "repeat_kv", lambda t, n: copies.append(n) or t.repeat_interleave(n, dim=1))
+    got, _ = attention.tiled_attention_forward(module, step, key, value, mask, scaling=0.2)
+    assert copies == []
+    assert got.shape == expected.shape == (3, 1, 6, 32) and got.is_contiguous()
+    assert torch.equal(got, expected)  # bit for bit on the CPU, in the model's dtype
+    # a mask per head, or a step of more than one token, is left to sdpa
+    attention.tiled_attention_forward(module, query[:, :, -2:], key, value, None, scaling=0.2)
+    attention.tiled_attention_forward(module, step, key, value, mask.expand(3, 6, 1, LENGTH), scaling=0.2)
+    assert copies == [3, 3]
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_on_the_gpu_a_padded_decoding_step_differs_from_sdpa_only_by_rounding():
+    query, key, value = (t.to("cuda", torch.bfloat16) for t in _qkv(heads=32, kv_heads=8, batch=4))
+    step = query[:, :, -1:]
+    allowed = torch.ones(4, 1, 1, LENGTH, dtype=torch.bool, device="cuda")
+    allowed[1, ..., :50] = False
+    module = SimpleNamespace(is_causal=True, num_key_value_groups=4)
+    exact, _ = sdpa_attention_forward(module, *(t.double() for t in (step, key, value)), allowed)
+    got, _ = attention.tiled_attention_forward(module, step, key, value, allowed)
+    fused, _ = sdpa_attention_forward(module, step, key, value, allowed)
+    ours, theirs = (got.double() - exact).abs().max(), (fused.double() - exact).abs().max()
+    assert ours <= 2 * theirs + 1e-3
 
 
 @pytest.fixture(scope="module")
@@ -97,3 +139,8 @@ def test_evaluation_loads_tiled_attention_and_matches_sdpa_logits(long_context_l
             loaded.generate(prompt, max_new_tokens=5, do_sample=False),
             plain.generate(prompt, max_new_tokens=5, do_sample=False),
         )
+        # a left-padded batch decodes with the heads grouped: the same greedy tokens again
+        left = torch.ones_like(ids[:, :600])
+        left[1, :40] = 0
+        padded = {"input_ids": ids[:, :600], "attention_mask": left, "max_new_tokens": 8, "do_sample": False}
+        assert torch.equal(loaded.generate(**padded), plain.generate(**padded))

@@ -315,7 +315,7 @@ def _cut_experts(module: nn.Module, name: str, shards: Shards) -> None:
 
 def slicer(style_of: Callable[[str], str | None], rename: Callable[[str], str]) -> Slicer | None:
     """In a group: the slice of each quantized tensor on disk this rank reads
-    (``numerics.artifact.read_quantized_tensors``), so that no rank holds, let alone decodes, the
+    (``numerics.artifact.read_modules``), so that no rank holds, let alone decodes, the
     whole model (a 70B's weights decoded to float32 are twice an H200). The cut is ``_cut``'s and
     ``_cut_experts``'s: a column-wise module (an expert's gate and up) by its output features,
     every tensor along them (weight, packed weight, scales, bias); a row-wise one (an expert's

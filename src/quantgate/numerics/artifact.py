@@ -119,13 +119,12 @@ def check_config(
                 )
 
 
-def read_quantized_tensors(
-    artifact_dir: Path, device: str | torch.device = "cpu", slicer: Slicer | None = None
-) -> dict[str, dict[str, torch.Tensor]]:
-    """``{module name: {local tensor name: tensor}}`` for every module with quantized tensors,
-    read onto ``device``: on a GPU worker they are decoded there (an 8B artifact's float32 values
-    are 28 GB, which the CPU decoded in seconds and then copied over). ``slicer``: the part of a
-    tensor this process reads (``sharding.slicer``: a rank's slice), the rest never leaving the file."""
+QuantizedIndex = dict[str, list[tuple[Path, str]]]  # module -> [(shard, its tensor's local name)]
+
+
+def quantized_index(artifact_dir: Path) -> QuantizedIndex:
+    """Where each module with quantized tensors keeps them, from the shards' headers alone (no
+    tensor is read): ``{module name: [(shard, local tensor name)]}``."""
     from safetensors import safe_open
 
     shards = sorted(artifact_dir.glob("*.safetensors"))
@@ -136,15 +135,32 @@ def read_quantized_tensors(
         with safe_open(shard, "pt") as f:
             index.update(dict.fromkeys(f.keys(), shard))
     modules = {k[: -len(m)] for k in index for m in _QUANTIZED_MARKERS if k.endswith(m)}
-    by_shard: dict[Path, list[tuple[str, str]]] = defaultdict(list)
+    found: QuantizedIndex = defaultdict(list)
     for key, shard in index.items():
         module, _, local = key.rpartition(".")
         if module in modules:
+            found[module].append((shard, local))
+    return dict(found)
+
+
+def read_modules(
+    index: QuantizedIndex, device: str | torch.device = "cpu", slicer: Slicer | None = None
+) -> dict[str, dict[str, torch.Tensor]]:
+    """``{module name: {local tensor name: tensor}}`` for the modules of ``index``, read onto
+    ``device``: on a GPU worker they are decoded there (an 8B artifact's float32 values are 28 GB,
+    which the CPU decoded in seconds and then copied over). ``slicer``: the part of a tensor this
+    process reads (``sharding.slicer``: a rank's slice), the rest never leaving the file. A load
+    reads one decoder layer's modules at a time, so no more than a layer's bytes are held raw."""
+    from safetensors import safe_open
+
+    by_shard: dict[Path, list[tuple[str, str]]] = defaultdict(list)
+    for module, entries in index.items():
+        for shard, local in entries:
             by_shard[shard].append((module, local))
     found: dict[str, dict[str, torch.Tensor]] = defaultdict(dict)
-    for shard, entries in by_shard.items():
+    for shard, wanted in by_shard.items():
         with safe_open(shard, "pt", device=str(device)) as f:
-            for module, local in entries:
+            for module, local in wanted:
                 key = f"{module}.{local}"
                 view = f.get_slice(key)  # the header's shape; the bytes are read below, whole or in part
                 part = slicer(module, tuple(view.get_shape())) if slicer is not None else None
@@ -156,6 +172,13 @@ def read_quantized_tensors(
                         device
                     )
     return dict(found)
+
+
+def read_quantized_tensors(
+    artifact_dir: Path, device: str | torch.device = "cpu", slicer: Slicer | None = None
+) -> dict[str, dict[str, torch.Tensor]]:
+    """Every quantized module's tensors at once (``read_modules`` of the whole index)."""
+    return read_modules(quantized_index(artifact_dir), device, slicer)
 
 
 def disk_to_memory(skeleton: nn.Module) -> Callable[[str], str]:

@@ -60,8 +60,9 @@ from quantgate.numerics.artifact import (
     kv_cache_scheme,
     meta_skeleton,
     quantization_config,
+    quantized_index,
     read_kv_scales,
-    read_quantized_tensors,
+    read_modules,
     read_style,
     split_groups,
 )
@@ -500,8 +501,8 @@ def _apply(plan: _LoadPlan, device: str | torch.device, *, native: bool, max_mem
     # in a group, each rank reads its slice of every module the plan cuts (a 70B decoded whole, or
     # a 235B MoE's experts, is more than one GPU holds)
     slicer = sharding.slicer(lambda name: read_style(skeleton, name), rename)
-    raw = read_quantized_tensors(artifact_dir, build_on, slicer)
-    if not raw:
+    index = quantized_index(artifact_dir)
+    if not index:
         raise InputError(
             artifact_dir,
             "no quantized tensors (weight_scale / weight_packed) found",
@@ -509,17 +510,15 @@ def _apply(plan: _LoadPlan, device: str | torch.device, *, native: bool, max_mem
         )
     # everything is decoded and matched against a meta-device skeleton first, so a mismatch is
     # reported as such rather than as whatever transformers makes of unexpected tensors; layer by
-    # layer, each layer in its kernel's form where the device has one (``to_kernel``), so that the
-    # float32 decode of the whole model is never held at once, and a layer's raw tensors go with it
+    # layer, each layer read, decoded and put in its kernel's form where the device has one
+    # (``to_kernel``) before the next is read: neither the raw bytes nor the float32 decode of the
+    # whole model is ever held at once
     sliced = slicer is not None
-    modules_replaced = len(raw)
     emulated: dict[str, nn.Module] = {}
-    for names in _by_layer(raw):
-        emulated.update(
-            _decode_layer(
-                plan, {name: raw.pop(name) for name in names}, skeleton, rename, sliced, native, device
-            )
-        )
+    for names in _by_layer(index):
+        raw = read_modules({name: index[name] for name in names}, build_on, slicer)
+        emulated.update(_decode_layer(plan, raw, skeleton, rename, sliced, native, device))
+        del raw
     model, tokenizer, missing = _load_hf(artifact_dir, build_on)
     generation_note = pin_greedy(model)
     _refuse_missing(artifact_dir, missing, emulated)
@@ -537,7 +536,7 @@ def _apply(plan: _LoadPlan, device: str | torch.device, *, native: bool, max_mem
     return _Loaded(
         model=model,
         tokenizer=tokenizer,
-        modules_replaced=modules_replaced,
+        modules_replaced=len(index),
         # from the model, not ``emulated``: an expert layer on the kernel replaced its emulated one,
         # whose float32 weights must not stay referenced
         experts=tuple(m for m in model.modules() if isinstance(m, RoutedExperts)),

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from quantgate.numerics import EmulatedLinear, activation_format, weight_format
-from quantgate.numerics.load import read_quantized_tensors
+from quantgate.numerics.artifact import read_quantized_tensors
 
 pytestmark = pytest.mark.unit
 

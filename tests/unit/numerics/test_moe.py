@@ -26,8 +26,7 @@ from quantgate.evaluate.data import DataDir
 from quantgate.evaluate.runner import evaluate
 from quantgate.evaluate.suites import EvalContext, load_suite
 from quantgate.numerics import EmulatedLinear, Float32GemmLinear, load_for_eval, load_source_for_eval
-from quantgate.numerics.artifact import read_kv_scales
-from quantgate.numerics.load import read_quantized_tensors
+from quantgate.numerics.artifact import read_kv_scales, read_quantized_tensors
 from quantgate.numerics.moe import ExpertWeights, QuantizedExperts, expert_key, vllm_expert_names
 from quantgate.numerics.weights import DecodedWeight
 from quantgate.serving.check import check_artifact
@@ -201,6 +200,31 @@ def test_on_an_fp8_gpu_each_layer_is_in_its_kernels_form_before_the_next_decodes
     loaded = load_for_eval(_built(moe_artifacts, "mixtral").artifacts["hopper-fp8"], kv_cache=False)
     assert loaded.numerics.mode == "native" and len(alive_at_each_decode) == 2  # two decoder layers
     assert alive_at_each_decode == [0, 0]
+
+
+def test_a_layers_quantized_bytes_are_read_just_before_its_decode_never_the_whole_models(
+    moe_artifacts, monkeypatch
+):
+    """The raw FP8 bytes of a 70B are 70 GB: a load reads one decoder layer's tensors, decodes it,
+    and only then reads the next."""
+    from quantgate.numerics import load
+
+    events: list[tuple[str, set[str]]] = []
+    layer = lambda names: {re.search(r"layers\.(\d+)\.", n)[1] for n in names}
+    real_read, real_decode = load.read_modules, load.emulated_modules
+
+    def read(index, *args, **kwargs):
+        events.append(("read", layer(index)))
+        return real_read(index, *args, **kwargs)
+
+    def decode(artifact_dir, raw, *args, **kwargs):
+        events.append(("decode", layer(raw)))
+        return real_decode(artifact_dir, raw, *args, **kwargs)
+
+    monkeypatch.setattr(load, "read_modules", read)
+    monkeypatch.setattr(load, "emulated_modules", decode)
+    load_for_eval(_built(moe_artifacts, "mixtral").artifacts["hopper-fp8"], kv_cache=False)
+    assert events == [("read", {"0"}), ("decode", {"0"}), ("read", {"1"}), ("decode", {"1"})]
 
 
 @pytest.mark.parametrize("target", ["hopper-fp8", "blackwell-nvfp4"])

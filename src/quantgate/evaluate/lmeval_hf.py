@@ -33,7 +33,13 @@ class StopsEvery(StoppingCriteria):
     ``stops``? Decoded on the host every ``every`` steps; between checks the last answer stands."""
 
     def __init__(self, tokenizer, stops: list[str], prompt_len: int, every: int = CHECK_EVERY) -> None:
-        self.tokenizer, self.stops, self.prompt_len, self.every = tokenizer, list(stops), prompt_len, every
+        # an empty stop cuts nothing in lm-eval's post-processing, so it ends nothing here either
+        self.tokenizer, self.stops, self.prompt_len, self.every = (
+            tokenizer,
+            [s for s in stops if s],
+            prompt_len,
+            every,
+        )
         self.done: torch.Tensor | None = None
 
     def __call__(self, input_ids: torch.Tensor, scores, **kwargs) -> torch.Tensor:

@@ -111,7 +111,7 @@ def test_rows_are_declared_done_one_by_one_and_only_on_check_steps():
         def batch_decode(self, rows):
             return ["".join(chr(97 + t) for t in row) for row in rows]
 
-    check = StopsEvery(Tokens(), ["cd"], prompt_len=2, every=4)
+    check = StopsEvery(Tokens(), ["cd", ""], prompt_len=2, every=4)  # "" stops nothing
     ids = torch.tensor([[0, 0, 2, 3, 0, 0], [0, 0, 0, 0, 0, 0]])  # row 0 says "cd" at once
     assert check(ids[:, :4], None).tolist() == [False, False]  # 2 new tokens: no check yet
     assert check(ids, None).tolist() == [True, False]

@@ -518,7 +518,7 @@ def _apply(plan: _LoadPlan, device: str | torch.device, *, native: bool, max_mem
     for names in _by_layer(index):
         raw = read_modules({name: index[name] for name in names}, build_on, slicer)
         emulated.update(_decode_layer(plan, raw, skeleton, rename, sliced, native, device))
-        del raw
+        del raw  # before the next layer is read, not after
     model, tokenizer, missing = _load_hf(artifact_dir, build_on)
     generation_note = pin_greedy(model)
     _refuse_missing(artifact_dir, missing, emulated)

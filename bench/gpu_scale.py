@@ -115,7 +115,7 @@ files = {"train": str(data / "train.jsonl"), "test": str(data / "test.jsonl")}
 logs = run_task_on(lm, task_config("gsm8k/gsm8k.yaml"), data_files=files, cache_dir=Path("/tmp/anchor_gen"),
                    items=chosen, batch_size=batch, max_gen_toks=max_gen, num_fewshot=5)
 sync()
-print(json.dumps({"load_s": load, "generate_s": time.perf_counter() - t, "items": len(logs)}))
+print(json.dumps({"load_s": load, "generate_s": time.perf_counter() - t, "items": len({l["doc_id"] for l in logs})}))
 """
 
 
@@ -350,6 +350,9 @@ def main() -> None:
         action="store_true",
         help="skip llm-compressor's build (measured before, same shape)",
     )
+    parser.add_argument(
+        "--skip-scoring", action="store_true", help="no wikitext scoring or gate: build, then generation only"
+    )
     parser.add_argument("--keep", action="store_true", help="keep each size's source and artifacts in --work")
     parser.add_argument(
         "--only-generate", action="store_true", help="the generation step alone, on a --keep run's source"
@@ -410,6 +413,12 @@ def main() -> None:
                 size,
             )  # fmt: skip
         shutil.rmtree(work / "anchor", ignore_errors=True)  # the disk holds a 30B source and one artifact
+        if args.skip_scoring:
+            if catalog is not None:
+                generate(r, step, evaluate, catalog, work, size, args, device)
+            if not args.keep:
+                shutil.rmtree(work, ignore_errors=True)
+            continue
         step(
             "quantgate_eval",
             [*evaluate, "--suites", "wikitext", "--profile", args.profile, "--data-dir", str(args.data),

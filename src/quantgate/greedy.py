@@ -40,6 +40,13 @@ def greedy_config(model) -> GenerationConfig:
     )
 
 
+def token_ids(value: int | list[int] | None) -> list[int]:
+    """A generation config's token id setting (one id, a list of them, or none) as a list."""
+    if value is None:
+        return []
+    return [value] if isinstance(value, int) else list(value)
+
+
 def pin_greedy(model) -> str:
     """Make ``model.generation_config`` plain greedy decoding; the note recorded with its results
     names every setting of the checkpoint's that this overrode."""

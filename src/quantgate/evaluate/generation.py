@@ -19,7 +19,8 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from quantgate.greedy import greedy_config
+from quantgate.evaluate import decode
+from quantgate.greedy import greedy_config, token_ids
 
 if TYPE_CHECKING:
     from quantgate.progress import Progress
@@ -40,13 +41,23 @@ def greedy(
         for row, p in enumerate(batch):
             ids[row, width - len(p) :] = torch.tensor(p)
             mask[row, width - len(p) :] = 1
-        generated = model.generate(
-            input_ids=ids,
-            attention_mask=mask,
-            generation_config=greedy_config(model),
-            max_new_tokens=max_new_tokens,
-            pad_token_id=pad,
-        )[:, width:]
+        if decode.supports(model):
+            generated = decode.generate(
+                model,
+                ids,
+                mask,
+                max_new_tokens=max_new_tokens,
+                pad_token_id=pad,
+                eos_token_ids=token_ids(greedy_config(model).eos_token_id),
+            )[:, width:]
+        else:
+            generated = model.generate(
+                input_ids=ids,
+                attention_mask=mask,
+                generation_config=greedy_config(model),
+                max_new_tokens=max_new_tokens,
+                pad_token_id=pad,
+            )[:, width:]
         for row in generated.tolist():
             if tokenizer.eos_token_id in row:
                 row = row[: row.index(tokenizer.eos_token_id) + 1]
@@ -55,6 +66,7 @@ def greedy(
             out.append(row)
         if on_batch:
             on_batch(len(batch))
+    decode.release(model)
     return out
 
 

@@ -44,13 +44,18 @@ def run_task(
     model, tokenizer, config: dict[str, Any], *, max_length: int, **options: Unpack[TaskOptions]
 ) -> list[dict[str, Any]]:
     """Run one lm-eval task on a loaded model; return its per-sample log, sorted by doc_id. The
-    backend is lm-eval's HF one with its stop sequences checked every few steps (``lmeval_hf``)."""
+    backend is lm-eval's HF one, its greedy generation through ``decode`` with the stop sequences
+    checked every few steps (``lmeval_hf``)."""
+    from quantgate.evaluate import decode
     from quantgate.evaluate.lmeval_hf import QuantgateHFLM
 
     lm = QuantgateHFLM(
         pretrained=model, tokenizer=tokenizer, batch_size=options["batch_size"], max_length=max_length
     )
-    return run_task_on(lm, config, **options)
+    try:
+        return run_task_on(lm, config, **options)
+    finally:
+        decode.release(model)
 
 
 def run_task_on(lm, config: dict[str, Any], **options: Unpack[TaskOptions]) -> list[dict[str, Any]]:

@@ -25,7 +25,10 @@ import torch
 from lm_eval.models.huggingface import HFLM
 from transformers import StoppingCriteria, StoppingCriteriaList
 
-CHECK_EVERY = 8  # decoding steps between two checks: the host's work over 8, at most 7 steps late
+from quantgate.evaluate import decode
+from quantgate.greedy import token_ids
+
+CHECK_EVERY = decode.CHECK_EVERY  # decoding steps between two checks, at most 7 steps late
 
 
 class StopsEvery(StoppingCriteria):
@@ -57,8 +60,10 @@ class StopsEvery(StoppingCriteria):
 
 
 class QuantgateHFLM(HFLM):
-    """``HFLM`` whose generation checks its stop sequences with ``StopsEvery``; the rest is
-    lm-eval's (the greedy settings, ``max_length``, the padding and its post-processing)."""
+    """``HFLM`` whose greedy generation is ``decode.generate`` (a static cache, each step one CUDA
+    graph on a GPU) with its stop sequences checked by ``StopsEvery``; the rest is lm-eval's
+    (``max_length``, the padding and its post-processing). Sampling, and models ``decode`` does
+    not cover, go through transformers' ``generate`` with the same stop check."""
 
     def _model_generate(self, context, max_length: int, stop: list[str], **generation_kwargs):
         # lm-eval's own handling of a temperature of 0 (greedy, without a sampling warning)
@@ -68,16 +73,28 @@ class QuantgateHFLM(HFLM):
             generation_kwargs["do_sample"] = do_sample = False
         if do_sample is False and temperature == 0.0:
             generation_kwargs.pop("temperature", None)
-        criteria = StoppingCriteriaList([StopsEvery(self.tokenizer, stop, context.shape[1])])
+        criteria = StopsEvery(self.tokenizer, stop, context.shape[1])
         with torch.autocast(
             device_type=self.device.type,
             dtype=self.mixed_precision_dtype,
             enabled=self.mixed_precision_dtype is not None,
         ):
+            if not do_sample and decode.supports(self.model):
+                eos = token_ids(self.model.generation_config.eos_token_id)
+                pad = self.tokenizer.pad_token_id
+                return decode.generate(
+                    self.model,
+                    context,
+                    decode.inferred_mask(context, pad, eos),
+                    max_new_tokens=max_length - context.shape[1],
+                    pad_token_id=pad,
+                    eos_token_ids=eos,
+                    stop=lambda ids: criteria(ids, None),
+                )
             return self.model.generate(
                 input_ids=context,
                 max_length=max_length,
-                stopping_criteria=criteria,
+                stopping_criteria=StoppingCriteriaList([criteria]),
                 pad_token_id=self.tokenizer.pad_token_id,
                 use_cache=True,
                 **generation_kwargs,

@@ -40,7 +40,9 @@ from quantgate.results import RunInfo, SuiteResultFile, write_run_info, write_su
 # a version-3 reference followed its num_beams, penalties and sampling settings
 # 5: a padded batch's decoding steps attend with the heads grouped (attention.grouped_decode): sdpa's
 # arithmetic, but another kernel call, whose rounding may differ (on a GPU, another kernel)
-REFERENCE_VERSION = 5
+# 6: generation decodes on a static cache (evaluate.decode): the CPU's bits are unchanged, but a GPU's
+# attention kernel runs over the cache's whole (masked) length, so its rounding may differ
+REFERENCE_VERSION = 6
 # the arithmetic of a GPU pass beyond the device itself, in a GPU reference's key: 2, lm_head
 # chunks of scoring.chunk_rows("cuda") rows and no torch.compile under QUANTGATE_COMPILE=auto
 GPU_ARITHMETIC = 2

@@ -55,6 +55,8 @@ def tiled_attention_forward(
 ) -> tuple[torch.Tensor, None]:
     """transformers attention function: ``query`` [B, H, L, D], ``key``/``value`` [B, KV, L, D];
     returns ([B, L, H, D], None) like sdpa's."""
+    if query.shape[2] == 1 and query.device.type == "cpu":
+        key, value, attention_mask = _cut_unattended(key, value, attention_mask)
     q_len, kv_len = query.shape[2], key.shape[2]
     causal = is_causal if is_causal is not None else getattr(module, "is_causal", True)
     if _groups_decode(query, key, attention_mask, dropout, position_bias):
@@ -83,6 +85,22 @@ def tiled_attention_forward(
             **kwargs,
         )
     return _tiled(query, key, value, attention_mask, scaling, causal), None
+
+
+def _cut_unattended(key, value, attention_mask):
+    """A decoding step's keys after the last position any row may attend to are left out.
+
+    Why: a static cache (``evaluate.decode``) holds positions not yet written, masked; they add
+    exact zeros, but torch's CPU kernel blocks its sums by the keys' length, so its rounding would
+    differ from a dynamic cache's over the same tokens. Cut, both give the same bits. On the CPU
+    only: finding the end waits for the mask, which a GPU's recorded (graph) step cannot do."""
+    if attention_mask is None or attention_mask.dim() != 4 or attention_mask.dtype != torch.bool:
+        return key, value, attention_mask
+    attended = attention_mask.reshape(-1, attention_mask.shape[-1]).any(0).nonzero()
+    end = int(attended.max()) + 1 if len(attended) else attention_mask.shape[-1]
+    if end == key.shape[2]:
+        return key, value, attention_mask
+    return key[:, :, :end], value[:, :, :end], attention_mask[..., :end]
 
 
 def _groups_decode(query, key, attention_mask, dropout: float, position_bias) -> bool:

@@ -33,6 +33,9 @@ from quantgate.numerics.formats import KVCacheFormat
 
 _ATTR = "_quantgate_kv_cache"
 _PREFIX = "quantgate_kv+"
+# attention keyword a forward passes when its cache stored K and V through the hooks at write
+# (``stored_hooks``): the wrapper then attends to them as they are
+STORED = "quantgate_kv_stored"
 
 
 class KVHook(Protocol):
@@ -94,8 +97,27 @@ def _wrapped_attention(module: nn.Module, query, key, value, attention_mask, **k
             f"{type(module).__name__} runs under {_PREFIX}* attention but carries no KV cache hook; "
             "load the model with quantgate.numerics.load_for_eval"
         )
-    key, value = state.hook(key, value)
+    if not kwargs.pop(STORED, False):
+        key, value = state.hook(key, value)
     return _inner_attention(module, state.inner)(module, query, key, value, attention_mask, **kwargs)
+
+
+def stored_hooks(model: nn.Module) -> dict[int, QuantizeKV]:
+    """Each layer's FP8 storage by ``layer_idx``, for a cache that stores K and V as written
+    (empty when attention is not quantized, or some layer's hook is not a fixed storage).
+
+    Why: the wrapper quantizes the whole cache at every decoding step, which gives the storage's
+    numbers (FP8 values at a fixed scale are fixed points) but not its cost: six elementwise
+    passes in float32 over every layer's K and V, each step. At 8B on an H200 an FP8-KV
+    artifact's recorded decoding step took 43 ms against its source's 11 ms (BENCHMARKS.md). A
+    cache that stores each new token quantized, once, gives attention the same values."""
+    hooks: dict[int, KVHook] = {
+        int(getattr(m, "layer_idx")): getattr(m, _ATTR).hook  # noqa: B009 - an nn.Module attribute mypy cannot type
+        for m in attention_modules(model).values()
+        if hasattr(m, _ATTR)
+    }
+    stored = {layer: h for layer, h in hooks.items() if isinstance(h, QuantizeKV)}
+    return stored if len(stored) == len(hooks) else {}
 
 
 def _inner_attention(module: nn.Module, inner: str):

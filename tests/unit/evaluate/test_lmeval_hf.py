@@ -12,6 +12,7 @@ import torch
 from lm_eval.api.instance import Instance
 from lm_eval.models.huggingface import HFLM
 
+from quantgate.evaluate import decode
 from quantgate.evaluate.lmeval_hf import CHECK_EVERY, QuantgateHFLM
 from quantgate.numerics import load_source_for_eval
 from support.models import write_tiny_model
@@ -74,32 +75,33 @@ def test_the_same_continuations_as_lm_evals_backend_with_the_host_check_every_fe
     assert len(calls) <= NEW_TOKENS // CHECK_EVERY  # lm-eval's decodes every row each step, per stop
 
 
-def test_a_batch_whose_rows_all_stopped_ends_within_one_check_of_lm_evals(loaded):
-    widths = []
-    generate = loaded.model.generate
+def test_a_batch_whose_rows_all_stopped_ends_within_one_check_of_lm_evals(loaded, monkeypatch):
+    widths: dict[str, list[int]] = {"theirs": [], "ours": []}
 
-    def recorded(*args, **kwargs):
-        out = generate(*args, **kwargs)
-        widths.append(out.shape[1] - kwargs["input_ids"].shape[1])  # new tokens
-        return out
+    def recorded(generate, into: str):
+        def call(*args, **kwargs):
+            out = generate(*args, **kwargs)
+            prompt = kwargs["input_ids"] if "input_ids" in kwargs else args[1]
+            widths[into].append(out.shape[1] - prompt.shape[1])  # new tokens
+            return out
 
-    loaded.model.generate = recorded
-    try:
-        free = HFLM(
-            pretrained=loaded.model, tokenizer=loaded.tokenizer, batch_size=len(PROMPTS)
-        ).generate_until(_requests(["<never>"]), disable_tqdm=True)
-        stops = sorted({w for text in free if (w := _word(text, 2))})  # every row meets one early
-        widths.clear()
-        outs = [
-            cls(pretrained=loaded.model, tokenizer=loaded.tokenizer, batch_size=len(PROMPTS)).generate_until(
-                _requests(stops), disable_tqdm=True
-            )
-            for cls in (HFLM, QuantgateHFLM)
-        ]
-    finally:
-        del loaded.model.generate
+        return call
+
+    monkeypatch.setattr(loaded.model, "generate", recorded(loaded.model.generate, "theirs"))
+    monkeypatch.setattr(decode, "generate", recorded(decode.generate, "ours"))
+    free = HFLM(pretrained=loaded.model, tokenizer=loaded.tokenizer, batch_size=len(PROMPTS)).generate_until(
+        _requests(["<never>"]), disable_tqdm=True
+    )
+    stops = sorted({w for text in free if (w := _word(text, 2))})  # every row meets one early
+    widths["theirs"].clear()
+    outs = [
+        cls(pretrained=loaded.model, tokenizer=loaded.tokenizer, batch_size=len(PROMPTS)).generate_until(
+            _requests(stops), disable_tqdm=True
+        )
+        for cls in (HFLM, QuantgateHFLM)
+    ]
     assert outs[0] == outs[1]
-    theirs, ours = widths
+    (theirs,), (ours,) = widths["theirs"], widths["ours"]  # ours decoded without transformers' generate
     assert ours <= theirs + CHECK_EVERY - 1
     assert ours < NEW_TOKENS  # the batch ended before max_gen_toks
 

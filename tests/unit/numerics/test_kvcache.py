@@ -150,3 +150,39 @@ def test_an_older_fp8_artifact_without_scales_runs_at_scale_one_and_says_so(arti
     loaded = load_for_eval(copy)
     assert loaded.numerics.kv_cache_calibrated is False and "scale 1.0" in loaded.numerics.kv_cache
     assert all(h.k_scale == 1.0 and h.v_scale == 1.0 for h in _hooks(loaded.model).values())
+
+
+@pytest.mark.parametrize("target", ["hopper-fp8", "rocm-cdna3-fp8"])
+def test_a_cache_storing_each_token_at_write_decodes_the_emulations_tokens(artifacts, target):
+    """Decoding stores each new token's K and V quantized once (``StoringCache``) and attention
+    reads them as they are, where ``generate`` quantizes the whole cache at every step: the same
+    values, so the same tokens; and each stored token went through its layer's storage once."""
+    from quantgate.evaluate import decode
+    from quantgate.greedy import greedy_config, token_ids
+    from quantgate.numerics import kvcache
+
+    model = load_for_eval(artifacts[target]).model
+    hooks = kvcache.stored_hooks(model)
+    assert sorted(hooks) == [0, 1]
+    ids, mask = IDS.clone(), torch.ones_like(IDS)
+    ids[1, :9], mask[1, :9] = 0, 0  # a left-padded row
+    eos = token_ids(model.generation_config.eos_token_id)
+    config = greedy_config(model)
+    config.eos_token_id = eos
+    theirs = model.generate(input_ids=ids, attention_mask=mask, generation_config=config, max_new_tokens=20)
+    seen: list[int] = []
+    quantize = hooks[0].fmt.fn
+
+    def counted(x, scale):
+        seen.append(x.shape[2])  # positions stored at once
+        return quantize(x, scale)
+
+    object.__setattr__(hooks[0].fmt, "fn", counted)
+    try:
+        ours = decode.generate(model, ids, mask, max_new_tokens=20, pad_token_id=0, eos_token_ids=eos)
+    finally:
+        object.__setattr__(hooks[0].fmt, "fn", quantize)
+    assert torch.equal(ours, theirs)
+    # (one storage format for both layers) the prefill as generate runs it, the whole prompt's K
+    # and V of each layer; its copy into the cache; then one position of each per decoding step
+    assert seen == [24] * 4 + [24] * 4 + [1] * 4 * 19

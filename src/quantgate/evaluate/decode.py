@@ -23,7 +23,7 @@ source and for a hopper-fp8 artifact (native FP8, FP8 KV cache) alike; an artifa
 cannot be recorded (NVFP4 emulated on Hopper copies from host memory) decodes eagerly.
 
 An FP8 KV cache is stored as it is written (``StoringCache``): each new token's K and V once,
-not the whole cache at every step, with the same values (``kvcache.stored_hooks``).
+not the whole cache at every step, with the same values (``numerics.stored_hooks``).
 
 Where its numbers can differ from ``generate``'s: the static cache is longer than the tokens so
 far (``_BUCKET``-rounded, so that one graph serves batches of nearby lengths), and a GPU
@@ -38,13 +38,11 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 import torch
 from torch import Tensor
-
-from quantgate.numerics import kvcache
 
 if TYPE_CHECKING:
     from transformers import StaticCache
@@ -177,15 +175,17 @@ class _Step:
     logits: Tensor | None = None
     graphs: bool = False
 
-    stored: bool = False  # the cache stores K and V as the FP8 KV cache does (``StoringCache``)
+    # the forward's keywords: with a ``StoringCache``, the FP8 KV emulation is told K and V are stored
+    forward_kwargs: dict = field(default_factory=dict)
 
     @classmethod
     def new(cls, model, batch: int, length: int, device: torch.device) -> _Step:
         from transformers import StaticCache
 
         from quantgate.evaluate.storing_cache import StoringCache
+        from quantgate.numerics import KV_STORED, stored_hooks
 
-        hooks = kvcache.stored_hooks(model)
+        hooks = stored_hooks(model)
         cache = (
             StoringCache(hooks, config=model.config, max_cache_len=length)
             if hooks
@@ -194,7 +194,7 @@ class _Step:
         return cls(
             shape=(batch, length),
             cache=cache,
-            stored=bool(hooks),
+            forward_kwargs={KV_STORED: True} if hooks else {},
             token=torch.zeros((batch, 1), dtype=torch.long, device=device),
             position=torch.zeros((batch, 1), dtype=torch.long, device=device),
             mask=torch.zeros((batch, length), dtype=torch.bool, device=device),
@@ -229,14 +229,13 @@ class _Step:
         return logits
 
     def _forward(self, model) -> Tensor:
-        stored = {kvcache.STORED: True} if self.stored else {}
         return model(
             input_ids=self.token,
             position_ids=self.position,
             attention_mask=self.mask[:, None, None, :],
             past_key_values=self.cache,
             use_cache=True,
-            **stored,
+            **self.forward_kwargs,
         ).logits[:, -1]
 
     def _capture(self, model) -> None:

@@ -4,7 +4,7 @@ Why: the FP8 KV-cache emulation (``numerics.kvcache``) quantizes everything atte
 whole cache at every decoding step. That is the storage's numbers but not its cost, and on a
 static cache, whose every step reads its full length, the cost is a pass over all of it per layer
 and step. ``evaluate.decode`` stores each new token through its layer's storage instead, and
-tells the emulation (``kvcache.STORED``) that what attention reads is stored already.
+tells the emulation (``numerics.KV_STORED``) that what attention reads is stored already.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from collections.abc import Mapping
 
 from transformers import StaticCache
 
-from quantgate.numerics.kvcache import KVHook
+from quantgate.numerics import KVHook
 
 
 class StoringCache(StaticCache):

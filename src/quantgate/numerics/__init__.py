@@ -35,15 +35,25 @@ from quantgate.numerics.weights import DecodedWeight, register_weights, weight_f
 if TYPE_CHECKING:
     from quantgate.numerics.artifact import disk_to_memory, emulated_modules
     from quantgate.numerics.attention import register as register_tiled_attention
-    from quantgate.numerics.kvcache import ObserveKV, attention_modules, install_kv_hooks, is_latent
+    from quantgate.numerics.kvcache import STORED as KV_STORED
+    from quantgate.numerics.kvcache import (
+        KVHook,
+        ObserveKV,
+        attention_modules,
+        install_kv_hooks,
+        is_latent,
+        stored_hooks,
+    )
     from quantgate.numerics.moe import expert_key
 
 __all__ = [
     "CPU_BF16_GEMM",
+    "KV_STORED",
     "DecodedWeight",
     "EmulatedLinear",
     "EvalModel",
     "Float32GemmLinear",
+    "KVHook",
     "NumericsReport",
     "ObserveKV",
     "QuantizedExperts",
@@ -64,6 +74,7 @@ __all__ = [
     "register_kv_cache",
     "register_tiled_attention",
     "register_weights",
+    "stored_hooks",
     "weight_format",
     "weight_formats",
 ]
@@ -78,5 +89,8 @@ __getattr__ = lazy_exports(
         "emulated_modules": "artifact",
         "install_kv_hooks": "kvcache",
         "is_latent": "kvcache",
+        "KVHook": "kvcache",
+        "KV_STORED": "kvcache:STORED",
+        "stored_hooks": "kvcache",
     },
 )

@@ -100,8 +100,7 @@ def generate(
         return input_ids
     batch, width = input_ids.shape
     positions = (attention_mask.long().cumsum(-1) - 1).masked_fill_(attention_mask == 0, 0)
-    logits = _prefill(model, input_ids, attention_mask, positions, width + max_new_tokens)
-    step: _Step = getattr(model, _ATTR)
+    logits, step = _prefill(model, input_ids, attention_mask, positions, width + max_new_tokens)
     next_position = positions[:, -1] + 1
     tokens = input_ids.new_full((batch, max_new_tokens), pad_token_id)
     unfinished = torch.ones(batch, dtype=torch.bool, device=device)
@@ -130,9 +129,12 @@ def release(model) -> None:
         setattr(model, _ATTR, None)
 
 
-def _prefill(model, input_ids: Tensor, attention_mask: Tensor, positions: Tensor, length: int) -> Tensor:
+def _prefill(
+    model, input_ids: Tensor, attention_mask: Tensor, positions: Tensor, length: int
+) -> tuple[Tensor, _Step]:
     """The prompt's forward as ``generate`` runs it (dynamic cache, so the same attention path);
-    its keys and values then move into the model's static cache. Returns the last logits."""
+    its keys and values then move into the model's static cache. Returns the last logits and the
+    decoding step that holds that cache."""
     from transformers import DynamicCache
 
     dynamic = DynamicCache(config=model.config)
@@ -146,7 +148,7 @@ def _prefill(model, input_ids: Tensor, attention_mask: Tensor, positions: Tensor
     )
     step = _step_for(model, input_ids.shape[0], -(-length // _BUCKET) * _BUCKET, input_ids.device)
     step.load(dynamic, attention_mask)
-    return out.logits[:, -1]
+    return out.logits[:, -1], step
 
 
 def _step_for(model, batch: int, length: int, device: torch.device) -> _Step:

@@ -32,41 +32,44 @@ def greedy(
 ) -> list[list[int]]:
     """New tokens for each prompt (without the prompt), stopping at EOS."""
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+    config, decodes = greedy_config(model), decode.supports(model)
     out: list[list[int]] = []
-    for start in range(0, len(prompts), batch_size):
-        batch = prompts[start : start + batch_size]
-        width = max(len(p) for p in batch)
-        ids = torch.full((len(batch), width), pad, dtype=torch.long)
-        mask = torch.zeros((len(batch), width), dtype=torch.long)
-        for row, p in enumerate(batch):
-            ids[row, width - len(p) :] = torch.tensor(p)
-            mask[row, width - len(p) :] = 1
-        if decode.supports(model):
-            generated = decode.generate(
-                model,
-                ids,
-                mask,
-                max_new_tokens=max_new_tokens,
-                pad_token_id=pad,
-                eos_token_ids=token_ids(greedy_config(model).eos_token_id),
-            )[:, width:]
-        else:
-            generated = model.generate(
-                input_ids=ids,
-                attention_mask=mask,
-                generation_config=greedy_config(model),
-                max_new_tokens=max_new_tokens,
-                pad_token_id=pad,
-            )[:, width:]
-        for row in generated.tolist():
-            if tokenizer.eos_token_id in row:
-                row = row[: row.index(tokenizer.eos_token_id) + 1]
-            while row and row[-1] == pad and pad != tokenizer.eos_token_id:
-                row.pop()
-            out.append(row)
-        if on_batch:
-            on_batch(len(batch))
-    decode.release(model)
+    try:
+        for start in range(0, len(prompts), batch_size):
+            batch = prompts[start : start + batch_size]
+            width = max(len(p) for p in batch)
+            ids = torch.full((len(batch), width), pad, dtype=torch.long)
+            mask = torch.zeros((len(batch), width), dtype=torch.long)
+            for row, p in enumerate(batch):
+                ids[row, width - len(p) :] = torch.tensor(p)
+                mask[row, width - len(p) :] = 1
+            if decodes:
+                generated = decode.generate(
+                    model,
+                    ids,
+                    mask,
+                    max_new_tokens=max_new_tokens,
+                    pad_token_id=pad,
+                    eos_token_ids=token_ids(config.eos_token_id),
+                )[:, width:]
+            else:
+                generated = model.generate(
+                    input_ids=ids,
+                    attention_mask=mask,
+                    generation_config=config,
+                    max_new_tokens=max_new_tokens,
+                    pad_token_id=pad,
+                )[:, width:]
+            for row in generated.tolist():
+                if tokenizer.eos_token_id in row:
+                    row = row[: row.index(tokenizer.eos_token_id) + 1]
+                while row and row[-1] == pad and pad != tokenizer.eos_token_id:
+                    row.pop()
+                out.append(row)
+            if on_batch:
+                on_batch(len(batch))
+    finally:
+        decode.release(model)
     return out
 
 

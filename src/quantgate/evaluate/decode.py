@@ -19,8 +19,9 @@ What it computes is transformers' greedy ``generate`` with a stopping rule, step
   last one did, as ``generate`` returns it.
 
 Measured on the H200 at 8B (BENCHMARKS.md): about 11 ms a step against lm-eval's 43-59 ms, for the
-source and for a hopper-fp8 artifact (native FP8, FP8 KV cache) alike; an artifact whose step
-cannot be recorded (NVFP4 emulated on Hopper copies from host memory) decodes eagerly.
+source and for a hopper-fp8 artifact (native FP8, FP8 KV cache) alike. A step that cannot be
+recorded (one that copies from host memory, as compressed-tensors' NVFP4 scales once did:
+``formats.nvfp4_group_scales``) decodes eagerly, with a warning in the log.
 
 An FP8 KV cache is stored as it is written (``StoringCache``): each new token's K and V once,
 not the whole cache at every step, with the same values (``numerics.stored_hooks``).

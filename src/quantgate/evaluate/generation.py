@@ -28,9 +28,25 @@ if TYPE_CHECKING:
 
 @torch.inference_mode()
 def greedy(
-    model, tokenizer, prompts: list[list[int]], *, max_new_tokens: int, batch_size: int, on_batch=None
+    model,
+    tokenizer,
+    prompts: list[list[int]],
+    *,
+    max_new_tokens: int,
+    batch_size: int,
+    on_batch=None,
+    until_leaving: list[list[int]] | None = None,
 ) -> list[list[int]]:
-    """New tokens for each prompt (without the prompt), stopping at EOS."""
+    """New tokens for each prompt (without the prompt), stopping at EOS.
+
+    ``until_leaving``: a sequence per prompt that the caller only compares the new tokens with
+    (long-chain's free run, which measures where an artifact leaves the source's trace). A row
+    may then stop once its tokens have left that sequence or run past it: what comes back still
+    holds every token up to and including the first one that differs, and the batch ends when
+    all its rows have, instead of at ``max_new_tokens`` (an 8B artifact's free run of 64 traces
+    took 243 s to the limit on the H200). Rows are checked every ``decode.CHECK_EVERY`` tokens on
+    the static-cache path; ``generate``'s fallback runs to the limit.
+    """
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
     config, decodes = greedy_config(model), decode.supports(model)
     out: list[list[int]] = []
@@ -44,6 +60,7 @@ def greedy(
                 ids[row, width - len(p) :] = torch.tensor(p)
                 mask[row, width - len(p) :] = 1
             if decodes:
+                follow = None if until_leaving is None else until_leaving[start : start + batch_size]
                 generated = decode.generate(
                     model,
                     ids,
@@ -51,6 +68,7 @@ def greedy(
                     max_new_tokens=max_new_tokens,
                     pad_token_id=pad,
                     eos_token_ids=token_ids(config.eos_token_id),
+                    stop=None if follow is None else _left(follow, width, max_new_tokens),
                 )[:, width:]
             else:
                 generated = model.generate(
@@ -73,6 +91,21 @@ def greedy(
     return out
 
 
+def _left(follow: list[list[int]], width: int, max_new_tokens: int) -> decode.Stop:
+    """A stop rule: which rows' new tokens (after ``width`` prompt columns) have left their
+    sequence in ``follow`` or run past its end (-1 there, never a token)."""
+    expected = torch.full((len(follow), max_new_tokens), -1, dtype=torch.long)
+    for row, seq in enumerate(follow):
+        seq = seq[:max_new_tokens]
+        expected[row, : len(seq)] = torch.tensor(seq, dtype=torch.long)
+
+    def left(sequences: torch.Tensor) -> torch.Tensor:
+        new = sequences[:, width:]
+        return (new != expected[:, : new.shape[1]].to(new.device)).any(dim=1)
+
+    return left
+
+
 def greedy_with_progress(
     progress: Progress,
     description: str,
@@ -82,6 +115,7 @@ def greedy_with_progress(
     *,
     max_new_tokens: int,
     batch_size: int,
+    until_leaving: list[list[int]] | None = None,
 ) -> list[list[int]]:
     """``greedy`` as a ``progress`` task of ``description``, one unit a prompt."""
     with progress.task(description, total=len(prompts)) as task:
@@ -92,6 +126,7 @@ def greedy_with_progress(
             max_new_tokens=max_new_tokens,
             batch_size=batch_size,
             on_batch=task.advance,
+            until_leaving=until_leaving,
         )
 
 

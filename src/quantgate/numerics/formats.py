@@ -187,17 +187,37 @@ def nvfp4_calibrated(x: Tensor, global_scale: Tensor | None = None) -> Tensor:
     scale twice.
     """
     from compressed_tensors.quantization.lifecycle.forward import fake_quantize
-    from compressed_tensors.quantization.utils import compute_dynamic_scales_and_zp
 
     if global_scale is None:
         raise ValueError("nvfp4_calibrated needs the module's calibrated input_global_scale")
     x = x.to(work_dtype(x))
     global_scale = global_scale.to(x.dtype)
     args = _nvfp4_args()
-    scale, zero_point = compute_dynamic_scales_and_zp(
-        value=x, args=args, module=None, global_scale=global_scale
-    )
+    scale = nvfp4_group_scales(x, global_scale)
+    zero_point = torch.zeros(scale.shape, dtype=args.zp_dtype, device=scale.device)
     return fake_quantize(x=x, scale=scale, zero_point=zero_point, args=args, global_scale=global_scale)
+
+
+NVFP4_ZERO_SCALE = 0.125  # compressed-tensors' stand-in for a group scale that rounds to 0 (E4M3's eps)
+
+
+def nvfp4_group_scales(x: Tensor, global_scale: Tensor) -> Tensor:
+    """The dynamic NVFP4 group scales of ``x`` (groups of 16 along its last dimension), the values
+    compressed-tensors' ``compute_dynamic_scales_and_zp`` gives, bit for bit (a test holds it so).
+
+    Computed here rather than by that function because it builds its zero stand-in with
+    ``torch.tensor(eps, device=...)`` on every call: a host-to-device copy, which a CUDA graph
+    cannot record, so an NVFP4 artifact's decoding step could not be replayed
+    (``evaluate/decode.py``). The stand-in here is a scalar fill.
+    """
+    amax = x.unflatten(-1, (-1, 16)).abs().amax(dim=-1)
+    e4m3 = torch.finfo(torch.float8_e4m3fn)
+    # E2M1's largest value as a tensor on x's device, as the library divides by it: on CUDA a
+    # Python scalar divisor becomes a multiplication by its reciprocal, which rounds differently
+    e2m1_max = torch.full((), 6.0, dtype=amax.dtype, device=amax.device)
+    scales = global_scale * (amax / e2m1_max)
+    scales = scales.clamp(e4m3.min, e4m3.max).to(torch.float8_e4m3fn).to(scales.dtype)
+    return scales.masked_fill(scales == 0, NVFP4_ZERO_SCALE)
 
 
 # ---------------------------------------------------------------------------- KV cache

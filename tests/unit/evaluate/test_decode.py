@@ -122,3 +122,25 @@ def test_on_the_gpu_recorded_steps_give_the_eager_steps_tokens(model):
     step.graph, step.graphs = None, False
     eager = decode.generate(gpu, ids, mask, max_new_tokens=NEW_TOKENS, pad_token_id=PAD)
     assert torch.equal(graphed[0], eager) and torch.equal(graphed[1], eager)
+
+
+def test_a_free_run_stops_where_it_leaves_the_trace_and_keeps_the_first_divergence(model):
+    # long-chain's free run only measures where an artifact leaves the source's trace: its rows
+    # stop soon after, with the same first divergence as a run to the token limit
+    from types import SimpleNamespace
+
+    from quantgate.evaluate.generation import greedy
+    from quantgate.evaluate.suites.long_chain import first_divergence
+
+    tokenizer = SimpleNamespace(pad_token_id=PAD, eos_token_id=None)
+    ids, _ = _batch([6, 14, 9], seed=5)
+    prompts = [[t for t in row if t != PAD] for row in ids.tolist()]
+    full = greedy(model, tokenizer, prompts, max_new_tokens=NEW_TOKENS, batch_size=3)
+    changed = [*full[1][:5], full[1][5] + 1, *full[1][6:]]  # leaves it at 5
+    traces = [full[0], changed, full[2][:12]]  # the same; changed at 5; ends at 12
+    stopped = greedy(model, tokenizer, prompts, max_new_tokens=NEW_TOKENS, batch_size=3, until_leaving=traces)
+    assert [first_divergence(t, s) for t, s in zip(traces, stopped, strict=True)] == [NEW_TOKENS, 5, 12]
+    assert [first_divergence(t, f) for t, f in zip(traces, full, strict=True)] == [NEW_TOKENS, 5, 12]
+    assert stopped[0] == full[0]  # never left: to the limit
+    assert len(stopped[1]) == decode.CHECK_EVERY and len(stopped[2]) == 2 * decode.CHECK_EVERY
+    assert all(s == f[: len(s)] for s, f in zip(stopped, full, strict=True))

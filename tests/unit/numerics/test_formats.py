@@ -93,6 +93,54 @@ def test_nvfp4_activations_match_reference(ref):
     assert activation_format("nvfp4_calibrated").needs_global_scale
 
 
+def _nvfp4_inputs(device: str = "cpu") -> torch.Tensor:
+    x = torch.randn(8, 256, generator=torch.Generator().manual_seed(3)) * torch.logspace(-9, 4, 8)[:, None]
+    x[0, :16] = 0.0  # a group whose scale is 0: the library's stand-in 0.125
+    x[0, 16:32] = float("nan")
+    x[1, :16] = -torch.rand(16)  # a group of negative values only
+    return x.to(device)
+
+
+def _library_nvfp4_scales(x: torch.Tensor, global_scale: torch.Tensor) -> torch.Tensor:
+    from compressed_tensors.quantization.quant_scheme import PRESET_SCHEMES
+    from compressed_tensors.quantization.utils import compute_dynamic_scales_and_zp
+
+    args = PRESET_SCHEMES["NVFP4"]["input_activations"]
+    scale, _ = compute_dynamic_scales_and_zp(value=x, args=args, module=None, global_scale=global_scale)
+    return scale
+
+
+def test_nvfp4_group_scales_are_compressed_tensors_own_bit_for_bit():
+    # the group scales are computed here (the library's own builds a tensor on the host at every
+    # call, which a CUDA graph cannot record); they must stay the library's, NaN and 0 included
+    x = _nvfp4_inputs()
+    for global_scale in (torch.tensor(448.0 * 6 / 4.0), torch.tensor(3.1e4), torch.tensor(0.37)):
+        ours = formats_module.nvfp4_group_scales(x, global_scale)
+        torch.testing.assert_close(
+            ours, _library_nvfp4_scales(x, global_scale), rtol=0, atol=0, equal_nan=True
+        )
+        assert (ours == formats_module.NVFP4_ZERO_SCALE).any()
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_gpu_nvfp4_activations_are_the_librarys_and_record_in_a_cuda_graph():
+    # blackwell-nvfp4 decoding on Hopper ran eagerly: the library's scale computation copied from
+    # the host inside the step, which "Cannot copy between CPU and CUDA tensors during CUDA graph capture"
+    x, global_scale = _nvfp4_inputs("cuda"), torch.tensor(448.0 * 6 / 4.0, device="cuda")
+    torch.testing.assert_close(
+        formats_module.nvfp4_group_scales(x, global_scale), _library_nvfp4_scales(x, global_scale),
+        rtol=0, atol=0, equal_nan=True,
+    )  # fmt: skip
+    fmt = activation_format("nvfp4_calibrated")
+    eager = fmt.quantize(x, global_scale)  # also the warm-up: Triton compiles outside the graph
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        recorded = fmt.quantize(x, global_scale)
+    graph.replay()
+    torch.testing.assert_close(recorded, eager, rtol=0, atol=0, equal_nan=True)
+
+
 def test_nvfp4_global_scale_changes_the_result():
     x = torch.randn(4, 64, generator=torch.Generator().manual_seed(2))
     fmt = activation_format("nvfp4_calibrated")

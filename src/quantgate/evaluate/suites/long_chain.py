@@ -206,6 +206,7 @@ class LongChainSuite(SuiteKind):
             reference["prompts"],
             max_new_tokens=sizes.trace_tokens,
             batch_size=sizes.batch_size,
+            until_leaving=reference["traces"],  # only first_divergence reads the free run
         )
         return self._result(ctx, model, reference, free_running=generated)
 

@@ -318,7 +318,7 @@ def _build_all(
             else:
                 engine = engines[recipe.engine]
                 try:
-                    engine.build(BuildJob(source, recipe, calib, tmp, progress, kv, device))
+                    engine.build(BuildJob(source, recipe, calib, tmp, progress, kv, device, cache))
                 except QuantgateError:
                     raise
                 except Exception as exc:  # an engine's own failure: name the target, keep the cause

@@ -39,3 +39,16 @@ def test_build_prints_a_table_and_exits_0(cli, tiny_llama, tmp_path):
     assert run.returncode == 0, run.stderr
     assert "hopper-fp8" in run.stdout and "built" in run.stdout
     assert (tmp_path / "o" / "hopper-fp8" / "manifest.json").exists()
+
+
+def test_a_build_keeps_its_cache_in_cache_dir(cli, tiny_llama, tmp_path):
+    # the FP8 engine's quantization-config memo once went to $QUANTGATE_CACHE whatever --cache-dir said
+    user_cache = tmp_path / "user-cache"
+    env = {"QUANTGATE_CACHE": str(user_cache)}
+    run = cli(
+        "build", "--checkpoint", str(tiny_llama), "--targets", "hopper-fp8", "--out", str(tmp_path / "o"),
+        "--cache-dir", str(tmp_path / "run-cache"), env=env,
+    )  # fmt: skip
+    assert run.returncode == 0, run.stderr
+    assert list((tmp_path / "run-cache" / "stream_fp8").glob("quantization_config-*.json"))
+    assert not user_cache.exists() or not any(user_cache.rglob("*"))

@@ -42,6 +42,7 @@ class BuildJob:
     progress: Progress
     kv_cache: KVCache = KVCache.BF16
     device: str = "cpu"  # where calibration runs ("cpu" or "cuda")
+    cache_dir: Path | None = None  # the run's cache (--cache-dir); None: $QUANTGATE_CACHE or ~/.cache
 
 
 class Engine(Protocol):

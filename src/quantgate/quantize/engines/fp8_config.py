@@ -12,6 +12,7 @@ from __future__ import annotations
 import hashlib
 import json
 from importlib import metadata
+from pathlib import Path
 from typing import Any
 
 from quantgate.atomic import write_json
@@ -49,11 +50,12 @@ def build_config(ignore: list[str], quantized: bool) -> dict[str, Any]:
     }
 
 
-def quantization_config(ignore: list[str], quantized: bool) -> dict[str, Any]:
-    """The config, from the cache when this compressed-tensors version has built it before."""
+def quantization_config(ignore: list[str], quantized: bool, cache: Path | None = None) -> dict[str, Any]:
+    """The config, from the cache (``cache``, else the user's) when this compressed-tensors version
+    has built it before."""
     key = json.dumps([metadata.version("compressed-tensors"), SCHEME, list(ignore), quantized])
     path = (
-        cache_dir()
+        (cache or cache_dir())
         / "stream_fp8"
         / f"quantization_config-{hashlib.sha256(key.encode()).hexdigest()[:16]}.json"
     )

@@ -282,16 +282,18 @@ def build_fp8(
     workers: int | None = None,
     readahead: int = READAHEAD_BYTES,
     shards: list[str] | None = None,
+    cache: Path | None = None,
 ) -> int:
     """The whole artifact from a checkpoint directory; returns how many weights were quantized.
 
     Callable without a recipe or a source record, so that benchmarks time exactly this
-    (``shards`` as in ``plan``).
+    (``shards`` as in ``plan``; ``cache``: where the quantization config is kept, as in
+    ``fp8_config.quantization_config``).
     """
     headers, items, _ = plan(source, ignore, shards)
     quantized = sum(it.quantize for it in items)
     with ThreadPoolExecutor(1, thread_name_prefix="stream-fp8-config") as side:
-        config = side.submit(quantization_config, ignore, quantized > 0)
+        config = side.submit(quantization_config, ignore, quantized > 0, cache)
         weight_map, total = stream(source, out_dir, headers, items, workers, readahead)
         write_metadata(source, out_dir, config.result(), weight_map, total)
     return quantized
@@ -321,4 +323,6 @@ class StreamFp8Engine:
             ModelFreeEngine().build(job)
             return
         with job.progress.task(f"{job.recipe.name}: streaming {len(items)} tensors", total=None):
-            build_fp8(source, job.out_dir, ignore, self.workers, shards=job.source.weight_files)
+            build_fp8(
+                source, job.out_dir, ignore, self.workers, shards=job.source.weight_files, cache=job.cache_dir
+            )

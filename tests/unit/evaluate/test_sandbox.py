@@ -326,3 +326,14 @@ def test_cpu_limit_stops_a_busy_loop():
     _assert_contained(result)
     assert result.status == "resource_limit" and result.returncode < 0
     assert result.seconds < 5
+
+
+def test_a_harness_that_cannot_start_says_how_it_ended():
+    # on a GPU worker (2026-12-04) every HumanEval item failed with "the tests' harness did not
+    # start" and nothing more; the setup error now says how the harness's interpreter ended
+    from quantgate.evaluate.sandbox import Check, run_check
+
+    result = run_check("def f():\n    return 1\n", Check("def check(f):\n    assert f() == 1\n", "f"),
+                       memory_bytes=4 * 2**20)  # fmt: skip
+    assert result.status == "sandbox_error"
+    assert "the tests' harness did not start (its interpreter " in result.error, result.error

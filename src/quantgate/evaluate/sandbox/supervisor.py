@@ -163,6 +163,24 @@ def _supervise(config: dict) -> int:
     return 0
 
 
+def _why_not_started(pid: int, wait_s: float = 1.0) -> str:
+    """How a process that never reported ready ended, for the setup error: on a machine where no
+    sandbox can be built (a container's Python, another seccomp architecture), the bare "did not
+    start" said nothing an operator could act on."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            if not os.WIFSIGNALED(status):
+                return f"its interpreter exited with {os.waitstatus_to_exitcode(status)}"
+            number = os.WTERMSIG(status)
+            why = ": a system call the seccomp filter refuses" if number == signal.SIGSYS else ""
+            return f"its interpreter was killed by {signal.Signals(number).name}{why}"
+        if time.monotonic() >= deadline:
+            return "it was still running, silent, at the deadline"
+        time.sleep(0.02)
+
+
 def _ending(status: int) -> dict:
     return (
         {"signal": os.WTERMSIG(status)}
@@ -188,13 +206,18 @@ def _start_check(spawn, config: dict, calls_source: str, tests: str, deadline: f
     )  # fmt: skip
     for fd in (tests_r, check_w):
         os.close(fd)
-    with os.fdopen(tests_w, "wb") as pipe:
-        pipe.write(json.dumps({"tests": tests, "entry_point": config["entry_point"]}).encode())
-    if (
-        not select.select([check_r], [], [], max(0.0, deadline - time.monotonic()))[0]
-        or os.read(check_r, 1) != b"R"
-    ):
-        raise RuntimeError("the tests' harness did not start")
+    try:
+        with os.fdopen(tests_w, "wb") as pipe:
+            pipe.write(json.dumps({"tests": tests, "entry_point": config["entry_point"]}).encode())
+    except BrokenPipeError:  # it ended before reading its tests
+        ready = False
+    else:
+        ready = bool(
+            select.select([check_r], [], [], max(0.0, deadline - time.monotonic()))[0]
+            and os.read(check_r, 1) == b"R"
+        )
+    if not ready:
+        raise RuntimeError(f"the tests' harness did not start ({_why_not_started(harness)})")
     program_argv = ["-c", calls_source, "program", config["entry_point"], "3", "4"]
     spawn.program = spawn(program_argv, config["uid"], config["gid"], WORK_DIR, {3: calls_r, 4: answers_w})
     for fd in (calls_r, calls_w, answers_r, answers_w):

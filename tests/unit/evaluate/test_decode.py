@@ -144,3 +144,13 @@ def test_a_free_run_stops_where_it_leaves_the_trace_and_keeps_the_first_divergen
     assert stopped[0] == full[0]  # never left: to the limit
     assert len(stopped[1]) == decode.CHECK_EVERY and len(stopped[2]) == 2 * decode.CHECK_EVERY
     assert all(s == f[: len(s)] for s, f in zip(stopped, full, strict=True))
+
+
+@pytest.mark.parametrize("kind", ["mixtral", "qwen2_moe"])
+def test_a_moe_source_decodes_to_transformers_generate_tokens(kind, tmp_path):
+    # the fleet's first model class is large MoE: its routed experts run in each decoding step
+    moe = load_source_for_eval(write_tiny_model(tmp_path / kind, kind)).model
+    ids, mask = _batch([5, 20, 11])
+    assert decode.supports(moe)
+    ours = decode.generate(moe, ids, mask, max_new_tokens=NEW_TOKENS, pad_token_id=PAD)
+    assert torch.equal(ours, _transformers(moe, ids, mask, []))

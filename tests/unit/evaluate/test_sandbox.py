@@ -337,3 +337,20 @@ def test_a_harness_that_cannot_start_says_how_it_ended():
                        memory_bytes=4 * 2**20)  # fmt: skip
     assert result.status == "sandbox_error"
     assert "the tests' harness did not start (its interpreter " in result.error, result.error
+
+
+def test_a_harness_that_cannot_start_passes_on_its_last_words():
+    # the status alone ("exited with 127") did not say which library or module failed: the
+    # harness's stderr is kept until it has started. Under a tight address space the
+    # interpreter starts and then dies importing, saying so (MemoryError); the first size at
+    # which it says anything depends on the interpreter's build, so a range is tried
+    from quantgate.evaluate.sandbox import Check, run_check
+
+    errors = []
+    for megabytes in range(8, 40, 2):
+        result = run_check("def f():\n    return 1\n", Check("def check(f):\n    assert f() == 1\n", "f"),
+                           memory_bytes=megabytes * 2**20)  # fmt: skip
+        if result.status != "sandbox_error":
+            break
+        errors.append(result.error)
+    assert any(error.endswith("MemoryError)") for error in errors), errors

@@ -67,6 +67,24 @@ def test_every_syscall_outside_the_allow_list_is_refused():
     assert refused_otherwise == {}
 
 
+@pytest.mark.skipif(MACHINE != "x86_64", reason="x86_64's syscall numbers")
+def test_the_stat_familys_plain_forms_answer_as_glibc_2_39_calls_them():
+    """glibc 2.39 (Ubuntu 24.04, the NGC containers of the GPU workers) calls ``fstat`` (5)
+    itself where 2.36 called ``newfstatat``: refused, its dynamic loader could not stat a
+    library, and on the H200 every HumanEval item failed with "the tests' harness did not start
+    (its interpreter exited with 127)". The three plain forms read what ``newfstatat`` reads."""
+    program = (
+        "import ctypes, json\nlibc = ctypes.CDLL(None, use_errno=True)\nlibc.syscall.restype = ctypes.c_long\n"
+        "buf = ctypes.create_string_buffer(256)\nanswers = {}\n"
+        "for name, nr, arg in (('fstat', 5, ctypes.c_long(0)), ('stat', 4, ctypes.c_char_p(b'/tmp')),\n"
+        "                      ('lstat', 6, ctypes.c_char_p(b'/tmp'))):\n"
+        "    ctypes.set_errno(0)\n"
+        "    answers[name] = [libc.syscall(ctypes.c_long(nr), arg, buf), ctypes.get_errno()]\n"
+        "print(json.dumps(answers))\n"
+    )
+    assert _answers(program) == {"fstat": [0, 0], "stat": [0, 0], "lstat": [0, 0]}
+
+
 def test_allowed_syscalls_with_other_arguments_are_refused():
     """prctl, prlimit64, ioctl, fcntl and clone are allowed for the arguments CPython uses, only."""
     program = (

@@ -9,7 +9,8 @@ everything else with ``EPERM``. The measurement (``tests/unit/evaluate/sandbox_s
 traces all 164 canonical solutions, failing ones and ordinary standard-library use (threads,
 sleep, random, hashlib, a temporary file); ``_ALLOWED`` and ``_ARGUMENTS`` are the whole list,
 each entry with why it is there. Beyond the measurement they hold only the ``*at`` forms of
-the path calls (aarch64 has no others), the clocks (the vDSO reads them where it can), the
+the path calls (aarch64 has no others), the stat family's plain forms (glibc 2.39 calls
+``fstat`` where 2.36 called ``newfstatat``), the clocks (the vDSO reads them where it can), the
 kernel's ``rt_sigreturn`` and ``restart_syscall``, and the process's own ids.
 
 Refused, among everything else: new processes, sockets of every family (the sandbox has no
@@ -60,6 +61,10 @@ _ALLOWED = (
     # files: the interpreter's modules and the program's own tmpfs files (bounded by its sizes
     # and RLIMIT_FSIZE); every other mount is read-only
     "openat", "read", "pread64", "write", "close", "lseek", "newfstatat", "getdents64", "getcwd",
+    # the stat family's plain forms: glibc 2.39 (Ubuntu 24.04, the NGC containers) calls fstat
+    # itself where 2.36 called newfstatat; refused, its dynamic loader cannot stat a library and
+    # the interpreter exits 127 before it starts. They read what newfstatat already reads.
+    "fstat", "stat", "lstat",
     "access", "faccessat", "readlink", "readlinkat", "mkdir", "mkdirat", "rename", "renameat",
     "unlink", "rmdir", "unlinkat",
     # threads (clone is allowed for a thread only, below)
@@ -96,7 +101,8 @@ _SYSCALLS: dict[str, tuple[int, int | None, dict[str, int]]] = {
             "madvise": 28, "arch_prctl": 158, "set_tid_address": 218, "set_robust_list": 273,
             "rseq": 334, "sysinfo": 99, "uname": 63, "getrandom": 318, "exit": 60,
             "exit_group": 231, "openat": 257, "read": 0, "pread64": 17, "write": 1, "close": 3,
-            "lseek": 8, "newfstatat": 262, "getdents64": 217, "getcwd": 79, "access": 21,
+            "lseek": 8, "newfstatat": 262, "fstat": 5, "stat": 4, "lstat": 6, "getdents64": 217,
+            "getcwd": 79, "access": 21,
             "faccessat": 269, "readlink": 89, "readlinkat": 267, "mkdir": 83, "mkdirat": 258,
             "rename": 82, "renameat": 264, "unlink": 87, "rmdir": 84, "unlinkat": 263,
             "futex": 202, "gettid": 186, "getpid": 39, "rt_sigaction": 13, "rt_sigprocmask": 14,
@@ -114,7 +120,7 @@ _SYSCALLS: dict[str, tuple[int, int | None, dict[str, int]]] = {
             "madvise": 233, "set_tid_address": 96, "set_robust_list": 99, "rseq": 293,
             "sysinfo": 179, "uname": 160, "getrandom": 278, "exit": 93, "exit_group": 94,
             "openat": 56, "read": 63, "pread64": 67, "write": 64, "close": 57, "lseek": 62,
-            "newfstatat": 79, "getdents64": 61, "getcwd": 17, "faccessat": 48, "readlinkat": 78,
+            "newfstatat": 79, "fstat": 80, "getdents64": 61, "getcwd": 17, "faccessat": 48, "readlinkat": 78,
             "mkdirat": 34, "renameat": 38, "unlinkat": 35, "futex": 98, "gettid": 178,
             "getpid": 172, "rt_sigaction": 134, "rt_sigprocmask": 135, "rt_sigreturn": 139,
             "restart_syscall": 128, "clock_nanosleep": 115, "clock_gettime": 113,

@@ -199,12 +199,15 @@ def _start_check(spawn, config: dict, calls_source: str, tests: str, deadline: f
     answers_r, answers_w = os.pipe()
     tests_r, tests_w = os.pipe()
     check_r, check_w = os.pipe()
+    # the harness's stderr, read only if it never starts: the dynamic loader's or the
+    # interpreter's own last words ("error while loading shared libraries: ...") name the cause
+    errors_r, errors_w = os.pipe()
     harness_argv = ["-c", calls_source, "harness", "3", "4", "5"]
     harness = spawn(
         harness_argv, config["harness_uid"], config["harness_gid"], "/",
-        {0: tests_r, 3: check_w, 4: calls_w, 5: answers_r},
+        {0: tests_r, 2: errors_w, 3: check_w, 4: calls_w, 5: answers_r},
     )  # fmt: skip
-    for fd in (tests_r, check_w):
+    for fd in (tests_r, check_w, errors_w):
         os.close(fd)
     try:
         with os.fdopen(tests_w, "wb") as pipe:
@@ -217,7 +220,12 @@ def _start_check(spawn, config: dict, calls_source: str, tests: str, deadline: f
             and os.read(check_r, 1) == b"R"
         )
     if not ready:
-        raise RuntimeError(f"the tests' harness did not start ({_why_not_started(harness)})")
+        how = _why_not_started(harness)
+        said = drain(errors_r).decode(errors="replace").strip().splitlines()
+        if said:
+            how += f": {said[-1][-300:]}"
+        raise RuntimeError(f"the tests' harness did not start ({how})")
+    os.close(errors_r)  # a started harness writing to stderr gets EPIPE, which Python ignores
     program_argv = ["-c", calls_source, "program", config["entry_point"], "3", "4"]
     spawn.program = spawn(program_argv, config["uid"], config["gid"], WORK_DIR, {3: calls_r, 4: answers_w})
     for fd in (calls_r, calls_w, answers_r, answers_w):

@@ -12,6 +12,12 @@
 #                  SIZE (default 8b) shape made and built to hopper-fp8, bench/fused_fp8_quant.py (the fused
 #                  quantization against the eager one), and the scoring passes under torch.profiler (bench/gpu_profile_scoring.py,
 #                  WINDOWS default 32; EAGER_TOO=1 scores again with the eager quantization)
+#   ddp            carry .whl, .qg29: llm-compressor's own data-parallel oneshot (bench/oneshot_ddp.py), a SIZE
+#                  (default 1b) shape of LAYERS (default 4) layers built by 1 process and by 2 ranks sharing the
+#                  GPU (gloo), for each recipe in RECIPES (default nvfp4 w4a16-gptq-g64); the artifacts compared
+#                  tensor by tensor; NCCL_TOO=1: then 2 ranks under NCCL on the one GPU
+#   nvfp4-build    carry .whl, .qg29: a SIZE (default 8b) shape, quantgate build --targets blackwell-nvfp4 --device
+#                  cuda against the bare oneshot of its recipe (with FP8 KV) on the GPU (bench/oneshot_ddp.py versus)
 set -uo pipefail
 phase=$1
 out=${OUT:-/tmp/out}
@@ -52,5 +58,29 @@ print(json.dumps(g.make_source('${SIZE:-8b}', Path('/tmp/qg/tok'), Path('/tmp/p/
   python3 bench/gpu_profile_scoring.py /tmp/p/source /tmp/p/built/hopper-fp8 /tmp/qg/datasets/wikitext-2-raw/wiki.test.raw \
     --windows "${WINDOWS:-32}" ${EAGER_TOO:+--eager-too} > "$out/profile_scoring.txt" 2>&1
   grep -v '^USDT' "$out/profile_scoring.txt" | cut -c1-170 | head -90
+  ;;
+ddp)
+  nvidia-smi -L
+  rm -rf /tmp/d && mkdir -p /tmp/d
+  python3 bench/oneshot_ddp.py make --size "${SIZE:-1b}" --layers "${LAYERS:-4}" --tokenizer /tmp/qg/tok \
+    --dest /tmp/d/src --device cuda 2>&1 | tail -1
+  for recipe in ${RECIPES:-nvfp4 w4a16-gptq-g64}; do
+    python3 bench/oneshot_ddp.py build --source /tmp/d/src --recipe "recipes/$recipe.yaml" --out "/tmp/d/$recipe-1" \
+      --device cuda 2>&1 | grep '^{' | tee -a "$out/ddp_runs.jsonl"
+    python3 -m torch.distributed.run --nproc-per-node 2 bench/oneshot_ddp.py build --source /tmp/d/src \
+      --recipe "recipes/$recipe.yaml" --out "/tmp/d/$recipe-2" --device cuda --backend gloo > "$out/ddp_$recipe.log" 2>&1
+    grep '^{' "$out/ddp_$recipe.log" | tee -a "$out/ddp_runs.jsonl"; grep -m3 'Error' "$out/ddp_$recipe.log"
+    python3 bench/oneshot_ddp.py compare "/tmp/d/$recipe-1" "/tmp/d/$recipe-2" --json "$out/ddp_compare_$recipe.json" | head -30
+  done
+  [ -n "${NCCL_TOO:-}" ] || exit 0
+  timeout 120 python3 -m torch.distributed.run --nproc-per-node 2 bench/oneshot_ddp.py build --source /tmp/d/src \
+    --out /tmp/d/nccl-2 --device cuda --backend nccl > "$out/ddp_nccl.log" 2>&1; echo "nccl, 2 ranks on one GPU: rc=$?"
+  grep -m3 -i 'error' "$out/ddp_nccl.log" | cut -c1-300
+  ;;
+nvfp4-build)
+  nvidia-smi -L; rm -rf /tmp/v && mkdir -p /tmp/v
+  python3 bench/oneshot_ddp.py make --size "${SIZE:-8b}" --tokenizer /tmp/qg/tok --dest /tmp/v/src --device cuda 2>&1 | tail -1
+  python3 bench/oneshot_ddp.py versus --source /tmp/v/src --work /tmp/v/w --json "$out/nvfp4_build_${SIZE:-8b}.json"
+  tail -4 /tmp/v/w/quantgate_build.log
   ;;
 esac

@@ -17,6 +17,7 @@ from quantgate.config.targets import Catalog
 from quantgate.errors import RecipeIncompatibleError
 from quantgate.intake import intake
 from support.builds import build_targets
+from support.devices import CPU_AND_CUDA
 from support.models import write_tiny_model
 
 pytestmark = pytest.mark.unit
@@ -209,21 +210,9 @@ def test_a_moe_calibration_load_leaves_later_intakes_as_it_found_them(kind, tmp_
     assert intake(source, load_gates(repo_root / "gates.yaml", catalog)).moe
 
 
-@pytest.mark.parametrize(
-    "device",
-    [
-        "cpu",
-        # on a GPU llm-compressor leaves the calibrated model dispatched, and the cast to bf16 once
-        # missed its stored weights: the H200's draft-int4 was float32 and failed the serving check
-        pytest.param(
-            "cuda",
-            marks=[
-                pytest.mark.gpu,
-                pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU"),
-            ],
-        ),
-    ],
-)
+# on a GPU llm-compressor leaves the calibrated model dispatched, and the cast to bf16 once
+# missed its stored weights: the H200's draft-int4 was float32 and failed the serving check
+@pytest.mark.parametrize("device", CPU_AND_CUDA)
 def test_nvfp4_and_int4_formats(tiny_llama, tmp_path, catalog, repo_root, calibration, device):
     record = intake(tiny_llama, load_gates(repo_root / "gates.yaml", catalog))
     results = build_targets(

@@ -14,7 +14,9 @@ from quantgate.calibration import build_set, load_spec
 from quantgate.config.gates import load_gates
 from quantgate.config.targets import Catalog
 from quantgate.intake import intake
+from quantgate.quantize.engines.oneshot import placement
 from support.builds import build_targets
+from support.devices import CPU_AND_CUDA
 
 pytestmark = pytest.mark.unit
 
@@ -27,7 +29,12 @@ def _tensors(artifact) -> dict[str, torch.Tensor]:
     return out
 
 
-def test_basic_and_sequential_pipelines_write_the_same_nvfp4_artifact(tiny_llama, tmp_path, repo_root):
+# on the GPU the basic pipeline's model is moved there whole, the sequential one's onloaded
+# a layer at a time by the library: both compute on the GPU, and still agree
+@pytest.mark.parametrize("device", CPU_AND_CUDA)
+def test_basic_and_sequential_pipelines_write_the_same_nvfp4_artifact(
+    tiny_llama, tmp_path, repo_root, device
+):
     shipped = Catalog(repo_root)
     assert shipped.recipe("nvfp4").calibration.pipeline == "basic"
 
@@ -43,12 +50,29 @@ def test_basic_and_sequential_pipelines_write_the_same_nvfp4_artifact(tiny_llama
 
     calibration = build_set(load_spec(repo_root / "calibration_sets" / "default.yaml"))
     record = intake(tiny_llama, load_gates(repo_root / "gates.yaml", shipped))
-    basic_out, seq_out = (
-        build_targets(record, ["blackwell-nvfp4"], tmp_path / name, catalog, calibration)[0].path
-        for name, catalog in (("basic", shipped), ("sequential", sequential))
-    )
+    peaks = {}
+    outs = {}
+    for name, catalog in (("basic", shipped), ("sequential", sequential)):
+        if device == "cuda":
+            torch.cuda.reset_peak_memory_stats()
+        outs[name] = build_targets(
+            record, ["blackwell-nvfp4"], tmp_path / name, catalog, calibration, device=device
+        )[0].path
+        peaks[name] = torch.cuda.max_memory_allocated() if device == "cuda" else 0
+    if device == "cuda":  # the whole bf16 model was on the GPU, not calibrated on the CPU beside it
+        assert peaks["basic"] >= sum(f.stat().st_size for f in tiny_llama.glob("*.safetensors"))
+    basic_out, seq_out = outs["basic"], outs["sequential"]
     basic, seq = _tensors(basic_out), _tensors(seq_out)
     assert basic.keys() == seq.keys()
     assert any(k.endswith("input_global_scale") for k in basic)  # calibrated, not data-free
     different = [k for k in basic if not torch.equal(basic[k], seq[k])]
     assert different == []
+
+
+def test_on_a_gpu_a_basic_pipeline_model_moves_there_when_it_fits_and_else_calibrates_sequentially():
+    # the basic pipeline computes where the model is: on a GPU worker it once stayed on the CPU
+    assert placement("basic", "cuda", model_bytes=10, free_bytes=100) == ("basic", True)
+    assert placement("basic", "cuda", model_bytes=90, free_bytes=100) == ("sequential", False)
+    # the sequential and data-free pipelines onload to the GPU themselves; the CPU stays the CPU
+    assert placement("sequential", "cuda", model_bytes=10, free_bytes=100) == ("sequential", False)
+    assert placement("basic", "cpu", model_bytes=10, free_bytes=None) == ("basic", False)

@@ -23,6 +23,10 @@ from quantgate.quantize.engines._logs import quiet
 from quantgate.quantize.kv_calibration import with_kv_cache_scheme
 from quantgate.quantize.preflight import check_group_sizes
 
+# the share of a GPU's free memory a model calibrated whole (the basic pipeline) may take: the rest
+# holds a calibration batch's activations, the observers' statistics and compression's work tensors
+_GPU_SHARE = 0.8
+
 
 def _caches_a_latent(source: SourceRecord) -> bool:
     """Multi-head latent attention: config.json (or its text_config) gives ``kv_lora_rank``, as
@@ -156,6 +160,15 @@ class OneshotEngine:
         extra: dict[str, Any] = {}
         if job.recipe.calibration.pipeline:
             extra["pipeline"] = job.recipe.calibration.pipeline
+        pipeline, move = placement(extra.get("pipeline"), job.device, _bytes(model), _free(job.device))
+        if pipeline != extra.get("pipeline"):
+            job.progress.log(
+                f"{job.recipe.name}: the model ({_bytes(model) / 1e9:.1f} GB) does not fit the GPU's free "
+                f"memory: llm-compressor's {pipeline} pipeline onloads one layer at a time"
+            )
+            extra["pipeline"] = pipeline
+        if move:
+            model.to(job.device)
         recipe = job.recipe.recipe
         if job.kv_cache == KVCache.FP8_E4M3 and self.calibrates_kv_cache:  # in the same pass
             recipe = with_kv_cache_scheme(recipe)
@@ -191,6 +204,44 @@ class OneshotEngine:
             model.save_pretrained(job.out_dir, save_compressed=True)
             tokenizer.save_pretrained(job.out_dir)
         del model
+        if move:
+            import torch
+
+            torch.cuda.empty_cache()
+
+
+def placement(
+    pipeline: str | None, device: str, model_bytes: int, free_bytes: int | None
+) -> tuple[str | None, bool]:
+    """(the pipeline ``oneshot`` runs, whether the model moves to ``device`` before it).
+
+    The engine loads the source on the CPU (one load serves every calibrated target), and
+    llm-compressor's basic pipeline computes wherever the model is: on a GPU worker an NVFP4 build
+    observed its activations, computed its scales and compressed on the CPU (BENCHMARKS.md, issue
+    29). On a GPU the model's copy moves there whole when it fits; when it does not, the library's
+    sequential pipeline onloads one layer at a time, which writes the same artifact for a recipe
+    that only observes, as every basic-pipeline recipe does (``test_oneshot_pipeline.py``). The
+    other pipelines onload to the accelerator themselves.
+    """
+    if device == "cpu" or pipeline != "basic":
+        return pipeline, False
+    if free_bytes is not None and model_bytes <= _GPU_SHARE * free_bytes:
+        return pipeline, True
+    return "sequential", False
+
+
+def _bytes(model: Any) -> int:
+    return sum(t.numel() * t.element_size() for t in (*model.parameters(), *model.buffers()))
+
+
+def _free(device: str) -> int | None:
+    """Free bytes on ``device`` (None on the CPU)."""
+    if device == "cpu":
+        return None
+    import torch
+
+    free, _ = torch.cuda.mem_get_info(torch.device(device))
+    return int(free)
 
 
 @contextlib.contextmanager

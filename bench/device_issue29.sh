@@ -17,7 +17,8 @@
 #                  GPU (gloo), for each recipe in RECIPES (default nvfp4 w4a16-gptq-g64); the artifacts compared
 #                  tensor by tensor; NCCL_TOO=1: then 2 ranks under NCCL on the one GPU
 #   nvfp4-build    carry .whl, .qg29: a SIZE (default 8b) shape, quantgate build --targets blackwell-nvfp4 --device
-#                  cuda against the bare oneshot of its recipe (with FP8 KV) on the GPU (bench/oneshot_ddp.py versus)
+#                  cuda against the bare oneshot of its recipe (with FP8 KV) on the GPU (bench/oneshot_ddp.py versus);
+#                  MAX_MEMORY=SIZE: the build again under --max-memory SIZE (layer by layer), bytes compared
 set -uo pipefail
 phase=$1
 out=${OUT:-/tmp/out}
@@ -80,7 +81,8 @@ ddp)
 nvfp4-build)
   nvidia-smi -L; rm -rf /tmp/v && mkdir -p /tmp/v
   python3 bench/oneshot_ddp.py make --size "${SIZE:-8b}" --tokenizer /tmp/qg/tok --dest /tmp/v/src --device cuda 2>&1 | tail -1
-  python3 bench/oneshot_ddp.py versus --source /tmp/v/src --work /tmp/v/w --json "$out/nvfp4_build_${SIZE:-8b}.json"
-  tail -4 /tmp/v/w/quantgate_build.log
+  python3 bench/oneshot_ddp.py versus --source /tmp/v/src --work /tmp/v/w --json "$out/nvfp4_build_${SIZE:-8b}.json" \
+    ${MAX_MEMORY:+--max-memory "$MAX_MEMORY"}
+  tail -n 4 /tmp/v/w/quantgate_build*.log; cp /tmp/v/w/quantgate_build*.log "$out/"
   ;;
 esac

@@ -124,11 +124,27 @@ def versus(args: argparse.Namespace) -> None:
         "oneshot": timed(anchor, args.work / "oneshot.log", 1200),
     }
     result["ratio"] = round(result["quantgate_build"]["seconds"] / result["oneshot"]["seconds"], 2)
+    if args.max_memory:  # the same build under a budget the model does not fit: the sequential pipeline
+        budget = [*product, "--max-memory", args.max_memory]
+        budget[budget.index(str(args.work / "built"))] = str(args.work / "budget")
+        budget[budget.index(str(args.work / "cache"))] = str(args.work / "cache-budget")
+        result["quantgate_build_budget"] = timed(budget, args.work / "quantgate_build_budget.log", 1200)
+        result["budget_bytes_equal"] = _digests(args.work / "built" / args.target) == _digests(
+            args.work / "budget" / args.target
+        )
     manifest = args.work / "built" / args.target / "manifest.json"
     if manifest.exists():
         result["manifest_build"] = json.loads(manifest.read_text()).get("build")
     print(json.dumps(result, indent=1))
     args.json.write_text(json.dumps(result, indent=1))
+
+
+def _digests(artifact: Path) -> dict[str, str]:
+    import hashlib
+
+    return {
+        f.name: hashlib.sha256(f.read_bytes()).hexdigest() for f in sorted(artifact.glob("*.safetensors"))
+    }
 
 
 def compare(args: argparse.Namespace) -> None:
@@ -185,6 +201,7 @@ def main() -> None:
     p.add_argument("--recipe", type=Path, default=ROOT / "recipes" / "nvfp4.yaml")
     p.add_argument("--work", type=Path, required=True)
     p.add_argument("--json", type=Path, required=True)
+    p.add_argument("--max-memory", help="also build under this --max-memory and compare the bytes")
     p = sub.add_parser("compare", help="two artifacts, tensor by tensor")
     p.add_argument("a", type=Path)
     p.add_argument("b", type=Path)

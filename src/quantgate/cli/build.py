@@ -9,6 +9,7 @@ from typing import Annotated
 import typer
 
 from quantgate.cli.options import (
+    BuildMaxMemoryOpt,
     CacheOpt,
     CalibrationOpt,
     CheckpointOpt,
@@ -33,8 +34,10 @@ def build(
     root: RootOpt = None,
     plan_file: PlanOpt = None,
     device: DeviceOpt = "auto",
+    max_memory: BuildMaxMemoryOpt = None,
 ) -> None:
     """Validate the source checkpoint, then build one artifact per target."""
+    from quantgate import offload
     from quantgate.devices import resolve
     from quantgate.orchestrate import read_plan, resolve_plan
     from quantgate.progress import RichProgress
@@ -44,6 +47,7 @@ def build(
 
     # a run's step computes where its plan says (read below), unless --device names a device
     asked = None if plan_file is not None and device == "auto" else resolve(device)
+    offload.budget(max_memory, asked or "cpu")  # a value that is no size: refused before any work
     out = out_dir(out, "--out")
     with RichProgress() as progress:
         if plan_file is not None:
@@ -79,7 +83,10 @@ def build(
             )
         where = asked or run_plan.device
         progress.log(f"device: {where}")
-        results = build_planned(record, planned, out, calib, progress, where, Path(run_plan.cache_dir))
+        budget = offload.budget(max_memory or run_plan.max_memory, where)
+        results = build_planned(
+            record, planned, out, calib, progress, where, Path(run_plan.cache_dir), max_memory=budget
+        )
 
     rows = [
         [

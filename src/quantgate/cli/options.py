@@ -132,6 +132,16 @@ MaxMemoryOpt = Annotated[
         "model wholly on its device.",
     ),
 ]
+BuildMaxMemoryOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--max-memory",
+        help="The most memory a model calibrated whole (llm-compressor's basic pipeline: nvfp4) may take "
+        "on the GPU, as a size (40GB) or 'auto'; past it, and past 80 % of the GPU's free memory, the "
+        "library's sequential pipeline onloads one layer at a time, with the same bytes. From a run's "
+        "plan when not given; no effect on the CPU.",
+    ),
+]
 ResultsOpt = Annotated[Path, typer.Option("--results", help="Evaluation directory (quantgate eval --out).")]
 ReportDirOpt = Annotated[
     Path, typer.Option("--report", help="Directory holding report.json (quantgate gate --out).")

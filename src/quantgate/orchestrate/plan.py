@@ -112,8 +112,9 @@ class RunPlan(Frozen):
     # how many devices each evaluation spreads one model over (``--devices``: "all" or a count);
     # in the evaluation keys, as tensor parallelism changes the summation order
     devices: str = "all"
-    # ``--max-memory`` as given (a size or "auto", which each evaluation step resolves on its own
-    # worker); not in the keys: offloaded layers change the time, not the numbers (``offload``)
+    # ``--max-memory`` as given (a size or "auto", which each evaluation and build step resolves on
+    # its own worker); not in the keys: offloaded layers change the time, not the numbers
+    # (``offload``), and a build past it calibrates layer by layer to the same bytes
     max_memory: str | None = None
     stamp: str  # the output directory's id (``output_stamp``); "" in a plan resolved but not written
     # the run that planned (its flow run id); "" for plans made outside a flow, which no step refuses

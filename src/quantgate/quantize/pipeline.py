@@ -185,6 +185,7 @@ def build_planned(
     progress: Progress = SILENT,
     device: str = "cpu",
     cache: Path | None = None,
+    max_memory: int | None = None,
 ) -> list[BuildResult]:
     """Build every planned target into ``out/<target>``, reusing intact artifacts of equal build key.
 
@@ -192,7 +193,9 @@ def build_planned(
     (llm-compressor's oneshot, quantgate's KV pass); the bytes of a data-free build do not depend on it.
     ``cache`` (the run's cache directory): each installed artifact's files are recorded in its stat
     cache as hashed, so an evaluation with the same cache does not hash them again
-    (``artifact.verify_files``).
+    (``artifact.verify_files``). ``max_memory`` (bytes, ``--max-memory``): the most a model
+    calibrated whole may take on the GPU (``BuildJob.max_memory``); it changes where the work runs,
+    not the bytes, so it is not in the build key.
 
     On any failure, directories this call created and left empty are removed again; artifacts
     installed before it stay (each is whole).
@@ -217,7 +220,9 @@ def build_planned(
     try:
         for p in planned:  # temporary copies of these targets left by killed builds
             remove_stale(out, p.target.name)
-        return _build_all(source, planned, out, calibration, progress, engines, tools, device, cache)
+        return _build_all(
+            source, planned, out, calibration, progress, engines, tools, device, cache, max_memory
+        )
     except BaseException:
         _remove_if_empty(created)
         raise
@@ -264,6 +269,7 @@ def _build_all(
     tools: dict[str, str],
     device: str = "cpu",
     cache: Path | None = None,
+    max_memory: int | None = None,
 ) -> list[BuildResult]:
     """``build_planned``'s loop, once the checks are done: one artifact per target, installed whole."""
     # data-free recipes first: they are fast and stream, so a later calibrated failure
@@ -318,7 +324,9 @@ def _build_all(
             else:
                 engine = engines[recipe.engine]
                 try:
-                    engine.build(BuildJob(source, recipe, calib, tmp, progress, kv, device, cache))
+                    engine.build(
+                        BuildJob(source, recipe, calib, tmp, progress, kv, device, cache, max_memory)
+                    )
                 except QuantgateError:
                     raise
                 except Exception as exc:  # an engine's own failure: name the target, keep the cause

@@ -52,3 +52,14 @@ def test_a_build_keeps_its_cache_in_cache_dir(cli, tiny_llama, tmp_path):
     assert run.returncode == 0, run.stderr
     assert list((tmp_path / "run-cache" / "stream_fp8").glob("quantization_config-*.json"))
     assert not user_cache.exists() or not any(user_cache.rglob("*"))
+
+
+def test_a_max_memory_that_is_no_size_is_refused_before_any_work(cli, tiny_llama, tmp_path):
+    out = tmp_path / "out"
+    run = cli(
+        "build", "--checkpoint", str(tiny_llama), "--targets", "blackwell-nvfp4", "--max-memory", "lots",
+        "--out", str(out),
+    )  # fmt: skip
+    assert run.returncode == 2
+    assert "--max-memory" in run.stderr and "40GB" in run.stderr
+    assert not out.exists()

@@ -16,6 +16,7 @@ from quantgate.config.targets import Catalog
 from quantgate.intake import intake
 from quantgate.quantize.engines.oneshot import placement
 from support.builds import build_targets
+from support.cli import quantgate
 from support.devices import CPU_AND_CUDA
 
 pytestmark = pytest.mark.unit
@@ -71,8 +72,26 @@ def test_basic_and_sequential_pipelines_write_the_same_nvfp4_artifact(
 
 def test_on_a_gpu_a_basic_pipeline_model_moves_there_when_it_fits_and_else_calibrates_sequentially():
     # the basic pipeline computes where the model is: on a GPU worker it once stayed on the CPU
-    assert placement("basic", "cuda", model_bytes=10, free_bytes=100) == ("basic", True)
-    assert placement("basic", "cuda", model_bytes=90, free_bytes=100) == ("sequential", False)
+    assert placement("basic", "cuda", model_bytes=10, room=80) == ("basic", True)
+    assert placement("basic", "cuda", model_bytes=90, room=80) == ("sequential", False)
     # the sequential and data-free pipelines onload to the GPU themselves; the CPU stays the CPU
-    assert placement("sequential", "cuda", model_bytes=10, free_bytes=100) == ("sequential", False)
-    assert placement("basic", "cpu", model_bytes=10, free_bytes=None) == ("basic", False)
+    assert placement("sequential", "cuda", model_bytes=10, room=80) == ("sequential", False)
+    assert placement("basic", "cpu", model_bytes=10, room=None) == ("basic", False)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_on_a_gpu_a_build_past_max_memory_calibrates_layer_by_layer_to_the_same_bytes(tiny_llama, tmp_path):
+    said = {}
+    for name, budget in (("whole", []), ("budget", ["--max-memory", "1KB"])):
+        run = quantgate(
+            "build", "--checkpoint", str(tiny_llama), "--targets", "blackwell-nvfp4", "--device", "cuda",
+            "--out", str(tmp_path / name), "--cache-dir", str(tmp_path / f"cache-{name}"), *budget,
+        )  # fmt: skip
+        assert run.returncode == 0, run.stderr
+        said[name] = " ".join((run.stdout + run.stderr).split())
+    assert "onloads one layer at a time" in said["budget"]
+    assert "onloads one layer at a time" not in said["whole"]
+    whole, budget = (_tensors(tmp_path / name / "blackwell-nvfp4") for name in ("whole", "budget"))
+    assert whole.keys() == budget.keys()
+    assert [k for k in whole if not torch.equal(whole[k], budget[k])] == []

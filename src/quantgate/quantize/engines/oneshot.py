@@ -22,6 +22,7 @@ from quantgate.quantize.engines import BuildJob, register
 from quantgate.quantize.engines._logs import quiet
 from quantgate.quantize.kv_calibration import with_kv_cache_scheme
 from quantgate.quantize.preflight import check_group_sizes
+from quantgate.units import format_bytes
 
 # the share of a GPU's free memory a model calibrated whole (the basic pipeline) may take: the rest
 # holds a calibration batch's activations, the observers' statistics and compression's work tensors
@@ -160,11 +161,13 @@ class OneshotEngine:
         extra: dict[str, Any] = {}
         if job.recipe.calibration.pipeline:
             extra["pipeline"] = job.recipe.calibration.pipeline
-        pipeline, move = placement(extra.get("pipeline"), job.device, _bytes(model), _free(job.device))
+        room = _room(job.device, job.max_memory)
+        pipeline, move = placement(extra.get("pipeline"), job.device, _bytes(model), room)
         if pipeline != extra.get("pipeline"):
             job.progress.log(
-                f"{job.recipe.name}: the model ({_bytes(model) / 1e9:.1f} GB) does not fit the GPU's free "
-                f"memory: llm-compressor's {pipeline} pipeline onloads one layer at a time"
+                f"{job.recipe.name}: the model ({format_bytes(_bytes(model))}) is larger than the "
+                f"{format_bytes(room or 0)} it may take on the GPU: llm-compressor's {pipeline} pipeline "
+                "onloads one layer at a time"
             )
             extra["pipeline"] = pipeline
         if move:
@@ -211,21 +214,22 @@ class OneshotEngine:
 
 
 def placement(
-    pipeline: str | None, device: str, model_bytes: int, free_bytes: int | None
+    pipeline: str | None, device: str, model_bytes: int, room: int | None
 ) -> tuple[str | None, bool]:
     """(the pipeline ``oneshot`` runs, whether the model moves to ``device`` before it).
 
     The engine loads the source on the CPU (one load serves every calibrated target), and
     llm-compressor's basic pipeline computes wherever the model is: on a GPU worker an NVFP4 build
     observed its activations, computed its scales and compressed on the CPU (BENCHMARKS.md, issue
-    29). On a GPU the model's copy moves there whole when it fits; when it does not, the library's
+    29). On a GPU the model's copy moves there whole when it fits in ``room`` (``_room``); when it
+    does not, the library's
     sequential pipeline onloads one layer at a time, which writes the same artifact for a recipe
     that only observes, as every basic-pipeline recipe does (``test_oneshot_pipeline.py``). The
     other pipelines onload to the accelerator themselves.
     """
     if device == "cpu" or pipeline != "basic":
         return pipeline, False
-    if free_bytes is not None and model_bytes <= _GPU_SHARE * free_bytes:
+    if room is not None and model_bytes <= room:
         return pipeline, True
     return "sequential", False
 
@@ -234,14 +238,16 @@ def _bytes(model: Any) -> int:
     return sum(t.numel() * t.element_size() for t in (*model.parameters(), *model.buffers()))
 
 
-def _free(device: str) -> int | None:
-    """Free bytes on ``device`` (None on the CPU)."""
+def _room(device: str, max_memory: int | None) -> int | None:
+    """The bytes a model calibrated whole may take on ``device``: 80 % of its free memory, and no
+    more than ``--max-memory`` (None on the CPU)."""
     if device == "cpu":
         return None
     import torch
 
     free, _ = torch.cuda.mem_get_info(torch.device(device))
-    return int(free)
+    room = int(_GPU_SHARE * free)
+    return room if max_memory is None else min(room, max_memory)
 
 
 @contextlib.contextmanager

@@ -14,7 +14,9 @@ from quantgate.calibration import build_set, load_spec
 from quantgate.config.gates import load_gates
 from quantgate.config.targets import Catalog
 from quantgate.intake import intake
-from quantgate.quantize.engines.oneshot import placement
+from quantgate.progress import SILENT
+from quantgate.quantize.engines import BuildJob
+from quantgate.quantize.engines.oneshot import OneshotEngine, placement
 from support.builds import build_targets
 from support.cli import quantgate
 from support.devices import CPU_AND_CUDA
@@ -95,3 +97,32 @@ def test_on_a_gpu_a_build_past_max_memory_calibrates_layer_by_layer_to_the_same_
     whole, budget = (_tensors(tmp_path / name / "blackwell-nvfp4") for name in ("whole", "budget"))
     assert whole.keys() == budget.keys()
     assert [k for k in whole if not torch.equal(whole[k], budget[k])] == []
+
+
+def test_every_target_of_one_load_gets_the_sources_bytes_and_the_last_is_not_copied(
+    tiny_llama, tmp_path, repo_root
+):
+    # the last build on a load calibrates the loaded source itself (no second copy in memory): the
+    # ones before it must still get their own copies, or the next would quantize a quantized model
+    catalog = Catalog(repo_root)
+    recipe = catalog.recipe("nvfp4")
+    calibration = build_set(load_spec(repo_root / "calibration_sets" / "default.yaml"))
+    record = intake(tiny_llama, load_gates(repo_root / "gates.yaml", catalog))
+
+    def built(engine: OneshotEngine, name: str) -> dict[str, torch.Tensor]:
+        engine.build(BuildJob(record, recipe, calibration, tmp_path / name, SILENT))
+        return _tensors(tmp_path / name)
+
+    alone = OneshotEngine()
+    alone.preflight(record, recipe)
+    expected = built(alone, "alone")
+    assert alone._loaded == {}  # nothing kept once the last target is built
+
+    shared = OneshotEngine()
+    for _ in range(3):
+        shared.preflight(record, recipe)
+    for i in range(3):
+        got = built(shared, f"shared-{i}")
+        assert got.keys() == expected.keys()
+        assert [k for k in expected if not torch.equal(expected[k], got[k])] == [], f"build {i}"
+        assert bool(shared._loaded) == (i < 2)

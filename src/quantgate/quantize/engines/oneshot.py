@@ -2,9 +2,10 @@
 
 The recipe's ``recipe:`` block is handed to ``oneshot`` verbatim. One engine instance serves every
 calibrated target of a build: the source is loaded and the calibration set tokenized once, and
-each target quantizes its own copy, so N calibrated targets cost one load. MoE models get one
-Linear per expert (llm-compressor's ``linearize_moe``) and calibrate every expert on every token:
-an expert a small calibration set never routes to would otherwise get no activation statistics.
+each target but the last quantizes its own copy, so N calibrated targets cost one load, and one
+target holds the model once. MoE models get one Linear per expert (llm-compressor's
+``linearize_moe``) and calibrate every expert on every token: an expert a small calibration set
+never routes to would otherwise get no activation statistics.
 """
 
 from __future__ import annotations
@@ -95,6 +96,9 @@ class OneshotEngine:
 
     def __init__(self) -> None:
         self._loaded: dict[str, tuple[Any, Any]] = {}  # content hash -> (model, tokenizer)
+        # builds still to come per compute dtype (one per preflight): the last one calibrates the
+        # loaded source itself, not a copy, so a build call of one target holds the model once
+        self._uses: dict[str, int] = {}
         # an FP8 KV decision adds kv_cache_scheme to the recipe; else the build's KV pass calibrates
         self.calibrates_kv_cache = True
 
@@ -111,6 +115,8 @@ class OneshotEngine:
         """
         _, args = recipe.modifier()
         check_group_sizes(source, recipe, ignore=list(args.get("ignore", [])))
+        dtype = recipe.calibration.compute_dtype
+        self._uses[dtype] = self._uses.get(dtype, 0) + 1
         self.calibrates_kv_cache = not _caches_a_latent(source)
 
     def _load(self, source: SourceRecord, dtype: str) -> tuple[Any, Any]:
@@ -155,8 +161,13 @@ class OneshotEngine:
         calibration = job.recipe.calibration
         base, tokenizer = self._load(job.source, calibration.compute_dtype)
         dataset = self._dataset(job, tokenizer)
-        # oneshot re-reads the config from the model's name_or_path (the source directory); a copy keeps it
-        model = copy.deepcopy(base)
+        self._uses[calibration.compute_dtype] = self._uses.get(calibration.compute_dtype, 1) - 1
+        if self._uses[calibration.compute_dtype] > 0:  # another target calibrates this load after
+            # oneshot quantizes in place; the copy keeps name_or_path, from which oneshot re-reads the config
+            model = copy.deepcopy(base)
+        else:  # the last: oneshot changes the loaded source itself, which is no longer kept
+            model, self._loaded = base, {}
+        del base
         # only a recipe that names a pipeline passes one: oneshot's own default stays the default
         extra: dict[str, Any] = {}
         if job.recipe.calibration.pipeline:

@@ -18,7 +18,8 @@
 #                  tensor by tensor; NCCL_TOO=1: then 2 ranks under NCCL on the one GPU
 #   nvfp4-build    carry .whl, .qg29: a SIZE (default 8b) shape, quantgate build --targets blackwell-nvfp4 --device
 #                  cuda against the bare oneshot of its recipe (with FP8 KV) on the GPU (bench/oneshot_ddp.py versus);
-#                  MAX_MEMORY=SIZE: the build again under --max-memory SIZE (layer by layer), bytes compared
+#                  MAX_MEMORY=SIZE: the build again under --max-memory SIZE (layer by layer), bytes compared;
+#                  PROFILE=1: the build once more under cProfile, its top calls by cumulative time
 set -uo pipefail
 phase=$1
 out=${OUT:-/tmp/out}
@@ -84,5 +85,9 @@ nvfp4-build)
   python3 bench/oneshot_ddp.py versus --source /tmp/v/src --work /tmp/v/w --json "$out/nvfp4_build_${SIZE:-8b}.json" \
     ${MAX_MEMORY:+--max-memory "$MAX_MEMORY"}
   tail -n 4 /tmp/v/w/quantgate_build*.log; cp /tmp/v/w/quantgate_build*.log "$out/"
+  [ -n "${PROFILE:-}" ] || exit 0  # the build again under cProfile (a new out and cache: intake and all)
+  python3 -m cProfile -o "$out/build.prof" -m quantgate.cli build --checkpoint /tmp/v/src --targets blackwell-nvfp4 \
+    --device cuda --out /tmp/v/p --cache-dir /tmp/v/pc > /dev/null 2>&1
+  python3 -c "import pstats; pstats.Stats('$out/build.prof').sort_stats('cumulative').print_stats(45)" | cut -c1-160 | tail -60
   ;;
 esac

@@ -10,12 +10,14 @@ import torch
 import yaml
 from safetensors import safe_open
 
+from quantgate.artifact import read_manifest, verify_files
 from quantgate.calibration import build_set, load_spec
 from quantgate.config.gates import load_gates
 from quantgate.config.targets import Catalog
 from quantgate.intake import intake
 from quantgate.progress import SILENT
 from quantgate.quantize.engines import BuildJob
+from quantgate.quantize.engines import oneshot as oneshot_engine
 from quantgate.quantize.engines.oneshot import OneshotEngine, placement
 from support.builds import build_targets
 from support.cli import quantgate
@@ -126,3 +128,23 @@ def test_every_target_of_one_load_gets_the_sources_bytes_and_the_last_is_not_cop
         assert got.keys() == expected.keys()
         assert [k for k in expected if not torch.equal(expected[k], got[k])] == [], f"build {i}"
         assert bool(shared._loaded) == (i < 2)
+
+
+def test_a_calibrated_artifact_larger_than_a_shard_is_written_in_shards_that_the_manifest_covers(
+    tiny_llama, tmp_path, repo_root, catalog, monkeypatch
+):
+    # llm-compressor's default wrote one file up to 20 GB, hashed on one core; the artifact is cut
+    # as the hub's checkpoints are, and the pipeline (index, manifest, serving check) takes the shards
+    calibration = build_set(load_spec(repo_root / "calibration_sets" / "default.yaml"))
+    record = intake(tiny_llama, load_gates(repo_root / "gates.yaml", catalog))
+    whole = build_targets(record, ["blackwell-nvfp4"], tmp_path / "whole", catalog, calibration)[0].path
+    monkeypatch.setattr(oneshot_engine, "SHARD_SIZE", "100KB")
+    cut = build_targets(record, ["blackwell-nvfp4"], tmp_path / "cut", catalog, calibration)[0].path
+
+    shards = sorted(p.name for p in cut.glob("*.safetensors"))
+    assert len(shards) > 1 and (cut / "model.safetensors.index.json").is_file()
+    manifest = read_manifest(cut)
+    assert set(shards) <= set(manifest.files)
+    assert verify_files(cut, manifest, None) == []
+    a, b = _tensors(whole), _tensors(cut)
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)

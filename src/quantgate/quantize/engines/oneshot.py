@@ -25,6 +25,11 @@ from quantgate.quantize.kv_calibration import with_kv_cache_scheme
 from quantgate.quantize.preflight import check_group_sizes
 from quantgate.units import format_bytes
 
+# the largest file of an artifact, as the hub's checkpoints are cut (a streamed FP8 artifact keeps
+# its source's files): the manifest hashes one file per core, and llm-compressor's own default,
+# 20 GB, wrote an 8B NVFP4 artifact as one 6 GB file that took 7.3 s to hash on one core of the H200
+SHARD_SIZE = "5GB"
+
 # the share of a GPU's free memory a model calibrated whole (the basic pipeline) may take: the rest
 # holds a calibration batch's activations, the observers' statistics and compression's work tensors
 _GPU_SHARE = 0.8
@@ -215,7 +220,7 @@ class OneshotEngine:
                 # W4A16 kernels refuse; without the dispatch the cast reaches the stored tensors
                 remove_dispatch(model)
                 model.to(torch.bfloat16)
-            model.save_pretrained(job.out_dir, save_compressed=True)
+            model.save_pretrained(job.out_dir, save_compressed=True, max_shard_size=SHARD_SIZE)
             tokenizer.save_pretrained(job.out_dir)
         del model
         if move:

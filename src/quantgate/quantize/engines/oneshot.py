@@ -156,38 +156,32 @@ class OneshotEngine:
             {"input_ids": encoded["input_ids"], "attention_mask": encoded["attention_mask"]}
         )
 
+    def _take(self, source: SourceRecord, dtype: str) -> tuple[Any, Any]:
+        """The loaded source for one build to calibrate: a copy while another target will still
+        calibrate this load (oneshot quantizes in place; the copy keeps ``name_or_path``, from which
+        oneshot re-reads the config), the load itself for the last, which is then no longer kept."""
+        base, tokenizer = self._load(source, dtype)
+        self._uses[dtype] = self._uses.get(dtype, 1) - 1
+        if self._uses[dtype] > 0:
+            return copy.deepcopy(base), tokenizer
+        self._loaded = {}
+        return base, tokenizer
+
     def build(self, job: BuildJob) -> None:
-        """Calibrate a copy of the loaded source with the recipe and save it compressed."""
+        """Calibrate the loaded source (or a copy) with the recipe and save it compressed."""
         import yaml
 
         quiet()
         from llmcompressor import oneshot
 
         calibration = job.recipe.calibration
-        base, tokenizer = self._load(job.source, calibration.compute_dtype)
+        model, tokenizer = self._take(job.source, calibration.compute_dtype)
         dataset = self._dataset(job, tokenizer)
-        self._uses[calibration.compute_dtype] = self._uses.get(calibration.compute_dtype, 1) - 1
-        if self._uses[calibration.compute_dtype] > 0:  # another target calibrates this load after
-            # oneshot quantizes in place; the copy keeps name_or_path, from which oneshot re-reads the config
-            model = copy.deepcopy(base)
-        else:  # the last: oneshot changes the loaded source itself, which is no longer kept
-            model, self._loaded = base, {}
-        del base
         # only a recipe that names a pipeline passes one: oneshot's own default stays the default
         extra: dict[str, Any] = {}
-        if job.recipe.calibration.pipeline:
-            extra["pipeline"] = job.recipe.calibration.pipeline
-        room = _room(job.device, job.max_memory)
-        pipeline, move = placement(extra.get("pipeline"), job.device, _bytes(model), room)
-        if pipeline != extra.get("pipeline"):
-            job.progress.log(
-                f"{job.recipe.name}: the model ({format_bytes(_bytes(model))}) is larger than the "
-                f"{format_bytes(room or 0)} it may take on the GPU: llm-compressor's {pipeline} pipeline "
-                "onloads one layer at a time"
-            )
-            extra["pipeline"] = pipeline
-        if move:
-            model.to(job.device)
+        if calibration.pipeline:
+            extra["pipeline"] = calibration.pipeline
+        move = _place(job, model, extra)
         recipe = job.recipe.recipe
         if job.kv_cache == KVCache.FP8_E4M3 and self.calibrates_kv_cache:  # in the same pass
             recipe = with_kv_cache_scheme(recipe)
@@ -227,6 +221,23 @@ class OneshotEngine:
             import torch
 
             torch.cuda.empty_cache()
+
+
+def _place(job: BuildJob, model: Any, extra: dict[str, Any]) -> bool:
+    """Apply ``placement`` to this build: switch ``extra``'s pipeline when the model does not fit,
+    saying so; move the model to the GPU when it does. True when it moved."""
+    room = _room(job.device, job.max_memory)
+    pipeline, move = placement(extra.get("pipeline"), job.device, _bytes(model), room)
+    if pipeline != extra.get("pipeline"):
+        job.progress.log(
+            f"{job.recipe.name}: the model ({format_bytes(_bytes(model))}) is larger than the "
+            f"{format_bytes(room or 0)} it may take on the GPU: llm-compressor's {pipeline} pipeline "
+            "onloads one layer at a time"
+        )
+        extra["pipeline"] = pipeline
+    if move:
+        model.to(job.device)
+    return move
 
 
 def placement(

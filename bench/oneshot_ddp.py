@@ -48,6 +48,8 @@ def build(args: argparse.Namespace) -> None:
     from compressed_tensors.offload.utils import as_single_threaded
     from llmcompressor import oneshot
 
+    from quantgate.quantize.engines.oneshot import _onload_device
+
     spec = yaml.safe_load(args.recipe.read_text())
     extra = {"pipeline": spec["calibration"]["pipeline"]} if spec["calibration"].get("pipeline") else {}
     texts = json.loads(
@@ -66,25 +68,21 @@ def build(args: argparse.Namespace) -> None:
     model = AutoModelForCausalLM.from_pretrained(args.source, dtype=torch.bfloat16)
     if args.device == "cuda" and extra.get("pipeline") == "basic":  # it computes where the model is
         model.to("cuda")
-    if args.device == "cpu":  # the pipelines onload to the accelerator whenever there is one
-        for name in ("sequential", "data_free", "basic"):
-            module = __import__(f"llmcompressor.pipelines.{name}.pipeline", fromlist=["get_main_device"])
-            if hasattr(module, "get_main_device"):
-                module.get_main_device = lambda: torch.device("cpu")
     if torch.cuda.is_available():
         torch.cuda.reset_peak_memory_stats()
     started = time.perf_counter()
-    oneshot(
-        model=model,
-        tokenizer=tokenizer,
-        recipe=yaml.safe_dump(recipe),
-        dataset=dataset,
-        num_calibration_samples=len(dataset),
-        max_seq_length=args.seq,
-        shuffle_calibration_samples=False,
-        moe_calibrate_all_experts=True,
-        **extra,
-    )
+    with _onload_device(args.device):  # the engine's: on "cpu" the pipelines stay off the accelerator
+        oneshot(
+            model=model,
+            tokenizer=tokenizer,
+            recipe=yaml.safe_dump(recipe),
+            dataset=dataset,
+            num_calibration_samples=len(dataset),
+            max_seq_length=args.seq,
+            shuffle_calibration_samples=False,
+            moe_calibrate_all_experts=True,
+            **extra,
+        )
     calibrated = time.perf_counter() - started
     # compressed-tensors' threaded compression broadcasts pickled modules between ranks, which fails
     # on CPU tensors under gloo (an UntypedStorage without a dtype): every rank compresses alone
@@ -115,19 +113,21 @@ def versus(args: argparse.Namespace) -> None:
     from gpu_scale import timed
 
     args.work.mkdir(parents=True, exist_ok=True)
-    product = [sys.executable, "-m", "quantgate.cli", "build", "--checkpoint", str(args.source), "--targets",
-               args.target, "--device", "cuda", "--out", str(args.work / "built"), "--cache-dir", str(args.work / "cache")]  # fmt: skip
+
+    def product(name: str, *extra: str) -> list[str]:  # quantgate build into work/NAME, its own cache
+        return [sys.executable, "-m", "quantgate.cli", "build", "--checkpoint", str(args.source), "--targets",
+                args.target, "--device", "cuda", "--out", str(args.work / name), "--cache-dir",
+                str(args.work / f"cache-{name}"), *extra]  # fmt: skip
+
     anchor = [sys.executable, __file__, "build", "--source", str(args.source), "--recipe", str(args.recipe), "--out",
               str(args.work / "anchor"), "--device", "cuda", "--kv"]  # fmt: skip
     result = {
-        "quantgate_build": timed(product, args.work / "quantgate_build.log", 1200),
+        "quantgate_build": timed(product("built"), args.work / "quantgate_build.log", 1200),
         "oneshot": timed(anchor, args.work / "oneshot.log", 1200),
     }
     result["ratio"] = round(result["quantgate_build"]["seconds"] / result["oneshot"]["seconds"], 2)
     if args.max_memory:  # the same build under a budget the model does not fit: the sequential pipeline
-        budget = [*product, "--max-memory", args.max_memory]
-        budget[budget.index(str(args.work / "built"))] = str(args.work / "budget")
-        budget[budget.index(str(args.work / "cache"))] = str(args.work / "cache-budget")
+        budget = product("budget", "--max-memory", args.max_memory)
         result["quantgate_build_budget"] = timed(budget, args.work / "quantgate_build_budget.log", 1200)
         result["budget_bytes_equal"] = _digests(args.work / "built" / args.target) == _digests(
             args.work / "budget" / args.target

@@ -43,9 +43,8 @@ class BuildJob:
     kv_cache: KVCache = KVCache.BF16
     device: str = "cpu"  # where calibration runs ("cpu" or "cuda")
     cache_dir: Path | None = None  # the run's cache (--cache-dir); None: $QUANTGATE_CACHE or ~/.cache
-    max_memory: int | None = (
-        None  # bytes a model calibrated whole may take on the GPU (--max-memory); None: 80 % of free
-    )
+    # bytes a model calibrated whole may take on the GPU (--max-memory); None: 80 % of its free memory
+    max_memory: int | None = None
 
 
 class Engine(Protocol):

@@ -226,11 +226,11 @@ class OneshotEngine:
 def _place(job: BuildJob, model: Any, extra: dict[str, Any]) -> bool:
     """Apply ``placement`` to this build: switch ``extra``'s pipeline when the model does not fit,
     saying so; move the model to the GPU when it does. True when it moved."""
-    room = _room(job.device, job.max_memory)
-    pipeline, move = placement(extra.get("pipeline"), job.device, _bytes(model), room)
+    room, size = _room(job.device, job.max_memory), _bytes(model)
+    pipeline, move = placement(extra.get("pipeline"), job.device, size, room)
     if pipeline != extra.get("pipeline"):
         job.progress.log(
-            f"{job.recipe.name}: the model ({format_bytes(_bytes(model))}) is larger than the "
+            f"{job.recipe.name}: the model ({format_bytes(size)}) is larger than the "
             f"{format_bytes(room or 0)} it may take on the GPU: llm-compressor's {pipeline} pipeline "
             "onloads one layer at a time"
         )
@@ -249,10 +249,9 @@ def placement(
     llm-compressor's basic pipeline computes wherever the model is: on a GPU worker an NVFP4 build
     observed its activations, computed its scales and compressed on the CPU (BENCHMARKS.md, issue
     29). On a GPU the model's copy moves there whole when it fits in ``room`` (``_room``); when it
-    does not, the library's
-    sequential pipeline onloads one layer at a time, which writes the same artifact for a recipe
-    that only observes, as every basic-pipeline recipe does (``test_oneshot_pipeline.py``). The
-    other pipelines onload to the accelerator themselves.
+    does not, the library's sequential pipeline onloads one layer at a time, which writes the same
+    artifact for a recipe that only observes, as every basic-pipeline recipe does
+    (``test_oneshot_pipeline.py``). The other pipelines onload to the accelerator themselves.
     """
     if device == "cpu" or pipeline != "basic":
         return pipeline, False

@@ -85,16 +85,15 @@ class Sums:
 
     ``num``, ``den``: per item, from (artifact columns, source columns); ``den`` is a weight both
     models share (the tokens of the same window, 1 per item, the items the source solved).
-    ``unit``: the range of num/den on one item, an *assumption* where the quantity has no natural
-    bound (KL divergence), stated where it is declared; ``diff``: the range of
-    (num_a - num_s) / den on one item, for ratio floors on a ``log`` metric.
+    ``unit``: the natural range of num/den on one item (infinite where the quantity has no bound:
+    KL divergence, NLL); the floor's stated class narrows it (``quantgate.stats.linear``).
     """
 
     num: Callable[[Columns, Columns], np.ndarray]
     den: Callable[[Columns, Columns], np.ndarray]
     unit: tuple[float, float]
     log: bool = False
-    diff: tuple[float, float] | None = None
+    weight: str | None = None  # the column ``den`` reads, where it is one (its bound is declared per suite)
 
 
 @dataclass(frozen=True)
@@ -109,13 +108,14 @@ class Exceeds:
 
 def weighted_sums(value: str, weight: str, unit: tuple[float, float]) -> Sums:
     """``weighted_mean(value, weight)`` as sums, with the declared range of ``value``."""
-    return Sums(lambda a, s: a[value] * a[weight], lambda a, s: np.asarray(a[weight], dtype=float), unit)
+    return Sums(
+        lambda a, s: a[value] * a[weight], lambda a, s: np.asarray(a[weight], dtype=float), unit, weight=weight
+    )
 
 
-def mean_sums(value: str) -> Sums:
-    """A plain mean of ``value`` as sums (a weight of 1 per item), with no declared range: bounded by
-    the gate, never decided early (a confidence sequence needs the range)."""
-    return Sums(lambda a, s: a[value], ones, (-math.inf, math.inf))
+def mean_sums(value: str, unit: tuple[float, float] = (-math.inf, math.inf)) -> Sums:
+    """A plain mean of ``value`` as sums (a weight of 1 per item) in its natural range ``unit``."""
+    return Sums(lambda a, s: a[value], ones, unit)
 
 
 def ones(a: Columns, s: Columns) -> np.ndarray:

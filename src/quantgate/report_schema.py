@@ -107,12 +107,19 @@ class FloorResult(FrozenRecord):
     passed: bool | None  # None: neither pass nor fail (insufficient evidence, no approved version)
     informative: bool  # decided with evidence (pass or fail)
     status: Status
-    # exact (Clopper-Pearson), bootstrap-t (calibrated), exceedance-inversion (a pooled quantile):
-    # quantgate.stats.bounds; confidence-sequence: decided early by sequential evaluation
-    # (stats/sequence.py); paired-bootstrap (percentile): schema 2; point: schema 1
+    # exact (Clopper-Pearson, quantgate.stats.bounds) or betting (a bounded mean within its stated
+    # class, stats.betting); confidence-sequence: decided early by sequential evaluation (the betting
+    # test looked at after every batch, stats/sequence.py). Older reports: bootstrap-t (calibrated),
+    # exceedance-inversion (a pooled quantile), paired-bootstrap (percentile, schema 2), point (schema 1)
     interval: (
         Literal[
-            "exact", "bootstrap-t", "exceedance-inversion", "confidence-sequence", "paired-bootstrap", "point"
+            "exact",
+            "betting",
+            "bootstrap-t",
+            "exceedance-inversion",
+            "confidence-sequence",
+            "paired-bootstrap",
+            "point",
         ]
         | None
     )
@@ -134,6 +141,9 @@ class FloorResult(FrozenRecord):
     method: str | None = None  # how the bound was computed, in words
     powered: bool | None = None  # an artifact equal to the source (or approved version) would pass here
     paired_with: str | None = None  # a regression: what it was compared with, item by item or by value
+    # which end ``bound`` is: "upper" (a lower-is-better quantity's) or "lower"; None where none was compared
+    end: Literal["upper", "lower"] | None = None
+    coverage: str | None = None  # what the confidence covers: the population drawn and the class assumed
 
 
 class BaselineRef(FrozenRecord):

@@ -47,6 +47,23 @@ class SequentialDesign(FrozenRecord):
     floors: int
 
 
+class SampleDesign(FrozenRecord):
+    """How a suite's items were drawn, so that the gate states what its confidence covers and bets
+    as the draw allows (``quantgate.stats``): what an item is, the population they were drawn from
+    at random without replacement (None: not enumerable, items taken as independent draws), the
+    seed that drew them, and the heaviest weight an item can carry, per weight column (a window's
+    scored tokens)."""
+
+    unit: str = "items"
+    population: int | None = Field(None, ge=1)
+    seed: int | str | None = None
+    weights: dict[str, float] = {}
+
+    def weight(self, column: str | None) -> float | None:
+        """The declared heaviest weight of ``column``; None when not declared."""
+        return self.weights.get(column) if column else None
+
+
 class SuiteResultFile(FrozenRecord):
     """``E/<model>/<suite>.json``: one model's result on one suite.
 
@@ -70,6 +87,7 @@ class SuiteResultFile(FrozenRecord):
     build_key: str | None = None
     sequential: SequentialDesign | None = None
     skipped: str | None = None
+    sampling: SampleDesign | None = None  # None: records written before it was declared
 
 
 class SuiteRef(FrozenRecord):

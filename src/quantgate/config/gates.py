@@ -29,6 +29,7 @@ from quantgate.config.suites import PROFILES
 from quantgate.config.targets import Catalog, KVCache
 from quantgate.errors import ConfigFileError, UsageError
 from quantgate.frozen import Frozen
+from quantgate.stats import ItemRange
 from quantgate.suggest import did_you_mean, nearest
 
 if TYPE_CHECKING:
@@ -200,6 +201,21 @@ class RepairBudget(Frozen):
     max_evaluations: PositiveInt = 6
 
 
+class ItemClass(Frozen):
+    """What every mean floor's confidence covers beyond random items: the stated class, in tolerances
+    of the floor (``quantgate.stats.linear``). ``worse``: no item (window, trace) is worse than no
+    change by more than this many tolerances; assumed, and checked on every item, which fails the
+    floor beyond it. ``better``: an item better than no change by more than this counts as this
+    (conservative: it narrows the range the test needs, never the error rate)."""
+
+    worse: float = Field(10.0, ge=1.0, le=1000.0)
+    better: float = Field(1.0, ge=0.0, le=1000.0)
+
+    def stated(self) -> ItemRange:
+        """The class as the statistics take it."""
+        return ItemRange(worse=self.worse, better=self.better)
+
+
 class Gates(Frozen):
     """All of gates.yaml: model classes and tenants."""
 
@@ -214,6 +230,10 @@ class Gates(Frozen):
         "alone applies to every profile",
     )
     repair: RepairBudget = RepairBudget()
+    item_range: ItemClass = Field(
+        default_factory=ItemClass,
+        description="the class every mean floor's confidence covers, in tolerances of the floor",
+    )
 
     def repairs(self, model_class: str | None, tenant: str) -> bool:
         """Whether a failed verdict for ``tenant`` is repaired: the tenant's or the class's ``repair``."""

@@ -42,7 +42,9 @@ from quantgate.results import RunInfo, SuiteResultFile, write_run_info, write_su
 # arithmetic, but another kernel call, whose rounding may differ (on a GPU, another kernel)
 # 6: generation decodes on a static cache (evaluate.decode): the CPU's bits are unchanged, but a GPU's
 # attention kernel runs over the cache's whole (masked) length, so its rounding may differ
-REFERENCE_VERSION = 6
+# 7: text windows drawn at random from the whole corpus, each with its unscored context; long-chain
+# problems drawn at random
+REFERENCE_VERSION = 7
 # the arithmetic of a GPU pass beyond the device itself, in a GPU reference's key: 2, lm_head
 # chunks of scoring.chunk_rows("cuda") rows and no torch.compile under QUANTGATE_COMPILE=auto
 GPU_ARITHMETIC = 2
@@ -339,4 +341,4 @@ def _sequential(ctx: EvalContext, suite: LoadedSuite, loaded, reference, source:
         f"sequential: {design['items_used']} of {design['items_total']} items in a seeded order, "
         f"stopped: {design['stopped']}"
     )
-    return SuiteResult(suite.spec.name, suite.spec.kind, metrics, samples, [note]), design
+    return SuiteResult(suite.spec.name, suite.spec.kind, metrics, samples, [note], sampling=source.sampling), design

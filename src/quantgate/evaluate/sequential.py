@@ -26,6 +26,7 @@ import numpy as np
 
 from quantgate.config import Floor, Gates
 from quantgate.evaluate.suites import LoadedSuite, SuiteResult
+from quantgate.stats import ItemRange
 
 BATCH_MIN = 4  # items per batch at least (the suite's own batch size when larger)
 # The design when neither --sequential nor --fixed is given. Sequential since its verdicts equalled
@@ -36,17 +37,19 @@ DEFAULT = True
 
 @dataclass(frozen=True)
 class Watch:
-    """A floor to decide on this suite, and the confidence of the tenant it belongs to."""
+    """A floor to decide on this suite, the confidence of the tenant it belongs to, and the class
+    its confidence covers (gates.yaml ``item_range``)."""
 
     tenant: str
     floor: Floor
     confidence: float
+    item_range: ItemRange = ItemRange()
 
 
 def watched(gates: Gates, suite: str, artifact: str, tenants: list[str] | None = None) -> list[Watch]:
     """Every floor on ``suite`` that gates ``artifact``, for every tenant using it (``tenants``: only these)."""
     return [
-        Watch(name, f, t.confidence)
+        Watch(name, f, t.confidence, gates.item_range.stated())
         for name, t in gates.tenants.items()
         if (tenants is None or name in tenants) and (t.applies_to is None or artifact in t.applies_to)
         for f in t.floors
@@ -61,7 +64,7 @@ def order(suite: LoadedSuite, n: int) -> list[int]:
 
 
 def undecided(
-    watches: Sequence[Watch], suite: LoadedSuite, source: list[dict], samples: list[dict]
+    watches: Sequence[Watch], suite: LoadedSuite, source: SuiteResult, samples: list[dict]
 ) -> list[str]:
     """The floors that still need items after ``samples``, as "tenant: suite metric kind" (empty: stop).
 
@@ -73,9 +76,20 @@ def undecided(
     """
     from quantgate.stats import sequence
 
+    design = source.sampling or {}
     open_floors, failed = [], set()
     for w in watches:
-        got = sequence.check(w.floor, suite.runner, source, samples, w.confidence)
+        got = sequence.check(
+            w.floor,
+            suite.runner,
+            source.samples,
+            samples,
+            w.confidence,
+            item_range=w.item_range,
+            population=design.get("population"),
+            weights=design.get("weights"),
+            ends=False,
+        )
         if isinstance(got, str) or got.decision == "undecided":
             open_floors.append(w)
         elif got.decision == "fail":
@@ -102,7 +116,6 @@ def run(
     Returns the records in evaluation order and the ``sequential`` block the gate reads: order,
     items used and in all, why it stopped, seconds taken and the estimate for every item.
     """
-    src = source.samples
     positions = order(suite, n)
     samples: list[dict[str, Any]] = []
     started = time.perf_counter()
@@ -112,7 +125,7 @@ def run(
         chunk = positions[used : used + batch]
         samples.extend(score(chunk))
         used += len(chunk)
-        left = undecided(watches, suite, src, samples)
+        left = undecided(watches, suite, source, samples)
         if not left and watches:
             break
     seconds = time.perf_counter() - started

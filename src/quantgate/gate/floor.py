@@ -1,22 +1,26 @@
 """One floor for one artifact in three steps that pass immutable values: plan, measure, decide.
 
 - ``plan`` reads the floor, the metric's declaration, the source's records and, for a
-  regression, the approved version's: never the artifact's. It fixes what is bounded (a rate of
-  events, a ratio of per-item sums, a pooled quantile: ``quantgate.stats``), its direction, the
-  limit in its units, and the floor's **power**: whether an artifact equal to the source (for a
-  regression, to the approved version) would pass on these items. Power is known before the
-  artifact is seen, so evaluation can skip a suite no floor can be decided on
-  (``quantgate.evaluate.skip``), and more damage can never buy a floor "insufficient evidence".
-- ``measure`` bounds the artifact's quantity: the estimate and both one-sided ends at the
-  tenant's confidence.
+  regression, the approved version's: never the artifact's. It fixes what is bounded and the
+  **class its confidence covers** (``quantgate.stats``): a rate of events among eligible items,
+  bounded exactly (Clopper-Pearson: items independent draws), or a mean of per-item values within
+  a stated range, bounded by betting (``stats.betting``, ``stats.forms``: valid for every
+  distribution in the range, the range's worse side checked item by item). It also fixes the
+  floor's **power**: whether an artifact equal to the source (for a regression, to the approved
+  version) would pass on these items. Power is known before the artifact is seen, so evaluation
+  can skip a suite no floor can be decided on (``quantgate.evaluate.skip``), and more damage can
+  never buy a floor "insufficient evidence".
+- ``measure`` tests the artifact's items at the floor and, for the report, finds both ends.
 - ``decide`` applies the rules, in this order:
-    1. the conservative end within the floor, on a powered floor: **pass**;
-    2. the estimate beyond the floor: a violation at every sample size. It **fails** a required
-       floor; an advisory floor fails too when powered or when even the other end is beyond the
-       floor, and otherwise shows it as a **violation** (reported, does not fail the verdict);
-    3. the conservative end beyond the floor on a powered floor: **fail** (a pass needs evidence);
+    1. the test passes at the floor, on a powered floor: **pass**;
+    2. the estimate beyond the floor, or an item beyond the class: a violation at every sample
+       size. It **fails** a required floor; an advisory floor fails too when powered or when even
+       the other end is beyond the floor (an item beyond the class establishes it), and otherwise
+       shows it as a **violation** (reported, does not fail the verdict);
+    3. the test does not pass on a powered floor: **fail** (a pass needs evidence);
     4. otherwise **insufficient evidence** (fails the verdict unless advisory).
-  Status is monotone in damage: pass, then insufficient evidence or fail, then fail.
+  Every test is monotone in each item's value (``stats.betting``), so the status is monotone in
+  damage at every sample size: pass, then insufficient evidence or fail, then fail.
 
 Regression floors compare with what is served, paired: the approved version's per-item records
 (published with it) on the same items, the paired difference bounded; a version published
@@ -34,12 +38,14 @@ import numpy as np
 
 from quantgate.config import Floor
 from quantgate.metrics import Events, Metric
-from quantgate.stats import bounds
+from quantgate.results import SampleDesign
+from quantgate.stats import betting, bounds, forms
 from quantgate.stats.bounds import Interval
+from quantgate.stats.linear import ItemRange
 
-Family = Literal["events", "ratio", "quantile"]
+Family = Literal["events", "mean"]
 Columns = dict[str, np.ndarray]
-INTERVAL_NAME = {"events": "exact", "ratio": "bootstrap-t", "quantile": "exceedance-inversion"}
+INTERVAL_NAME = {"events": "exact", "mean": "betting"}
 
 
 @dataclass(frozen=True)
@@ -67,19 +73,21 @@ class Plan:
     no_change: float  # the quantity with the artifact equal to the source (or the approved version)
     quantity: str  # what is bounded, in words
     alpha: float
-    # how the artifact's columns become the bounded quantity: (artifact, source, approved) -> Interval
-    bound: Callable[[Columns, Columns, Columns | None], Interval]
+    # events: how the artifact's columns become the bounded rate: (artifact, source, approved) -> Interval
+    bound: Callable[[Columns, Columns, Columns | None], Interval] | None = None
+    form: forms.Form | None = None  # mean: the floor as a bounded mean
+    estimate_of: Callable[[Columns, Columns, Columns | None], float] | None = None  # mean: the statistic
     items: int = 0  # the items it rests on (eligible items, windows, traces reaching the bin)
     powered: bool = False
-    mde: float | None = None  # how far the unchanged artifact's bound sits from no change
+    mde: float | None = None  # how far an unchanged artifact's conservative end sits from no change
     evidence: str = ""  # what the items can show, in words
+    coverage: str = ""  # what the confidence covers: the population and the assumption, in words
     rate_limit: float | None = None  # events: the rate of bad events at the floor
     compare: str = ""  # a regression: what it is compared with, in words
     before_value: float | None = None  # a regression: the approved version's metric
-    # where the decision is a test at the floor rather than a comparison of an end with it (a pooled
-    # quantile: the fraction of tokens above the floor): (artifact, source, approved) ->
-    # (estimate, within, established); the reported ends are the test inverted
-    test: Callable[[Columns, Columns, Columns | None], tuple[float, bool, bool]] | None = None
+    can_fail: bool = True  # whether any artifact's items could establish a violation
+    # a regression against a reported value: (sign, value), the quantity is sign * (metric - value)
+    shift: tuple[float, float | None] = (1.0, None)
 
     @property
     def tolerance(self) -> float:
@@ -89,14 +97,16 @@ class Plan:
 
 @dataclass(frozen=True)
 class Measured:
-    """The artifact's quantity against its plan: the estimate, whether the conservative end is within
-    the floor and whether even the other end is beyond it; ``interval``, the ends for the report
-    (None when not asked for: a simulation needs only the decision)."""
+    """The artifact's quantity against its plan: the estimate, whether the test passes at the floor
+    and whether even the other end is beyond it; ``beyond``: items outside the class, as (item
+    position, value in the floor's terms); ``interval``, the ends for the report (None when not
+    asked for: a simulation needs only the decision)."""
 
     estimate: float
     within: bool
     established: bool
     interval: Interval | None
+    beyond: tuple[tuple[int, float], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -105,15 +115,8 @@ class Decision:
 
     status: str  # pass | fail | violation | insufficient_evidence
     within: bool
-    beyond: bool  # the estimate itself is beyond the floor
+    beyond: bool  # the estimate itself is beyond the floor, or an item beyond the class
     established: bool  # even the other end is beyond the floor
-
-
-def _transform(kind: str, log: bool) -> Callable[[float], float]:
-    """The floor's quantity from a ratio of sums R (a token-weighted mean; a mean NLL when ``log``)."""
-    if kind == "max_delta_pct":
-        return (lambda r: 100.0 * math.expm1(r)) if log else (lambda r: 100.0 * (r - 1.0))
-    return math.exp if log else (lambda r: r)
 
 
 def _mapped(iv: Interval, f: Callable[[float], float]) -> Interval:
@@ -129,11 +132,6 @@ def _mapped(iv: Interval, f: Callable[[float], float]) -> Interval:
     return Interval(safe(iv.estimate), ends[0], ends[1], iv.items, iv.method)
 
 
-def _sum(fn, a: Columns, s: Columns) -> np.ndarray:
-    with np.errstate(divide="ignore", invalid="ignore"):
-        return np.asarray(fn(a, s), dtype=float)
-
-
 def plan(
     floor: Floor,
     measure: Metric,
@@ -142,15 +140,20 @@ def plan(
     confidence: float,
     before: Before | None = None,
     old: Columns | None = None,
+    item_range: ItemRange | None = None,
+    sampling: SampleDesign | None = None,
 ) -> Plan | str:
     """The floor's plan from the source's columns (and, for a regression, the approved version's:
-    ``old`` when its records pair item by item, else ``before.value``). A string: why no bound
-    exists (the caller reports it as missing or insufficient)."""
+    ``old`` when its records pair item by item, else ``before.value``), the stated class
+    (``item_range``, gates.yaml) and how the items were drawn (``sampling``). A string: why no
+    bound exists (the caller reports it as missing or insufficient)."""
     alpha = 1.0 - confidence
     kind = floor.kind
+    cls = item_range or ItemRange()
+    sampling = sampling or SampleDesign()
     if kind == "max_regression":
         assert before is not None
-        return _regression(floor, measure, source, alpha, before, old)
+        return _regression(floor, measure, source, alpha, before, old, cls, sampling)
     events = (
         measure.recovery if kind == "min_recovery" else measure.events if kind in ("max", "min") else None
     )
@@ -160,12 +163,34 @@ def plan(
         return _events_plan(
             events, source, floor.value, upper=kind == "max", alpha=alpha, recovery=kind == "min_recovery"
         )
-    if measure.exceeds is not None and kind == "max":
-        return _powered(_quantile_plan(measure, source, floor.value, alpha), source)
-    if measure.sums is not None:
-        raw = _ratio_plan(kind, measure, source, floor.value, alpha)
-        return raw if isinstance(raw, str) else _powered(raw, source)
-    return f"the metric declares no per-item form the gate can bound for {kind}"
+    if measure.exceeds is None and measure.sums is None:
+        return f"the metric declares no per-item form the gate can bound for {kind}"
+    form = forms.floor_form(
+        kind,
+        floor.value,
+        measure,
+        source,
+        cls,
+        name=floor.metric,
+        weights=sampling.weights,
+        population=sampling.population,
+    )
+    quantile = measure.exceeds is not None and kind == "max"
+    upper = kind in ("max", "max_delta_pct")
+    estimate_of = _statistic(measure) if quantile else None
+    return _mean_plan(form, floor.value, upper, measure, source, None, alpha, sampling, estimate_of)
+
+
+def _statistic(measure: Metric, shift: float = 0.0) -> Callable[[Columns, Columns, Columns | None], float]:
+    """The metric's own statistic on the artifact's columns (a pooled quantile's estimate), ``shift`` off."""
+
+    def estimate(a: Columns, s: Columns, o: Columns | None) -> float:
+        if measure.statistic is None:
+            return math.nan
+        with np.errstate(divide="ignore", invalid="ignore"):
+            return float(np.asarray(measure.statistic(a, s, -1))) - shift
+
+    return estimate
 
 
 def _events_plan(
@@ -202,6 +227,8 @@ def _events_plan(
     end = unchanged.end(upper)
     within = end <= limit if upper else end >= limit
     name = "recovery counting lost answers only (gains do not offset losses)" if recovery else "rate"
+    worst = bounds.proportion(m, m, alpha).low if m else 0.0  # every eligible item bad
+    rate_limit = (limit - offset) / (sign * scale) if m else None
     return Plan(
         "events",
         upper,
@@ -214,91 +241,88 @@ def _events_plan(
         powered=m > 0 and within,
         mde=abs(end - no_change) if m else None,
         evidence=f"{m} {what}" if m else f"no {what}",
-        rate_limit=(limit - offset) / (sign * scale) if m else None,
+        coverage=f"the {what} as independent draws: an exact binomial (Clopper-Pearson) bound, no other assumption",
+        rate_limit=rate_limit,
+        can_fail=m > 0
+        and rate_limit is not None
+        and worst > rate_limit
+        and not math.isclose(worst, rate_limit, rel_tol=1e-9),
     )
 
 
-def _ratio_plan(kind: str, measure: Metric, s: Columns, limit: float, alpha: float) -> Plan | str:
-    """A ratio of per-item sums (``Metric.sums``), bounded by the calibrated bootstrap-t."""
-    sums = measure.sums
-    assert sums is not None
-    den_s = _sum(sums.den, s, s)
-    num_s = _sum(sums.num, s, s)
-    f = _transform(kind, sums.log)
-    if kind in ("max_delta_pct", "min_recovery"):
-        if not sums.log and not float(np.sum(num_s)) > 0:
-            return f"the source's {measure.how} is 0: a ratio with it is undefined"
-        if sums.log:  # the change of mean NLL: (num_a - num_s) / den
-
-            def parts(a: Columns, s_: Columns) -> tuple[np.ndarray, np.ndarray]:
-                return _sum(sums.num, a, s_) - _sum(sums.num, s_, s_), _sum(sums.den, a, s_)
-        else:  # a level's ratio with the source's: sum num_a / sum num_s (the shared weight cancels)
-
-            def parts(a: Columns, s_: Columns) -> tuple[np.ndarray, np.ndarray]:
-                return _sum(sums.num, a, s_), _sum(sums.num, s_, s_)
-    else:
-
-        def parts(a: Columns, s_: Columns) -> tuple[np.ndarray, np.ndarray]:
-            return _sum(sums.num, a, s_), _sum(sums.den, a, s_)
-
-    def bound(a: Columns, s_: Columns, o: Columns | None) -> Interval:
-        num, den = parts(a, s_)
-        return _mapped(bounds.ratio(num, den, alpha), f)
-
-    upper = kind in ("max", "max_delta_pct")
-    return Plan("ratio", upper, limit, math.nan, measure.how, alpha, bound, items=int(np.sum(den_s > 0)))
-
-
-def _quantile_plan(measure: Metric, s: Columns, limit: float, alpha: float, shift: float = 0.0) -> Plan:
-    """A pooled quantile (``Metric.exceeds``): the fraction of tokens above L, bounded per window."""
-    ex = measure.exceeds
-    assert ex is not None
-
-    def estimate(a: Columns, s_: Columns) -> float:
-        return float(np.asarray(measure.statistic(a, s_, -1))) if measure.statistic else math.nan
-
-    def bound(a: Columns, s_: Columns, o: Columns | None) -> Interval:
-        tails = [np.asarray(t, dtype=float) for t in a[ex.values]]
-        iv = bounds.quantile(tails, np.asarray(a[ex.count], dtype=float), ex.q, alpha, estimate(a, s_))
-        return _mapped(iv, lambda v: v - shift)
-
-    def test(a: Columns, s_: Columns, o: Columns | None) -> tuple[float, bool, bool]:
-        tails = [np.asarray(t, dtype=float) for t in a[ex.values]]
-        counts = np.asarray(a[ex.count], dtype=float)
-        at = bounds.exceedance(tails, counts, limit + shift, alpha)
-        return estimate(a, s_) - shift, at.high <= 1.0 - ex.q, at.low > 1.0 - ex.q
-
-    items = len(s[ex.count])
-    return Plan("quantile", True, limit, math.nan, measure.how, alpha, bound, items=items, test=test)
-
-
-def _powered(p: Plan, s: Columns, old: Columns | None = None) -> Plan:
-    """A resampled bound's power: enough items for it to hold its level (``bounds.MIN_ITEMS``), and an
-    artifact equal to the source (or to the approved version) passing on them."""
-    unchanged = measure(p, old if old is not None else s, s, old)
-    assert unchanged.interval is not None
-    no_change = unchanged.estimate
-    end = unchanged.interval.end(p.upper)
-    enough = p.items >= bounds.MIN_ITEMS
-    within = unchanged.within
-    unit = "traces" if "trace" in p.quantity or "bin" in p.quantity else "items"
-    if not enough:
-        evidence = (
-            f"{p.items} {unit}, fewer than the {bounds.MIN_ITEMS} a resampled bound needs to hold its level"
-        )
-    else:
-        evidence = f"{p.items} {unit}"
-    return replace(
-        p,
-        no_change=no_change,
-        powered=enough and within,
-        mde=abs(end - no_change) if math.isfinite(end) else None,
+def _mean_plan(
+    form: forms.Form | str,
+    limit: float,
+    upper: bool,
+    measure: Metric,
+    s: Columns,
+    old: Columns | None,
+    alpha: float,
+    sampling: SampleDesign,
+    estimate_of: Callable[[Columns, Columns, Columns | None], float] | None,
+) -> Plan | str:
+    """A floor as a bounded mean (``stats.forms``): its class, and its power, from the source (or the
+    approved version) taken as the artifact."""
+    if isinstance(form, str):
+        return form
+    unchanged = form.linear(old if old is not None else s, s, old)
+    items = int(np.sum(unchanged.w > 0))
+    no_change = (
+        estimate_of(old if old is not None else s, s, old)
+        if estimate_of is not None
+        else _weighted(unchanged, form)
+    )
+    powered = unchanged.first_pass(alpha) is not None
+    end = unchanged.ends(alpha)[0] if powered else math.nan
+    z, t0 = unchanged.scaled()
+    worst = betting.rejects(np.ones(max(items, 1)), t0, alpha, below=False)
+    needed = betting.items_needed(float(np.mean(z)) if len(z) else 0.0, t0, alpha, below=True)
+    unit = sampling.unit
+    resolution = f"an unchanged artifact passes from {needed} {unit}" if needed else "no number of items passes an unchanged artifact"
+    evidence = f"{items} {unit} ({resolution})"
+    drawn = (
+        f"{unit} drawn at random from {sampling.population}"
+        if sampling.population
+        else f"{unit} as evaluated, taken as independent draws"
+    )
+    assumption = (
+        f"{form.what} within its own range: no assumption"
+        if form.natural_bad
+        else f"class: {form.class_text()} (assumed, and checked: an item beyond fails the floor)"
+    )
+    coverage = f"{drawn}; {assumption}; betting test (Waudby-Smith & Ramdas), valid for every distribution in it"
+    return Plan(
+        "mean",
+        upper,
+        limit,
+        no_change,
+        measure.how,
+        alpha,
+        form=form,
+        estimate_of=estimate_of,
+        items=items,
+        powered=powered,
+        mde=abs(end - no_change) if math.isfinite(end) and math.isfinite(no_change) and end != no_change else None,
         evidence=evidence,
+        coverage=coverage,
+        can_fail=bool(worst),
     )
+
+
+def _weighted(lin, form: forms.Form) -> float:
+    total = float(np.sum(lin.w))
+    return form.to_quantity(float(np.sum(lin.u * lin.w)) / total) if total > 0 else math.nan
 
 
 def _regression(
-    floor: Floor, measure: Metric, s: Columns, alpha: float, before: Before, old: Columns | None
+    floor: Floor,
+    measure: Metric,
+    s: Columns,
+    alpha: float,
+    before: Before,
+    old: Columns | None,
+    cls: ItemRange,
+    sampling: SampleDesign,
 ) -> Plan | str:
     """How much worse than the approved version, in the metric's units: paired on the same items when
     its records are here (``old``), else against its reported value taken as fixed."""
@@ -314,17 +338,16 @@ def _regression(
             ("max" if worse_up else "min"): before.value + (limit if worse_up else -limit),
         }
         shifted = Floor.model_construct(**bound_at)
-        base = plan(shifted, measure, s, confidence=1.0 - alpha)
+        base = plan(shifted, measure, s, confidence=1.0 - alpha, item_range=cls, sampling=sampling)
         if isinstance(base, str):
             return base
         sign = 1.0 if worse_up else -1.0
         was = before.value
-
-        def against_value(a: Columns, s_: Columns, o: Columns | None) -> Interval:
-            return _mapped(base.bound(a, s_, o), lambda v: sign * (v - was))
-
-        against = replace(base, upper=True, limit=limit, no_change=0.0, bound=against_value)
-        return _with_compare(against, f"{floor.metric} against {was:.6g} in {before.label}", was)
+        return _with_compare(
+            replace(base, upper=True, limit=limit, no_change=sign * (base.no_change - was), shift=(sign, was)),
+            f"{floor.metric} against {was:.6g} in {before.label}",
+            was,
+        )
     if measure.events is not None:
         ev = measure.events
         # the items that got worse than in the approved version (a gain elsewhere does not offset them)
@@ -336,26 +359,42 @@ def _regression(
         return _with_compare(p, f"items worse than in {before.label}, paired", before.value)
     if measure.exceeds is not None:
         was = float(np.asarray(measure.statistic(old, s, -1))) if measure.statistic else math.nan
-        p = _quantile_plan(measure, s, limit, alpha, shift=was)
-        return _with_compare(_powered(p, s, old), f"{floor.metric} {was:.6g} in {before.label}", was)
+        form = forms.exceedance_form(
+            limit,
+            measure.exceeds,
+            s,
+            cls,
+            w_declared=sampling.weight(measure.exceeds.count),
+            population=sampling.population,
+            shift=was,
+        )
+        p = _mean_plan(form, limit, True, measure, s, old, alpha, sampling, _statistic(measure, was))
+        return p if isinstance(p, str) else _with_compare(p, f"{floor.metric} {was:.6g} in {before.label}", was)
     sums = measure.sums
     if sums is None:
         return "the metric declares no per-item form the gate can bound for max_regression"
-    den_s = _sum(sums.den, s, s)
-    old_num, old_den = _sum(sums.num, old, s), _sum(sums.den, old, s)
+    den_s = np.asarray(sums.den(s, s), dtype=float)
+    old_den = np.asarray(sums.den(old, s), dtype=float)
     if not np.array_equal(old_den, den_s):
         return f"{before.label}'s records weigh the items differently (another tokenization or profile)"
-    r_old = float(np.sum(old_num) / np.sum(old_den))
-    t = math.exp if sums.log else (lambda r: r)
-    sign = 1.0 if worse_up else -1.0
-    was = t(r_old)
-
-    def paired(a: Columns, s_: Columns, o: Columns | None) -> Interval:
-        diff = _sum(sums.num, a, s_) - old_num  # same items, same weights: the paired difference
-        return _mapped(bounds.ratio(diff, den_s, alpha), lambda d: sign * (t(r_old + d) - was))
-
-    p = Plan("ratio", True, limit, 0.0, measure.how, alpha, paired, items=int(np.sum(den_s > 0)))
-    return _with_compare(_powered(p, s, old), f"{floor.metric} {was:.6g} in {before.label}, paired", was)
+    r_old = float(np.sum(np.asarray(sums.num(old, s), dtype=float)) / np.sum(old_den))
+    was = math.exp(r_old) if sums.log else r_old
+    form = forms.sums_form(
+        "max_regression",
+        limit,
+        measure,
+        s,
+        cls,
+        name=floor.metric,
+        w_declared=sampling.weight(getattr(sums, "weight", None)),
+        population=sampling.population,
+        o=old,
+        was=was,
+    )
+    p = _mean_plan(form, limit, True, measure, s, old, alpha, sampling, None)
+    if isinstance(p, str):
+        return p
+    return _with_compare(replace(p, no_change=0.0), f"{floor.metric} {was:.6g} in {before.label}, paired", was)
 
 
 def _with_compare(p: Plan, compare: str, was: float | None) -> Plan:
@@ -363,16 +402,36 @@ def _with_compare(p: Plan, compare: str, was: float | None) -> Plan:
 
 
 def measure(p: Plan, a: Columns, s: Columns, o: Columns | None, *, ends: bool = True) -> Measured:
-    """Bound the artifact's quantity (``a``; ``s`` the source's columns, ``o`` the approved version's)
-    and place it against the floor; ``ends=False`` skips the reported ends where the decision does
-    not need them (a test at the floor)."""
-    if p.test is not None:
-        estimate, within, established = p.test(a, s, o)
-        return Measured(estimate, within, _trusted(p) and established, p.bound(a, s, o) if ends else None)
-    iv = p.bound(a, s, o)
-    end, other = iv.end(p.upper), iv.other(p.upper)
-    within = math.isfinite(end) and not _beyond(p, end)
-    return Measured(iv.estimate, within, _trusted(p) and _clearly_beyond(p, other), iv)
+    """Test the artifact's quantity (``a``; ``s`` the source's columns, ``o`` the approved version's)
+    at the floor, and find the reported ends unless ``ends=False`` (a simulation needs the decision only)."""
+    if p.family == "events":
+        assert p.bound is not None
+        iv = p.bound(a, s, o)
+        end, other = iv.end(p.upper), iv.other(p.upper)
+        within = math.isfinite(end) and not _beyond(p, end)
+        return Measured(iv.estimate, within, _clearly_beyond(p, other), iv)
+    assert p.form is not None
+    lin = p.form.linear(a, s, o)
+    estimate = p.estimate_of(a, s, o) if p.estimate_of is not None else _weighted(lin, p.form)
+    sign, was = p.shift
+    estimate = sign * (estimate - was) if was is not None else estimate
+    beyond = tuple((int(i), float(lin.u[i])) for i in lin.beyond[:3])
+    within = lin.first_pass(p.alpha) is not None
+    established = lin.first_fail(p.alpha) is not None
+    interval = None
+    if ends:
+        conservative, other = lin.ends(p.alpha)
+        if was is not None:
+            conservative, other = sign * (conservative - was), sign * (other - was)
+        low, high = (other, conservative) if p.upper else (conservative, other)
+        if low > high:
+            low, high = high, low
+        method = (
+            f"betting test over {int(np.sum(lin.w > 0))} items (constant bets mixed; valid for every "
+            f"distribution in the class)"
+        )
+        interval = Interval(estimate, low, high, int(np.sum(lin.w > 0)), method)
+    return Measured(estimate, within, established, interval, beyond)
 
 
 def _beyond(p: Plan, x: float) -> bool:
@@ -386,15 +445,10 @@ def _clearly_beyond(p: Plan, x: float) -> bool:
     return _beyond(p, x) and not math.isclose(x, p.limit, rel_tol=1e-9, abs_tol=1e-12)
 
 
-def _trusted(p: Plan) -> bool:
-    """An exact bound always; a resampled one on enough items to hold its level."""
-    return p.family == "events" or p.items >= bounds.MIN_ITEMS
-
-
 def decide(p: Plan, m: Measured, *, advisory: bool) -> Decision:
     """The status of a measured quantity against its plan (module docstring, rules 1-4)."""
     within, established = m.within, m.established
-    beyond = _beyond(p, m.estimate)
+    beyond = _beyond(p, m.estimate) or bool(m.beyond)
     if within and p.powered:
         status = "pass"
     elif beyond:
@@ -413,15 +467,4 @@ def can_change_verdict(p: Plan, *, advisory: bool) -> bool:
     where the worst the items could show would establish a violation."""
     if p.powered:
         return True
-    if not advisory:
-        return False
-    if p.family == "events":
-        worst = bounds.proportion(p.items, p.items, p.alpha).low  # every eligible item bad
-        limit = p.rate_limit
-        return (
-            p.items > 0
-            and limit is not None
-            and worst > limit
-            and not math.isclose(worst, limit, rel_tol=1e-9)
-        )
-    return p.items >= bounds.MIN_ITEMS  # a trusted bound can establish a violation
+    return advisory and p.can_fail

@@ -23,7 +23,7 @@ from quantgate.gate.floor import INTERVAL_NAME, Before
 from quantgate.metrics import Metric
 from quantgate.report_schema import STATUS_TEXT, BaselineRef, FloorResult, Status, Verdict
 from quantgate.results import SuiteResultFile
-from quantgate.stats import sequence
+from quantgate.stats import ItemRange, sequence
 
 if TYPE_CHECKING:
     from quantgate.evaluate import SuiteKind
@@ -115,44 +115,58 @@ def as_result(result: SuiteResultFile | Mapping[str, Any]) -> SuiteResultFile:
     return result if isinstance(result, SuiteResultFile) else SuiteResultFile.model_validate(result)
 
 
+def _percent(confidence: float) -> str:
+    return f"{confidence:.1%}" if round(confidence * 100) != confidence * 100 else f"{confidence:.0%}"
+
+
 def _describe(
     floor: Floor,
     p: floor_step.Plan,
-    iv,
+    m: floor_step.Measured,
     d: floor_step.Decision,
     *,
     confidence: float,
-    label: str,
     used: str,
     result: Callable[..., FloorResult],
     was: float | None,
     measure_how: str,
 ) -> FloorResult:
-    """The reason sentence and the report's fields for a decided floor."""
+    """The reason sentence and the report's fields for a decided floor: every end shown names which
+    end it is, every confidence what it covers."""
+    iv = m.interval
+    assert iv is not None
     kind, limit = floor.kind, p.limit
     side = "upper" if p.upper else "lower"
-    pct = f"{confidence:.1%}" if round(confidence * 100) != confidence * 100 else f"{confidence:.0%}"
-    end = iv.end(p.upper)
+    other_side = "lower" if p.upper else "upper"
+    pct = _percent(confidence)
+    end, other = iv.end(p.upper), iv.other(p.upper)
     cmp = ("<=" if d.within else ">") if p.upper else (">=" if d.within else "<")
-    quantity = "regression" if kind == "max_regression" else ""
-    shown = (
-        f"{quantity + ' ' if quantity else ''}estimate {_fmt(iv.estimate)}, {pct} {side} bound "
-        f"{_fmt(end, limit)} {cmp} {kind} {_fmt(limit, end)}"
-    )
+    quantity = "regression " if kind == "max_regression" else ""
+    shown = f"{quantity}estimate {_fmt(iv.estimate)}, {pct} {side} end {_fmt(end, limit)} {cmp} {kind} {_fmt(limit, end)}"
     if p.compare:
         shown = f"{p.compare}: {shown}"
     if "gains do not offset" in p.quantity:
         shown = f"{p.quantity}: {shown}"
-    mde = f"MDE {_fmt(p.mde)}" if p.mde is not None else "MDE unknown"
-    power = f"power: {p.evidence}, {mde} vs tolerance {_fmt(p.tolerance)}"
-    how = f"{iv.method}; {measure_how}{used}"
+    resolution = (
+        f", an unchanged artifact's {side} end {_fmt(p.mde)} from no change (tolerance {_fmt(p.tolerance)})"
+        if p.mde is not None
+        else ""
+    )
+    power = f"power: {p.evidence}{resolution}"
+    how = f"{iv.method}; {measure_how}{used}; covers: {p.coverage}"
     margin = (limit - end if p.upper else end - limit) if math.isfinite(end) else None
     status = d.status
     if status == "pass":
         reason = f"{shown}: pass (margin {_fmt(margin or 0.0)}; {power}; {how})"
+    elif m.beyond and status in ("fail", "violation"):
+        items = ", ".join(f"item {i} at {_fmt(v)}" for i, v in m.beyond)
+        why = f"{items} beyond the stated class ({p.form.class_text() if p.form else 'its range'}): damage a mean must not hide"
+        reason = f"{shown}: FAIL ({why}; {power}; {how})"
     elif status == "fail" and d.beyond and not (p.powered and not d.within):
         why = (
-            "even the other end is beyond it" if d.established else "the estimate itself is beyond the floor"
+            f"even the {other_side} end {_fmt(other)} is beyond it"
+            if d.established
+            else "the estimate itself is beyond the floor"
         )
         reason = f"{shown}: FAIL ({why}; {power}; {how})"
     elif status == "fail":
@@ -185,12 +199,14 @@ def _describe(
         before=p.before_value if kind == "max_regression" else was,
         delta=delta,
         evidence=p.evidence if status in ("insufficient_evidence", "violation") else None,
-        other=iv.other(p.upper) if math.isfinite(iv.other(p.upper)) else None,
+        other=other if math.isfinite(other) else None,
         method=iv.method,
         powered=p.powered,
         paired_with=p.compare or None,
         upper=p.upper,
         limit=limit,
+        end=side if math.isfinite(end) else None,
+        coverage=p.coverage or None,
     )
 
 
@@ -203,6 +219,7 @@ class _FloorContext:
     floor: Floor
     confidence: float
     spread: float | None
+    item_range: ItemRange = ItemRange()
 
     @property
     def label(self) -> str:
@@ -280,6 +297,7 @@ def evaluate_floor(
     confidence: float = 0.95,
     before: Before | None = None,
     spread: float | None = None,
+    item_range: ItemRange | None = None,
 ) -> FloorResult:
     """One floor for one artifact: its records read and checked, planned, measured, decided, described.
 
@@ -299,7 +317,7 @@ def evaluate_floor(
     ``_checked`` (the records exist and every item was evaluated), ``_after_early_looks`` (what a
     sequential evaluation decided or left), ``_decided`` (the fixed design's bound).
     """
-    context = _FloorContext(floor, confidence, spread)
+    context = _FloorContext(floor, confidence, spread, item_range or ItemRange())
     checked = _checked(context, suite, source, artifact)
     if isinstance(checked, FloorResult):
         return checked
@@ -330,7 +348,7 @@ def _checked(
         return result("missing", "missing: suite not evaluated for the artifact")
     src, art = as_result(source), as_result(artifact)
     if art.skipped:
-        return _not_run(floor, measure, suite, src, art.skipped, context.confidence, result)
+        return _not_run(context, measure, suite, src, art.skipped)
     errors = _errors(suite, src, art)
     if errors:
         return result("error", f"error: {errors}; a floor on items that were not evaluated cannot pass")
@@ -352,7 +370,17 @@ def _after_early_looks(context: _FloorContext, records: _Records) -> _Records | 
     if design.stopped != "decided":
         return replace(records, confidence=final, used=used)
     floor, suite, artifact = context.floor, records.suite, records.artifact
-    decided = sequence.check(floor, suite, records.source.samples, artifact.samples, records.confidence)
+    design = records.source.sampling
+    decided = sequence.check(
+        floor,
+        suite,
+        records.source.samples,
+        artifact.samples,
+        records.confidence,
+        item_range=context.item_range,
+        population=design.population if design else None,
+        weights=design.weights if design else None,
+    )
     items = {str(r.get("item")) for r in artifact.samples}
     source = records.source.model_copy(
         update={"samples": [r for r in records.source.samples if str(r.get("item")) in items]}
@@ -419,7 +447,16 @@ def _decided(context: _FloorContext, records: _Records, before: Before | None) -
     if o is not None and kind != "max_regression":  # the same statistic on its records: exact before/after
         was = records.statistic(o, s)
     try:
-        p = floor_step.plan(floor, measure, s, confidence=records.confidence, before=before, old=o)
+        p = floor_step.plan(
+            floor,
+            measure,
+            s,
+            confidence=records.confidence,
+            before=before,
+            old=o,
+            item_range=context.item_range,
+            sampling=records.source.sampling,
+        )
         if isinstance(p, str):
             return result(
                 "insufficient_evidence",
@@ -431,14 +468,12 @@ def _decided(context: _FloorContext, records: _Records, before: Before | None) -
     except KeyError as exc:
         return result("missing", f"missing: per-item records lack field {exc}", items=n)
     d = floor_step.decide(p, m, advisory=floor.advisory)
-    assert m.interval is not None
     return _describe(
         floor,
         p,
-        m.interval,
+        m,
         d,
         confidence=records.confidence,
-        label=context.label,
         used=records.used,
         result=result,
         was=was,
@@ -447,20 +482,22 @@ def _decided(context: _FloorContext, records: _Records, before: Before | None) -
 
 
 def _not_run(
-    floor: Floor,
-    measure: Metric,
-    suite: SuiteKind,
-    source: SuiteResultFile,
-    why: str,
-    confidence: float,
-    result: Callable[..., FloorResult],
+    context: _FloorContext, measure: Metric, suite: SuiteKind, source: SuiteResultFile, why: str
 ) -> FloorResult:
     """A floor on a suite evaluation skipped: what its plan says where its power was known from the
     source alone (it could not change the verdict), else ``not_run``, which fails as missing data would."""
+    floor, result = context.floor, context.result
     if floor.kind != "max_regression":
         try:
             s = _as_columns(suite, source)
-            p = floor_step.plan(floor, measure, s, confidence=confidence)
+            p = floor_step.plan(
+                floor,
+                measure,
+                s,
+                confidence=context.confidence,
+                item_range=context.item_range,
+                sampling=source.sampling,
+            )
         except KeyError:
             return result("not_run", f"not run: {why}")
         if isinstance(p, str):  # no bound exists on these items whatever the artifact does
@@ -481,6 +518,7 @@ def _not_run(
                 no_change=p.no_change,
                 evidence=f"{p.evidence} (known from the source: not run)",
                 powered=False,
+                coverage=p.coverage,
             )
     return result("not_run", f"not run: {why}")
 
@@ -501,51 +539,40 @@ def _sequential_result(
     label_used: str,
     estimate: float | None,
 ) -> FloorResult:
-    """A floor decided early by the confidence sequence: its decision, both ends, the items it took.
+    """A floor decided early: its decision, the end that decided it (named), the items it took.
 
-    A pass has the conservative end on the floor's side; a fail has even the other end beyond it.
-    A quantile floor is bounded through the fraction of tokens above the floor (``quantity``): its
-    ends are reported in the reason, not as the floor's bound. ``estimate``: the floor's statistic
-    on the items used, as the fixed design would show it on them.
+    A pass shows the conservative end on the floor's side; a fail the other end beyond it (or the
+    item beyond the class). ``estimate``: the floor's statistic on the items used, as the fixed
+    design would show it on them.
     """
-    level = f"{1 - sequence.early_alpha(confidence):.1%}"
+    level = _percent(1 - sequence.early_alpha(confidence))
     upper = floor.kind in ("max", "max_delta_pct")
     passed = decided.decision == "pass"
-    limit = decided.limit if decided.quantity and decided.limit is not None else floor.value
     worse, better = ("upper", "lower") if upper else ("lower", "upper")
     if passed:
-        shown = (
-            f"{level} always-valid {worse} end {_fmt(decided.upper)} {'<=' if upper else '>='} {_fmt(limit)}"
-        )
+        end, name = decided.upper, worse
+        shown = f"{level} always-valid {name} end {_fmt(end)} {'<=' if upper else '>='} {floor.kind} {_fmt(floor.value)}"
     else:
-        shown = (
-            f"{level} always-valid {better} end {_fmt(decided.lower)} {'>' if upper else '<'} {_fmt(limit)}"
-        )
-    end = decided.upper if passed else decided.lower
-    if not (end <= limit if upper == passed else end >= limit) if not decided.quantity else False:
-        # the interval's ends are approximate where bets differ across m (sequence.bounds): the
-        # decision is the exact test at the floor, so say that rather than show an end across it
-        shown = (
-            f"{level} always-valid test at the floor rejects '{'at or beyond' if passed else 'within'} the floor' "
-            f"(interval ends {_fmt(decided.lower)} to {_fmt(decided.upper)})"
-        )
-        end = math.nan
-    if decided.quantity:
-        shown = f"{decided.quantity}: {shown} (at most {1 - limit:.0%} of tokens above {_fmt(floor.value)})"
+        end, name = decided.lower, better
+        shown = f"{level} always-valid {name} end {_fmt(end)} {'>' if upper else '<'} {floor.kind} {_fmt(floor.value)}"
+        if decided.note:  # an item beyond the class decided it, whatever the ends say
+            shown = f"{decided.note}; {level} always-valid {name} end {_fmt(end)}"
+    if estimate is not None:
+        shown = f"estimate {_fmt(estimate)}, {shown}"
     status: Status = "pass" if passed else "fail"
     return result(
         status,
-        f"{shown}: {'pass' if passed else 'FAIL'} ({floor.kind} {_fmt(floor.value)}; betting confidence "
-        f"sequence, decided after {decided.at} of {decided.items} items{label_used}"
-        f"{'; ' + decided.note if decided.note else ''})",
+        f"{shown}: {'pass' if passed else 'FAIL'} (betting test looked at after every batch, decided "
+        f"after {decided.at} of {decided.items} items{label_used})",
         estimate=estimate,
         # a fail's bound is the end that establishes it (the other end), so its margin and marginal
         # mark come from the side that decided it
-        bound=None if decided.quantity or math.isnan(end) else end,
+        bound=end if math.isfinite(end) else None,
         items=decided.items,
-        interval=None if decided.quantity or math.isnan(end) else "confidence-sequence",
+        interval="confidence-sequence" if math.isfinite(end) else None,
         upper=upper,
-        method="betting confidence sequence (always valid)",
+        method="betting test, always valid (looked at after every batch)",
+        end=name if math.isfinite(end) else None,
     )
 
 
@@ -562,6 +589,7 @@ def judge(
     required: bool,
     baseline: tuple[BaselineRef, Callable[[Floor], Before]] | None = None,
     spread: Callable[[Floor], float | None] | None = None,
+    item_range: ItemRange | None = None,
 ) -> Verdict:
     """One artifact against one tenant's floors (those that apply to its target).
 
@@ -580,6 +608,7 @@ def judge(
             confidence=tenant.confidence,
             before=lookup(f) if lookup is not None else None,
             spread=spread(f) if spread is not None else None,
+            item_range=item_range,
         )
         for f in tenant.floors
         if f.applies(artifact)
@@ -666,6 +695,7 @@ def gate(
             required=a in required,
             baseline=baselines.get((a, name)),
             spread=lambda f: gates.spread(f, profile),
+            item_range=gates.item_range.stated(),
         )
         for a in artifacts
         for name, t in gates.tenants.items()

@@ -49,7 +49,8 @@ class SuiteResult:
 
     ``errors``: how many items could not be evaluated, by reason (``metrics.item_errors`` of
     the samples, filled in when not given, and said in ``notes``); empty when every item was.
-    Such items carry ``"error"`` in their record and count in no metric.
+    Such items carry ``"error"`` in their record and count in no metric. ``sampling``: how the
+    items were drawn from their population (``results.SampleDesign``), for the gate.
     """
 
     suite: str
@@ -58,6 +59,8 @@ class SuiteResult:
     samples: list[dict[str, Any]] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     errors: dict[str, int] = field(default_factory=dict)
+    # how the items were drawn (``results.SampleDesign`` as a dict): what the gate's confidence covers
+    sampling: dict[str, Any] | None = None
 
     def __post_init__(self) -> None:
         if not self.errors:

@@ -28,7 +28,7 @@ PERPLEXITY = Metric(
     "exp of the token-weighted mean NLL over items",
     perplexity("nll"),
     # per-item ranges for sequential evaluation, as the text suites declare them
-    sums=Sums(lambda a, s: a["nll"], lambda a, s: a["tokens"], (0.0, 30.0), log=True, diff=(-1.0, 1.0)),
+    sums=Sums(lambda a, s: a["nll"], lambda a, s: a["tokens"], (0.0, math.inf), log=True, weight="tokens"),
 )
 
 

@@ -12,6 +12,8 @@ the deepest bin any trace reaches (``depth_tokens``, ``depth_agreement``), so th
 
 from __future__ import annotations
 
+import math
+
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -32,7 +34,7 @@ from quantgate.metrics import (
 if TYPE_CHECKING:
     from quantgate.evaluate.scoring import Scores
 
-KLD_RANGE = (0.0, 1.0)  # a trace's mean KL, declared for sequential evaluation (as text.KLD_RANGE)
+KLD_RANGE = (0.0, math.inf)  # a trace's mean KL: no natural bound (the floor's class bounds it, as text's)
 
 METRICS = {
     "kld_mean": Metric(
@@ -61,7 +63,7 @@ METRICS = {
         False,
         "mean free-running first divergence position",
         mean("first_divergence"),
-        sums=mean_sums("first_divergence"),
+        sums=mean_sums("first_divergence", (0.0, math.inf)),
     ),
 }
 

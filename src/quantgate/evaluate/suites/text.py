@@ -2,23 +2,36 @@
 
 The corpus is either a public file (WikiText-2) or the calibration domain: prompts from the
 traffic log that the calibration set did *not* sample, so the artifact is measured on the
-traffic it will serve without being scored on its own calibration data. The text is tokenized
-once, cut into non-overlapping windows of ``seq_len`` tokens, and each window is one item for
-paired statistics. The gate measures perplexity, mean KL divergence and top-1 agreement per
-window (token-weighted), and the 99th KL percentile pooled over windows: each window keeps its
-largest per-token KL values (``kld_top``, 4 significant digits), as many as the pooled p99 of any
-resample of the windows can need, so the gate bootstraps windows and recomputes the quantile.
+traffic it will serve without being scored on its own calibration data.
+
+Windows are drawn at random from the whole corpus (``draw_windows``): the text is tokenized once
+and cut, from a seeded random offset, into the ``population`` of non-overlapping slots of
+``seq_len`` tokens; ``tokens // seq_len`` of them are drawn without replacement by a seeded
+generator, in the order drawn (each window's ``item`` is its draw number, ``position`` its first
+token). Why: consecutive cuts from the start of the corpus are neighbours, whose values correlate
+(0.16-0.49 between wikitext neighbours, measured), and the same few pages every time; a random
+draw makes the windows exchangeable draws from the corpus, which is what the gate's test assumes
+(``quantgate.stats``), and the population and seed go into the result (``SampleDesign``).
+
+Each window is one item for paired statistics. Its first ``context`` positions are fed but not
+scored: each scored token sees at least that much text, while the windows stay short and many
+(the gate's evidence grows with the number of windows, not their length). The gate measures
+perplexity, mean KL divergence and top-1 agreement per window (token-weighted), and the 99th KL
+percentile pooled over windows: each window keeps its largest per-token KL values (``kld_top``,
+4 significant digits), as many as the pooled p99 over every window can need.
 """
 
 from __future__ import annotations
 
+import hashlib
 import math
 import random
 from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-from pydantic import Field, PositiveInt
+import numpy as np
+from pydantic import Field, NonNegativeInt, PositiveInt, model_validator
 
 from quantgate.errors import ConfigFileError
 from quantgate.evaluate.data import DataSource, load_text
@@ -40,13 +53,12 @@ if TYPE_CHECKING:
     from quantgate.evaluate.scoring import Scores
 
 KLD_Q = 0.99  # the quantile kld_p99 reports
-# Declared per-window ranges for sequential evaluation (stats/sequence.py), assumptions stated: a
-# window's mean KL divergence is at most 1 nat, and its mean per-token NLL moves by at most 1 nat
-# against the source (perplexity x2.7), for any artifact that could pass a floor; a window beyond
-# them disables early passes for its floor (the fixed design then decides on every window)
-KLD_RANGE = (0.0, 1.0)
-NLL_CHANGE = (-1.0, 1.0)
-NLL_SUMS = Sums(lambda a, s: a["nll_sum"], lambda a, s: a["tokens"], (0.0, 30.0), log=True, diff=NLL_CHANGE)
+# natural per-window ranges: KL divergence and NLL have no upper bound; each floor's stated class
+# (gates.yaml ``item_range``, quantgate.stats.linear) bounds the worse side and checks it
+KLD_RANGE = (0.0, math.inf)
+NLL_SUMS = Sums(
+    lambda a, s: a["nll_sum"], lambda a, s: a["tokens"], (0.0, math.inf), log=True, weight="tokens"
+)
 
 METRICS = {
     "perplexity": Metric(
@@ -77,11 +89,23 @@ METRICS = {
 
 
 class TextSizes(Frozen):
-    """One profile's sizes: tokens scored, window length, batch size."""
+    """One profile's sizes: the token budget, window length, unscored context, batch size."""
 
-    tokens: PositiveInt = Field(description="tokens scored (rounded down to whole windows)")
-    seq_len: PositiveInt
+    tokens: PositiveInt = Field(description="tokens fed: tokens // seq_len windows are drawn")
+    seq_len: PositiveInt = Field(description="tokens per window, context included")
+    context: NonNegativeInt = Field(0, description="leading positions of each window fed but not scored")
     batch_size: PositiveInt = 4
+
+    @model_validator(mode="after")
+    def _scores_something(self) -> TextSizes:
+        if self.context + 2 > self.seq_len:
+            raise ValueError(f"context {self.context} leaves no scored position in a window of {self.seq_len}")
+        return self
+
+    @property
+    def scored(self) -> int:
+        """Positions scored per window: each predicts the next token, after the context."""
+        return self.seq_len - 1 - self.context
 
 
 class TrafficCorpus(Frozen):
@@ -115,26 +139,61 @@ def corpus(spec: TextSpec, ctx: EvalContext, path: Path) -> str:
     return "\n\n".join(held_out)
 
 
-def windows(tokenizer, text: str, sizes: TextSizes) -> list[list[int]]:
-    """Non-overlapping windows of ``seq_len`` tokens, as many as ``tokens`` allows and the text holds."""
-    n = sizes.tokens // sizes.seq_len
-    # tokenize only as much text as the windows need (about 8 characters a token is generous)
-    ids = tokenizer(text[: sizes.tokens * 8], add_special_tokens=False)["input_ids"]
-    if len(ids) < n * sizes.seq_len:
-        n = len(ids) // sizes.seq_len
-    return [ids[i * sizes.seq_len : (i + 1) * sizes.seq_len] for i in range(n)]
+class Drawn(Frozen):
+    """Windows drawn from a corpus: their tokens, first positions, and the slots they came from."""
+
+    windows: list[list[int]]
+    positions: list[int]
+    population: int
+    seed: str
+
+
+def draw_windows(tokenizer, text: str, sizes: TextSizes, seed: str = "0") -> Drawn:
+    """``tokens // seq_len`` windows drawn at random, without replacement, from the corpus's
+    non-overlapping slots of ``seq_len`` tokens cut from a random offset (module docstring); all
+    of them, in a random order, when the corpus holds fewer."""
+    ids = tokenizer(text, add_special_tokens=False)["input_ids"]
+    rng = np.random.default_rng(int.from_bytes(hashlib.sha256(f"windows|{seed}".encode()).digest()[:8], "big"))
+    offset = int(rng.integers(sizes.seq_len)) if len(ids) >= 2 * sizes.seq_len else 0
+    population = (len(ids) - offset) // sizes.seq_len
+    n = min(sizes.tokens // sizes.seq_len, population)
+    slots = [int(i) for i in rng.choice(population, size=n, replace=False)] if n else []
+    positions = [offset + i * sizes.seq_len for i in slots]
+    return Drawn(
+        windows=[ids[p : p + sizes.seq_len] for p in positions],
+        positions=positions,
+        population=max(population, 1),
+        seed=seed,
+    )
+
+
+def windows(tokenizer, text: str, sizes: TextSizes, seed: str = "0") -> list[list[int]]:
+    """The windows ``draw_windows`` draws (benchmarks score them as the suite does)."""
+    return draw_windows(tokenizer, text, sizes, seed).windows
 
 
 def summarize(
-    name: str, scores, samples_extra=None, *, items: list[int] | None = None, tail_items: int | None = None
+    name: str,
+    scores,
+    samples_extra=None,
+    *,
+    items: list[int] | None = None,
+    tail_items: int | None = None,
+    context: int = 0,
+    positions: list[int] | None = None,
 ) -> tuple[dict[str, float | None], list[dict]]:
     """The suite's metrics over all windows, and one per-item record per window.
 
-    ``items``: the windows' ids when they are a subset (sequential evaluation), else their
-    positions; ``tail_items``: how many windows the suite has in all, so that each keeps as many
-    of its largest KL values as a pooled p99 over all of them can need.
+    ``items``: the windows' ids when they are a subset (sequential evaluation), else their draw
+    order; ``tail_items``: how many windows the suite has in all, so that each keeps as many of its
+    largest KL values as a pooled p99 over all of them can need; ``context``: leading positions of
+    each window that are not scored; ``positions``: each window's first token in the corpus.
     """
     import torch
+
+    from quantgate.evaluate.scoring import Scores
+
+    scores = [Scores(nll=s.nll[context:], kld=s.kld[context:], agree=s.agree[context:]) for s in scores]
 
     nll = torch.cat([s.nll for s in scores])
     kld = torch.cat([s.kld for s in scores])
@@ -151,6 +210,7 @@ def summarize(
     samples = [
         {
             "item": ids[i],
+            **({"position": positions[i]} if positions is not None else {}),
             "tokens": len(s.nll),
             "nll_sum": float(s.nll.sum()),
             "kld_mean": float(s.kld.mean()),
@@ -175,8 +235,9 @@ class TextSuite(SuiteKind):
 
     spec: TextSpec
 
-    def _windows(self, ctx: EvalContext, tokenizer) -> list[list[int]]:
-        return windows(tokenizer, corpus(self.spec, ctx, self.path), self.spec.sizes(ctx.profile))
+    def _draw(self, ctx: EvalContext, tokenizer) -> Drawn:
+        seed = f"{self.spec.seed}|{self.spec.name}"
+        return draw_windows(tokenizer, corpus(self.spec, ctx, self.path), self.spec.sizes(ctx.profile), seed)
 
     def metrics(self) -> dict[str, Metric]:
         """Perplexity (a level), KL divergence, its p99 and top-1 agreement (comparisons)."""
@@ -197,7 +258,8 @@ class TextSuite(SuiteKind):
         from quantgate.evaluate.scoring import build_reference
 
         sizes = self.spec.sizes(ctx.profile)
-        seqs = self._windows(ctx, source.tokenizer)
+        drawn = self._draw(ctx, source.tokenizer)
+        seqs = drawn.windows
         pad = source.tokenizer.pad_token_id or 0
         with ctx.progress.task(f"{self.spec.name}: source reference", total=len(seqs)) as task:
             ref = build_reference(
@@ -208,7 +270,18 @@ class TextSuite(SuiteKind):
                 pad_id=pad,
                 on_batch=task.advance,
             )
-        state = {"sequences": seqs, "reference": ref.to_state()}
+        state = {
+            "sequences": seqs,
+            "reference": ref.to_state(),
+            "positions": drawn.positions,
+            "sampling": {
+                "unit": "windows",
+                "population": drawn.population,
+                "seed": drawn.seed,
+                "weights": {"tokens": float(sizes.scored)},
+            },
+            "context": sizes.context,
+        }
         return state, self._result(state, ref.own_scores())
 
     def score(self, ctx: EvalContext, model, reference: dict) -> SuiteResult:
@@ -227,17 +300,26 @@ class TextSuite(SuiteKind):
     def _result(self, reference: dict, scores: list[Scores]) -> SuiteResult:
         """The suite's metrics and per-window records from per-position scores."""
         metrics, samples = summarize(
-            self.spec.name, scores, items=reference.get("items"), tail_items=reference.get("tail_items")
+            self.spec.name,
+            scores,
+            items=reference.get("items"),
+            tail_items=reference.get("tail_items"),
+            context=int(reference.get("context", 0)),
+            positions=reference.get("positions"),
         )
-        return SuiteResult(self.spec.name, "text", metrics, samples)
+        return SuiteResult(self.spec.name, "text", metrics, samples, sampling=reference.get("sampling"))
 
     def subset(self, reference: dict, positions: list[int]) -> dict:
         """The windows at ``positions`` and the source's distributions over them, labelled with
         their own ids, keeping KL tails sized for every window of the suite."""
         ref = reference["reference"]
+        first = reference.get("positions")
         return {
             "sequences": [reference["sequences"][i] for i in positions],
             "reference": {k: [v[i] for i in positions] for k, v in ref.items()},
             "items": list(positions),
             "tail_items": len(reference["sequences"]),
+            "positions": [first[i] for i in positions] if first is not None else None,
+            "sampling": reference.get("sampling"),
+            "context": reference.get("context", 0),
         }

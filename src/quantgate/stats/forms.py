@@ -1,0 +1,370 @@
+"""Each floor kind as a bounded mean (``linear.Linear``): what an item's value is, what the floor and no
+change are in its units, the quantity's natural range, and how an end maps back to the floor's units.
+
+A ``Form`` is fixed before the artifact is seen, from the floor, the metric's declaration
+(``Sums``: a ratio of per-item sums; ``Exceeds``: a pooled quantile read as the fraction of tokens
+above a limit) and the source's records (and, for a regression, the approved version's): that fixes
+the class's caps, so the same class holds for every artifact gated against this source. Then
+``Form.linear(artifact columns)`` gives the items.
+
+The metric declarations are read by attribute (``sums``, ``exceeds``), so that this module, like the
+rest of ``quantgate.stats``, depends on numpy alone.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+
+from quantgate.stats.linear import Caps, ItemRange, Linear, caps_for
+
+Columns = dict[str, np.ndarray]
+# (artifact, source, approved) columns and a limit in the floor's units -> per-item (u, w)
+Values = Callable[[Columns, Columns, "Columns | None", float], tuple[np.ndarray, np.ndarray]]
+
+
+@dataclass(frozen=True)
+class Form:
+    """A floor as a bounded mean, before the artifact is seen (module docstring)."""
+
+    limit: float  # the floor, in its own units
+    values: Values
+    to_u: Callable[[float], float]  # a limit in the floor's units -> u
+    to_quantity: Callable[[float], float]  # u -> the floor's units
+    caps: Caps
+    w_max: float
+    bracket: tuple[float, float]  # the floor's quantity at the good and the bad cap
+    what: str  # an item's value, in words
+    population: int | None = None
+    no_change: float = 0.0  # u of an artifact equal to the source (or the approved version)
+    # where the bracket depends on the artifact's values (a quantile's largest kept value): it, from them
+    bracket_of: Callable[[Columns], tuple[float, float]] | None = None
+    sign: float = 1.0  # u = sign * an item's value as ``what`` names it
+    unit: str = ""  # the item value's unit, for the report
+    natural_bad: bool = False  # the worse cap is the quantity's own bound: no assumption made
+
+    def linear(self, a: Columns, s: Columns, o: Columns | None = None, *, limit: float | None = None) -> Linear:
+        """The artifact's items against ``limit`` (default: the floor), in evaluation order."""
+        q = self.limit if limit is None else limit
+        u, w = self.values(a, s, o, q)
+        return Linear(
+            u=np.asarray(u, dtype=float),
+            w=np.asarray(w, dtype=float),
+            w_max=self.w_max,
+            limit=self.to_u(q),
+            caps=self.caps,
+            population=self.population,
+            at=lambda q2: self.linear(a, s, o, limit=q2),
+            bracket=self.bracket if self.bracket_of is None else self.bracket_of(a),
+            what=self.what,
+            to_quantity=self.to_quantity,
+        )
+
+    def class_text(self) -> str:
+        """The class in words, for the report: the worse cap on an item's value, or that the
+        quantity's own range is the class (no assumption)."""
+        if self.natural_bad:
+            return f"{self.what}: its own range (no assumption)"
+        cmp = "<=" if self.sign > 0 else ">="
+        q = self.to_quantity(self.caps.bad)
+        q = q if math.isfinite(q) else self.sign * self.caps.bad
+        return f"{self.what} {cmp} {q:.4g}{self.unit}"
+
+
+def _num(fn, a: Columns, s: Columns) -> np.ndarray:
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.asarray(fn(a, s), dtype=float)
+
+
+def _per_item(num: np.ndarray, den: np.ndarray) -> np.ndarray:
+    """num / den per item, 0 where the item has no weight (it then adds nothing to either sum)."""
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.where(den > 0, num / np.where(den > 0, den, 1.0), 0.0)
+
+
+def _weight_bound(den_s: np.ndarray, declared: float | None) -> float:
+    """The heaviest weight an item may have: the evaluation's declaration, else the heaviest evaluated."""
+    seen = float(np.max(den_s)) if len(den_s) else 0.0
+    return max(declared or 0.0, seen)
+
+
+def sums_form(
+    kind: str,
+    limit: float,
+    measure,
+    s: Columns,
+    cls: ItemRange,
+    *,
+    name: str = "value",
+    w_declared: float | None = None,
+    population: int | None = None,
+    o: Columns | None = None,
+    was: float | None = None,
+) -> Form | str:
+    """A floor on a ratio of per-item sums (``measure.sums``): ``max``/``min`` on the ratio (exp of it
+    for a log metric), ``max_delta_pct``/``min_recovery`` against the source's level, and
+    ``max_regression`` paired with the approved version's records ``o`` (its value ``was``).
+    A string: why the floor has no such form."""
+    sums = measure.sums
+    den_s = _num(sums.den, s, s)
+    num_s = _num(sums.num, s, s)
+    total = float(np.sum(den_s))
+    if not total > 0:
+        return "no item carries weight"
+    w_max = _weight_bound(den_s, w_declared)
+    unit = tuple(float(x) for x in sums.unit)
+
+    if kind in ("max", "min"):
+        sign = 1.0 if kind == "max" else -1.0
+        if sums.log and limit <= 0:
+            return "a floor at or below 0 on a log-scale metric"
+
+        def to_u(q: float) -> float:
+            return sign * (math.log(q) if sums.log else q)
+
+        def to_quantity(u: float) -> float:
+            return _exp(sign * u) if sums.log else sign * u
+
+        def values(a: Columns, s_: Columns, o_: Columns | None, q: float):
+            den = _num(sums.den, a, s_)
+            return sign * _per_item(_num(sums.num, a, s_), den), den
+
+        natural = tuple(sorted((sign * unit[0], sign * unit[1])))
+        no_change = sign * float(np.sum(num_s)) / total
+        what = f"an item's {name}"
+        return _form(
+            limit, values, to_u, to_quantity, no_change, natural, cls, w_max, population, what, sign=sign
+        )
+
+    if kind == "max_delta_pct" and sums.log:
+
+        def values_log(a: Columns, s_: Columns, o_: Columns | None, q: float):
+            den = _num(sums.den, a, s_)
+            return _per_item(_num(sums.num, a, s_) - _num(sums.num, s_, s_), den), den
+
+        return _form(
+            limit,
+            values_log,
+            lambda q: math.log1p(q / 100.0),
+            lambda u: 100.0 * _expm1(u),
+            0.0,
+            (-math.inf, math.inf),
+            cls,
+            w_max,
+            population,
+            f"an item's {name} change against the source",
+            unit="%",
+        )
+
+    if kind in ("max_delta_pct", "min_recovery"):
+        if not float(np.sum(num_s)) > 0:
+            return "the source's level is 0: a ratio with it is undefined"
+        sign = 1.0 if kind == "max_delta_pct" else -1.0
+
+        def ratio(q: float) -> float:
+            return 1.0 + q / 100.0 if kind == "max_delta_pct" else q
+
+        def values_ratio(a: Columns, s_: Columns, o_: Columns | None, q: float):
+            den = _num(sums.den, a, s_)
+            return sign * _per_item(_num(sums.num, a, s_) - ratio(q) * _num(sums.num, s_, s_), den), den
+
+        r = ratio(limit)
+        natural = tuple(sorted((sign * (unit[0] - r * unit[1]), sign * (unit[1] - r * unit[0]))))
+        no_change = sign * (1.0 - r) * float(np.sum(num_s)) / total
+        caps = caps_for(no_change, 0.0, natural, cls)
+        if isinstance(caps, str):
+            return caps
+        top = unit[1] * total / float(np.sum(num_s))  # the largest ratio any artifact can reach
+        # (strictest limit, most lenient): a recovery of ``top`` no artifact can show, 0 any can
+        bracket = (top, 0.0) if kind == "min_recovery" else (-100.0, 100.0 * (top - 1.0))
+        return Form(
+            limit,
+            values_ratio,
+            lambda q: 0.0,
+            lambda u: math.nan,  # the items' u is not the quantity here: ends come from ``at``
+            caps,
+            w_max,
+            bracket,
+            f"an item's {name} minus {r:g} x the source's (per unit of weight)",
+            population,
+            no_change,
+            sign=sign,
+            natural_bad=caps.bad >= natural[1],
+        )
+
+    if kind == "max_regression" and o is not None and was is not None:
+        worse_up = not measure.higher_is_better
+        sign = 1.0 if worse_up else -1.0
+        if sums.log and not worse_up:
+            return "no paired regression form for a higher-is-better log metric"
+
+        def values_reg(a: Columns, s_: Columns, o_: Columns | None, q: float):
+            assert o_ is not None
+            den = _num(sums.den, s_, s_)
+            return sign * _per_item(_num(sums.num, a, s_) - _num(sums.num, o_, s_), den), den
+
+        if sums.log:
+            if not was > 0:
+                return "the approved version's level is not positive"
+
+            def to_u_reg(q: float) -> float:
+                return math.log1p(q / was) if q > -was else -math.inf
+
+            def to_q_reg(u: float) -> float:
+                return was * _expm1(u)
+
+        else:
+
+            def to_u_reg(q: float) -> float:
+                return q
+
+            def to_q_reg(u: float) -> float:
+                return u
+
+        span = unit[1] - unit[0]
+        natural = (-span, span) if math.isfinite(span) else (-math.inf, math.inf)
+        return _form(
+            limit,
+            values_reg,
+            to_u_reg,
+            to_q_reg,
+            0.0,
+            natural,
+            cls,
+            w_max,
+            population,
+            f"an item's {name} regression against the approved version",
+            sign=1.0,
+        )
+    return f"no bounded-mean form for {kind} on this metric"
+
+
+def exceedance_form(
+    limit: float,
+    exceeds,
+    s: Columns,
+    cls: ItemRange,
+    *,
+    w_declared: float | None = None,
+    population: int | None = None,
+    shift: float = 0.0,
+) -> Form | str:
+    """A pooled quantile floor ``q-quantile <= limit`` as "at most 1 - q of the tokens exceed it": an
+    item's value is its fraction of tokens above the limit (``shift`` added: a regression's approved
+    value), weighted by its tokens. A window that kept only its largest values, all above the limit,
+    counts every one of its tokens as above (the pass side's worst case)."""
+    count_s = np.asarray(s[exceeds.count], dtype=float)
+    if not float(np.sum(count_s)) > 0:
+        return "no item carries tokens"
+    top = 1.0 - exceeds.q
+
+    def values(a: Columns, s_: Columns, o_: Columns | None, q: float):
+        tails = a[exceeds.values]
+        count = np.asarray(a[exceeds.count], dtype=float)
+        x = q + shift
+        above = np.array([float(np.sum(np.asarray(t, dtype=float) > x)) for t in tails])
+        kept = np.array([float(len(t)) for t in tails])
+        above = np.where((above >= kept) & (kept < count), count, above)
+        return _per_item(above, count), count
+
+    caps = caps_for(0.0, top, (0.0, 1.0), cls)
+    if isinstance(caps, str):
+        return caps
+
+    def bracket_of(a: Columns) -> tuple[float, float]:
+        largest = max((float(np.max(t)) for t in a[exceeds.values] if len(t)), default=0.0)
+        return (-shift, max(largest - shift, limit) * (1.0 + 1e-9) + 1e-12)  # above it, no token exceeds
+
+    return Form(
+        limit,
+        values,
+        lambda q: top,
+        lambda u: u,
+        caps,
+        _weight_bound(count_s, w_declared),
+        (-shift, limit),
+        f"an item's fraction of tokens above the floor (the floor allows {top:.0%} pooled)",
+        population,
+        0.0,
+        bracket_of,
+        natural_bad=caps.bad >= 1.0,
+    )
+
+
+def _form(
+    limit, values, to_u, to_quantity, no_change, natural, cls, w_max, population, what, *, sign=1.0, unit=""
+) -> Form | str:
+    u_limit = to_u(limit)
+    caps = caps_for(no_change, u_limit, natural, cls)
+    if isinstance(caps, str):
+        return caps
+    return Form(
+        limit,
+        values,
+        to_u,
+        to_quantity,
+        caps,
+        w_max,
+        (to_quantity(caps.good), to_quantity(caps.bad)),
+        what,
+        population,
+        no_change,
+        sign=sign,
+        unit=unit,
+        natural_bad=caps.bad >= natural[1],
+    )
+
+
+def _exp(x: float) -> float:
+    try:
+        return math.exp(x)
+    except OverflowError:
+        return math.inf
+
+
+def _expm1(x: float) -> float:
+    try:
+        return math.expm1(x)
+    except OverflowError:
+        return math.inf
+
+
+def floor_form(
+    kind: str,
+    limit: float,
+    measure,
+    s: Columns,
+    cls: ItemRange,
+    *,
+    name: str,
+    weights=None,
+    population: int | None = None,
+) -> Form | str:
+    """The bounded-mean form of a floor that is not a regression: a pooled quantile's exceedance for
+    ``max`` on a metric that declares one, else its ratio of sums. ``weights``: the heaviest weight
+    per column the evaluation declares (a mapping), if any."""
+    weights = weights or {}
+    if measure.exceeds is not None and kind == "max":
+        return exceedance_form(
+            limit,
+            measure.exceeds,
+            s,
+            cls,
+            w_declared=weights.get(measure.exceeds.count),
+            population=population,
+        )
+    if measure.sums is None:
+        return "the metric declares no per-item sums"
+    return sums_form(
+        kind,
+        limit,
+        measure,
+        s,
+        cls,
+        name=name,
+        w_declared=weights.get(getattr(measure.sums, "weight", None)),
+        population=population,
+    )

@@ -1,31 +1,37 @@
-"""Gate calibration (issue 24): how often each floor kind passes an artifact whose true value sits
-exactly at the floor (false pass), and how often it passes or fails at other true values (power),
-by simulation through the gate's own code, under both evaluation designs.
+"""Gate calibration on families of damage shapes (issue 43): how often each floor kind passes an
+artifact whose true value sits exactly at its floor (a false pass; 1 - c = 5 % promised), how often it
+passes at half the tolerance (power), and how often it fails an identical or near-identical copy (a
+false alarm), by simulation through the gate's own code, under both evaluation designs.
 
 Usage:
-  .venv/bin/python bench/gate_calibration.py [--runs 2000] [--records E] [--workers 2] [--out F]
-                                             [--kinds a,b] [--n 4,8,16,32,128] [--truths floor,half]
+  .venv/bin/python bench/gate_calibration.py [--runs 1000] [--records E] [--workers 2] [--out F]
+      [--kinds a,b] [--families a,b] [--n 16,64,256] [--truths floor,half,copy] [--designs fixed,sequential]
   PYTHONPATH=<old tree>/src .venv/bin/python bench/gate_calibration.py --gate before ...
+  .venv/bin/python bench/gate_calibration.py --table NEW.json [BEFORE.json]
 
-Every cell draws ``--runs`` evaluations of n items from a finite population whose true value is
-known exactly (the floor, or 0, 1/2 or 2x the floor's tolerance away from no change), writes them
-as the per-item records a suite writes, and decides the floor as the gate does:
+Every cell draws ``--runs`` evaluations of n items from a finite population (20,000 items) whose
+true value is known exactly, and decides the floor as the gate does:
 
-- ``--gate new`` (this tree): the population's records become the suite's own columns once
-  (``SuiteKind.columns``); each run resamples rows and decides as the gate does: the fixed design
-  is ``floor.plan`` -> ``floor.measure`` -> ``floor.decide``, exactly what ``evaluate_floor``
-  composes, without the reported ends a decision does not need; the sequential design runs
-  ``sequence.linearize`` and ``sequence.decide`` (what ``sequence.check`` runs) after every batch
-  of 4 items and stops at the first decision, else decides on every item at
-  ``sequence.final_confidence``.
-- ``--gate before`` (an older tree on PYTHONPATH): its ``evaluate_floor`` on the records, and its
-  ``sequence.check`` the same way, for the grid before this change.
+- ``--gate new`` (this tree): the fixed design is ``floor.plan`` -> ``floor.measure`` ->
+  ``floor.decide`` (what ``evaluate_floor`` composes, without the ends a decision does not need);
+  the sequential design runs ``sequence.decide`` (what ``sequence.check`` runs) after every batch of
+  8 items and stops at the first decision, else decides on every item at ``final_confidence``.
+- ``--gate before`` (an older tree on PYTHONPATH): its ``sequence.check`` and ``evaluate_floor`` on
+  the same draws, written as the per-item records a suite writes.
 
-Per-item shapes: ``real`` (resampled from the default model's records of a smoke evaluation,
-``--records``, rescaled to the true value), ``skewed`` (gamma, shape 2), ``heavy`` (lognormal,
-sigma 1), and for events ``0/1`` at floor rates 0.02-0.5. A false-pass rate is reported with its
-Monte-Carlo error, sqrt(p (1 - p) / runs); the goal is every one <= 1 - c plus that error (5.5 %
-at c = 0.95). Printed and written (``--out``) as JSON: one row per cell.
+Families (per-item departure from no change, in the floor's own terms, rescaled to the true value):
+``gamma2`` (skewed); ``lognormal<s>``; ``pareto<a>``; ``rare<f>/<c>``: f % of items carry c % of the
+mean; ``ar<rho>-old``: an AR(1) series along the corpus, n consecutive windows from a random start
+(the design before this change) and ``ar<rho>-new``: n windows drawn at random; ``uneven``: window
+weights from 8 to 63 tokens; ``depthcorr``: traces whose weight in the deepest bin grows with their
+disagreement; ``real``: the default model's own windows and traces (``--records``, an evaluation
+directory); ``copy`` (no departure at all) and ``near`` (departures within the measured numerics
+spread); for answers, ``0/1@<rate>`` and ``noisy@<rate>`` (the source's own re-evaluation flips 5 of
+24 answers, as on a GPU). Each family is also run clipped to the stated class (``<family>@class``:
+no item worse than the class allows, the mean kept) when its raw form is not: the raw cell is
+outside the class (reported as such, with the share of items beyond it), the clipped one inside.
+
+Printed and written (``--out``) as JSON, one row per cell, each with its Monte-Carlo error.
 """
 
 from __future__ import annotations
@@ -46,55 +52,117 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIDENCE = 0.95
-BATCH = 4
-POP = 20_000  # population size for synthetic shapes (windows, traces or items)
-TOKENS = 511  # tokens per text window at smoke (512-token windows, 511 scored)
-KEEP = 660  # largest per-token values kept per window: enough for the pooled p99 of up to 128 windows
-TRUTHS = ("floor", "none", "half", "double")
-GRID_N = (4, 8, 16, 32, 128)
+BATCH = 8
+POP = 20_000
+TOKENS = 63  # scored tokens per text window (64-token windows)
+WORSE = 10.0  # the stated class: no item worse than 10 tolerances (gates.yaml item_range.worse)
+TRUTHS = ("floor", "half", "copy")
+GRID_N = (16, 64, 256)
 
 
-def _unit(base: np.ndarray, weights: np.ndarray | None = None) -> np.ndarray:
-    """``base`` rescaled to a (weighted) mean of 1."""
-    w = np.ones_like(base) if weights is None else weights
-    return base * (np.sum(w) / np.sum(base * w))
+# ---------------------------------------------------------------- families: positive base shapes
 
 
-def _clipped_mean(base: np.ndarray, target: float, weights: np.ndarray) -> np.ndarray:
-    """``s * base`` clipped to [0, 1], with s chosen so that its weighted mean is ``target``."""
-    if target <= 0:
-        return np.zeros_like(base)
-    lo, hi = 0.0, 1.0
-    while np.average(np.minimum(hi * base, 1.0), weights=weights) < target:
-        hi *= 2
-    for _ in range(80):
-        mid = (lo + hi) / 2
-        if np.average(np.minimum(mid * base, 1.0), weights=weights) < target:
-            lo = mid
-        else:
-            hi = mid
-    return np.minimum(hi * base, 1.0)
+def _ar(rho: float, rng, size: int) -> np.ndarray:
+    """A stationary AR(1) series (unit innovations scaled to a unit marginal), exponentiated: positive,
+    skewed, neighbours correlated (about rho between adjacent windows on the log scale)."""
+    x = np.empty(size)
+    x[0] = rng.normal()
+    e = rng.normal(size=size) * math.sqrt(1 - rho**2)
+    for t in range(1, size):
+        x[t] = rho * x[t - 1] + e[t]
+    return np.exp(0.75 * x)
 
 
-def _shape(name: str, rng: np.random.Generator, size: int) -> np.ndarray:
-    if name == "skewed":
+def base_values(family: str, rng, size: int) -> np.ndarray:
+    """Positive per-item values of a family, any scale (the population rescales them)."""
+    name = family.split("@")[0]
+    if name == "gamma2" or name in ("uneven", "depthcorr"):
         return rng.gamma(2.0, 1.0, size)
-    if name == "heavy":
-        return rng.lognormal(0.0, 1.0, size)
-    raise ValueError(name)
+    if name.startswith("lognormal"):
+        return rng.lognormal(0.0, float(name.removeprefix("lognormal")), size)
+    if name.startswith("pareto"):
+        return rng.pareto(float(name.removeprefix("pareto")), size) + 1.0
+    if name.startswith("rare"):
+        f, c = (float(x) / 100 for x in name.removeprefix("rare").split("/"))
+        rare = rng.random(size) < f
+        k = max(int(rare.sum()), 1)
+        out = np.full(size, (1 - c) / max(size - k, 1))
+        out[rare] = c / k
+        return out
+    if name.startswith("ar"):
+        return _ar(float(name.removeprefix("ar").split("-")[0]), rng, size)
+    if name == "near":
+        return rng.random(size)
+    raise ValueError(family)
 
 
-# ---------------------------------------------------------------- real records
+def whole_tokens(share: np.ndarray, tokens: np.ndarray, target: float, rng) -> np.ndarray:
+    """Tokens above a p99 floor per window, whole numbers, from fractional ``share``s (stochastic
+    rounding), then nudged one token at a time until exactly ``target`` of all tokens are above."""
+    above = np.floor(share) + (rng.random(len(share)) < share - np.floor(share))
+    above = np.minimum(above, tokens).astype(int)
+    want = int(round(target * float(np.sum(tokens))))
+    while (gap := want - int(above.sum())) != 0:
+        room = np.flatnonzero(above < tokens) if gap > 0 else np.flatnonzero(above > 0)
+        pick = rng.choice(room, min(abs(gap), len(room)), replace=False, p=None)
+        above[pick] += 1 if gap > 0 else -1
+    return above
+
+
+def clipped(base: np.ndarray, target: float, cap: float, weights: np.ndarray | None = None) -> np.ndarray:
+    """``s * base`` clipped at ``cap``, with s solved so that the (``weights``-weighted) mean is ``target``."""
+    w = np.ones_like(base) if weights is None else weights
+
+    def mean(x: np.ndarray) -> float:
+        return float(np.sum(x * w) / np.sum(w))
+
+    if not math.isfinite(cap):
+        return base * (target / mean(base))
+    lo, hi = 0.0, target / mean(base)
+    while mean(np.minimum(hi * base, cap)) < target:
+        hi *= 2
+    for _ in range(200):
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if mean(np.minimum(mid * base, cap)) < target else (lo, mid)
+    return np.minimum(hi * base, cap)
+
+
+def departures(family: str, target: float, cap: float, natural: float, rng, size: int) -> tuple[np.ndarray, float]:
+    """Per-item departures with mean exactly ``target``: the family rescaled within the quantity's own
+    range (``natural``), or (``@class``) clipped at the class's ``cap`` with the mean kept; and the
+    share of items beyond ``cap``."""
+    if target <= 0:
+        return np.zeros(size), 0.0
+    d = clipped(base_values(family, rng, size), target, cap if family.endswith("@class") else natural)
+    return d, float(np.mean(d > cap * (1 + 1e-9)))
+
+
+# ---------------------------------------------------------------- populations: records of a suite
+
+
+@dataclass
+class Population:
+    """Items to draw (source, artifact and, for a regression, approved-version records), the floor,
+    the population's share of items beyond the class, and how windows are drawn."""
+
+    suite: str
+    floor: dict
+    source: list[dict]
+    artifact: list[dict]
+    old: list[dict] | None = None
+    beyond: float = 0.0
+    consecutive: bool = False  # the design before: n neighbouring windows from a random start
 
 
 @dataclass
 class Real:
-    """Per-item values of a real smoke evaluation (``--records E``), per suite and artifact."""
+    """Per-item values of a real smoke evaluation (``--records E``): text windows and traces."""
 
-    text: list[dict]  # wikitext windows of hopper-fp8
+    text: list[dict]
     text_source: list[dict]
-    chain: list[dict]  # long-chain traces of hopper-fp8
-    draft_chain: list[dict]  # long-chain traces of draft-int4
+    chain: list[dict]
+    draft_chain: list[dict]
     chain_source: list[dict]
 
     @classmethod
@@ -111,22 +179,7 @@ class Real:
         )
 
 
-# ---------------------------------------------------------------- populations: (artifact, source, approved) records
-
-
-@dataclass
-class Population:
-    """Items to draw from (with replacement), each a (source, artifact, approved) record triple, and
-    what the floor is: its suite, kind and value."""
-
-    suite: str
-    floor: dict
-    source: list[dict]
-    artifact: list[dict]
-    old: list[dict] | None = None
-
-
-def _text_records(kld, agree, nll_a, nll_s, tails, tokens) -> tuple[list[dict], list[dict]]:
+def _text(kld, agree, nll_a, nll_s, tails, tokens) -> tuple[list[dict], list[dict]]:
     art, src = [], []
     for i in range(len(kld)):
         t = float(tokens[i])
@@ -141,114 +194,109 @@ def _text_records(kld, agree, nll_a, nll_s, tails, tokens) -> tuple[list[dict], 
             }
         )
         src.append(
-            {
-                "item": i,
-                "tokens": t,
-                "nll_sum": float(nll_s[i]),
-                "kld_mean": 0.0,
-                "top1_agreement": 1.0,
-                "kld_top": [0.0],
-            }
+            {"item": i, "tokens": t, "nll_sum": float(nll_s[i]), "kld_mean": 0.0, "top1_agreement": 1.0, "kld_top": [0.0]}
         )
     return art, src
 
 
-def text_population(kind: str, shape: str, departure: float, rng, real: Real | None) -> Population:
-    """wikitext floors: kld_mean max 0.05, top1_agreement min 0.85, perplexity max_delta_pct 5,
-    kld_p99 max 0.5, and kld_mean max_regression 0.01 against an approved version."""
-    if shape == "real":
+TEXT_FLOORS = {
+    "kld_mean": ({"metric": "kld_mean", "max": 0.05}, 0.05),
+    "top1_agreement": ({"metric": "top1_agreement", "min": 0.85}, 0.15),
+    "perplexity": ({"metric": "perplexity", "max_delta_pct": 5.0}, math.log1p(0.05)),
+    "kld_p99": ({"metric": "kld_p99", "max": 0.5}, 0.01),
+    "kld_regression": ({"metric": "kld_mean", "max_regression": 0.01}, 0.01),
+}
+
+
+def text_population(kind: str, family: str, factor: float, rng, real: Real | None) -> Population:
+    """wikitext floors: the departure is a window's KL, disagreement, NLL change, fraction of tokens
+    above the p99 floor, or KL over the approved version's, per family."""
+    floor, tol = TEXT_FLOORS[kind]
+    cap = WORSE * tol
+    if family.startswith("real"):
         assert real is not None
-        tokens = np.array([r["tokens"] for r in real.text], dtype=float)
-        base_kld = np.array([r["kld_mean"] for r in real.text], dtype=float)
-        base_dis = 1.0 - np.array([r["top1_agreement"] for r in real.text], dtype=float)
-        nll_s = np.array([r["nll_sum"] for r in real.text_source], dtype=float)
-        base_dnll = (np.array([r["nll_sum"] for r in real.text], dtype=float) - nll_s) / tokens
-        real_tails = [np.asarray(r["kld_top"], dtype=float) for r in real.text]
+        field = {"kld_mean": "kld_mean", "kld_regression": "kld_mean", "top1_agreement": "top1_agreement"}.get(kind)
+        if kind == "perplexity":
+            base = np.array([(a["nll_sum"] - s["nll_sum"]) / a["tokens"] for a, s in zip(real.text, real.text_source)])
+        elif kind == "kld_p99":
+            base = np.array([np.sum(np.asarray(r["kld_top"]) > 0.2) / r["tokens"] for r in real.text])
+        else:
+            base = np.array([r[field] for r in real.text])
+            base = 1.0 - base if kind == "top1_agreement" else base
+        base = np.maximum(base, 0.0) + 1e-6
+        pick = rng.integers(0, len(base), POP)
+        natural = 1.0 if kind in ("top1_agreement", "kld_p99") else math.inf
+        limit = min(cap, natural) if family.endswith("@class") else natural
+        d = clipped(base[pick], factor * tol, limit) if factor > 0 else np.zeros(POP)
+        beyond = float(np.mean(d > min(cap, natural) * (1 + 1e-9)))
+    elif family == "copy":
+        d, beyond = np.zeros(POP), 0.0
+    elif family == "near":  # within the measured numerics spread of a copy (1e-4 of the tolerance and below)
+        d, beyond = rng.random(POP) * 1e-4 * tol, 0.0
     else:
-        size = 2000 if kind == "kld_p99" else POP
-        tokens = np.full(size, float(TOKENS))
-        base_kld = base_dis = base_dnll = _shape(shape, rng, size)
-        nll_s = tokens * 3.4
-        real_tails = None
-    n_items = len(tokens)
-    zeros = np.zeros(n_items)
-    tails: list[list[float]] = [[0.0]] * n_items
-    kld, agree, nll_a = zeros, np.ones(n_items), nll_s
-    floor: dict
+        natural = 1.0 if kind in ("top1_agreement", "kld_p99") else math.inf  # a fraction: at most 1
+        d, beyond = departures(family, factor * tol, min(cap, natural), natural, rng, POP)
+    tokens = rng.integers(8, TOKENS + 1, POP).astype(float) if family.startswith("uneven") else np.full(POP, float(TOKENS))
+    nll_s = tokens * 3.4
+    kld, agree, nll_a = np.zeros(POP), np.ones(POP), nll_s.copy()
+    tails: list[list[float]] = [[0.0]] * POP
     old = None
     if kind == "kld_mean":
-        floor = {"metric": "kld_mean", "max": 0.05}
-        kld = departure * _unit(base_kld, tokens)
+        kld = d
     elif kind == "top1_agreement":
-        floor = {"metric": "top1_agreement", "min": 0.85}
-        agree = 1.0 - _clipped_mean(base_dis, departure, tokens)
+        agree = 1.0 - d
     elif kind == "perplexity":
-        floor = {"metric": "perplexity", "max_delta_pct": 5.0}
-        mean_change = math.log1p(departure / 100.0)
-        nll_a = (
-            nll_s
-            + mean_change
-            * _unit(np.abs(base_dnll) if np.sum(base_dnll * tokens) <= 0 else base_dnll, tokens)
-            * tokens
-        )
-    elif kind == "kld_p99":
-        floor = {"metric": "kld_p99", "max": 0.5}
-        if real_tails is not None:
-            per_window = real_tails
-        else:  # per-token values within a window share its scale (windows are clusters)
-            scales = rng.lognormal(0.0, 0.5, n_items)
-            per_window = [
-                np.sort(_shape(shape, rng, TOKENS) * scales[i])[::-1][:KEEP] for i in range(n_items)
-            ]
-        try:
-            from quantgate.metrics import pooled_quantile
-        except ImportError:  # where older trees keep it
-            from quantgate.evaluate.suites.metrics import pooled_quantile
-
-        column = np.empty(n_items, dtype=object)
-        column[:] = [np.asarray(w, dtype=float) for w in per_window]
-        p99 = float(pooled_quantile(0.99, "top", "n")({"top": column, "n": tokens}, {}, -1))
-        c = departure / p99 if p99 > 0 else 0.0
-        tails = [list(np.round(c * np.asarray(w), 12)) for w in per_window]
-        kld = np.array([float(np.mean(w)) for w in tails])
+        nll_a = nll_s + d * tokens
+    elif kind == "kld_p99":  # a window's tokens above the floor (0.5) at 0.8, the rest at 0.05
+        above = whole_tokens(d * tokens, tokens, factor * tol, rng)
+        tails = [[0.8] * int(k) + [0.05] * min(int(t) - int(k), 2) for k, t in zip(above, tokens)]
+        kld = (0.8 * above + 0.05 * (tokens - above)) / tokens
     elif kind == "kld_regression":
-        floor = {"metric": "kld_mean", "max_regression": 0.01}
-        was = 0.03 * _unit(base_kld, tokens)
-        change = departure * _unit(_shape("skewed", rng, n_items) if shape == "real" else base_kld, tokens)
-        kld = was + change
-        old_art, _ = _text_records(was, agree, nll_a, nll_s, tails, tokens)
-        old = old_art
-    else:
-        raise ValueError(kind)
-    art, src = _text_records(kld, agree, nll_a, nll_s, tails, tokens)
-    return Population("wikitext", floor, src, art, old)
+        was = 0.03 * (base_values("gamma2", rng, POP) / 2.0)
+        kld = was + d
+        old, _ = _text(was, agree, nll_a, nll_s, tails, tokens)
+    art, src = _text(kld, agree, nll_a, nll_s, tails, tokens)
+    return Population("wikitext", floor, src, art, old, beyond, consecutive=family.endswith("-old"))
 
 
-def chain_population(kind: str, shape: str, departure: float, rng, real: Real | None) -> Population:
-    """long-chain floors: agreement_at_depth min 0.97 (traces that do not reach the deepest bin weigh
+def chain_population(kind: str, family: str, factor: float, rng, real: Real | None) -> Population:
+    """long-chain floors: agreement_at_depth min 0.97 (traces that end before the deepest bin weigh
     nothing) and acceptance_k4 min_recovery 0.6 (a draft's accepted tokens against the source's)."""
-    if shape == "real":
+    tol = 0.03 if kind == "agreement_at_depth" else 0.4
+    cap = WORSE * tol
+    depth = np.where(rng.random(POP) < 0.3, 0.0, 48.0)
+    s_acc = np.full(POP, 4.9)
+    if family.startswith("real"):
         assert real is not None
-        depth = np.array([r.get("depth_tokens", 0) for r in real.chain], dtype=float)
-        base_dis = 1.0 - np.array([r.get("depth_agreement", 1.0) for r in real.chain], dtype=float)
-        s_acc = np.array([r["accepted_per_step_k4"] for r in real.chain_source], dtype=float)
-        a_acc = np.array([r["accepted_per_step_k4"] for r in real.draft_chain], dtype=float)
-        base_loss = np.clip(1.0 - a_acc / np.maximum(s_acc, 1e-9), 0.0, 1.0) + 1e-3
+        if kind == "agreement_at_depth":
+            base = np.array([1.0 - r.get("depth_agreement", 1.0) for r in real.chain]) + 1e-4
+            w = np.array([r.get("depth_tokens", 0) for r in real.chain], dtype=float)
+        else:
+            acc = np.array([r["accepted_per_step_k4"] for r in real.draft_chain])
+            srcacc = np.array([r["accepted_per_step_k4"] for r in real.chain_source])
+            base = np.clip(1 - acc / np.maximum(srcacc, 1e-9), 0, 1) + 1e-4
+            w = np.full(len(base), 48.0)
+        pick = rng.integers(0, len(base), POP)
+        depth = w[pick]
+        d = clipped(base[pick], factor * tol, min(cap, 1.0) if family.endswith("@class") else 1.0) if factor > 0 else np.zeros(POP)
+        beyond = float(np.mean(d > min(cap, 1.0) * (1 + 1e-9)))
+    elif family in ("copy", "near"):
+        d = np.zeros(POP) if family == "copy" else rng.random(POP) * 1e-4 * tol
+        beyond = 0.0
     else:
-        depth = np.where(rng.random(POP) < 0.3, 0.0, 48.0)  # 30 % of traces end before the deepest bin
-        base_dis = base_loss = _shape(shape, rng, POP)
-        s_acc = np.full(POP, 4.0)
-    n_items = len(depth)
-    agree = np.ones(n_items)
-    acc = s_acc
+        d, beyond = departures(family, factor * tol, min(cap, 1.0), 1.0, rng, POP)
+        if family.startswith("depthcorr"):  # the deepest bin holds more tokens where agreement is worse
+            depth = np.where(rng.random(POP) < 0.3, 0.0, np.clip(8 + 40 * d / max(d.max(), 1e-12), 8, 48).round())
+    if kind == "agreement_at_depth" and factor > 0:  # the token-weighted mean at the truth, within the cap used
+        weights = np.maximum(depth, 1e-12) * (depth > 0)
+        d = clipped(np.maximum(d, 1e-12), factor * tol, min(cap, 1.0) if family.endswith("@class") else 1.0, weights)
+        beyond = float(np.sum(weights * (d > min(cap, 1.0) * (1 + 1e-9))) / np.sum(weights))
     if kind == "agreement_at_depth":
         floor = {"metric": "agreement_at_depth", "min": 0.97}
-        agree = 1.0 - _clipped_mean(base_dis, departure, np.maximum(depth, 1e-12) * (depth > 0))
-    elif kind == "acceptance":
-        floor = {"metric": "acceptance_k4", "min_recovery": 0.6}
-        acc = s_acc * (1.0 - _clipped_mean(base_loss, departure, s_acc))
+        agree, acc = 1.0 - d, s_acc
     else:
-        raise ValueError(kind)
+        floor = {"metric": "acceptance_k4", "min_recovery": 0.6}
+        agree, acc = np.ones(POP), s_acc * (1.0 - d)
 
     def records(agreement, accepted) -> list[dict]:
         return [
@@ -262,21 +310,24 @@ def chain_population(kind: str, shape: str, departure: float, rng, real: Real | 
                 "depth_tokens": int(depth[i]),
                 "depth_agreement": float(agreement[i]) if depth[i] > 0 else 0.0,
             }
-            for i in range(n_items)
+            for i in range(POP)
         ]
 
-    return Population("long-chain", floor, records(np.ones(n_items), s_acc), records(agree, acc))
+    return Population("long-chain", floor, records(np.ones(POP), s_acc), records(agree, acc), None, beyond)
 
 
-def events_population(kind: str, shape: str, departure: float, rng, real: Real | None) -> Population:
-    """gsm8k floors on 0/1 answers, the source solving half the items: flip_loss_rate max L and
-    accuracy min_recovery 1 - L, with L the shape's rate; ``departure`` is the loss rate."""
-    rate = float(shape.split("@")[1])
+def events_population(kind: str, family: str, factor: float, rng, real: Real | None) -> Population:
+    """gsm8k-shaped floors on 0/1 answers, the source solving half the items: flip_loss_rate max L and
+    accuracy min_recovery 1 - L (L the family's rate). ``noisy``: the evaluation itself flips a solved
+    answer 5 times in 24 (the GPU-against-CPU flips measured on support-domain), so an identical copy
+    loses answers too."""
+    rate = float(family.split("@")[1])
     solved = rng.random(POP) < 0.5
-    # exact: rescale the finite population's losses to the true rate among the solved items
-    order = np.flatnonzero(solved)
+    ids = np.flatnonzero(solved)
     lost = np.zeros(POP, dtype=bool)
-    lost[order[: round(departure * len(order))]] = True
+    lost[ids[: round(min(factor * rate, 1.0) * len(ids))]] = True
+    if family.startswith("noisy"):
+        lost |= solved & (rng.random(POP) < 5 / 24)
     correct = solved & ~lost
     floor = (
         {"metric": "flip_loss_rate", "max": rate}
@@ -285,36 +336,27 @@ def events_population(kind: str, shape: str, departure: float, rng, real: Real |
     )
 
     def records(c) -> list[dict]:
-        return [
-            {"item": i, "correct_flexible-extract": bool(c[i]), "correct_strict-match": bool(c[i])}
-            for i in range(POP)
-        ]
+        return [{"item": i, "correct_flexible-extract": bool(c[i]), "correct_strict-match": bool(c[i])} for i in range(POP)]
 
     return Population("gsm8k", floor, records(solved), records(correct))
 
 
-KINDS: dict[str, tuple[Callable, float, tuple[str, ...]]] = {
-    # name: (population builder, tolerance (departure at the floor), shapes)
-    "kld_mean": (text_population, 0.05, ("real", "skewed", "heavy")),
-    "top1_agreement": (text_population, 0.15, ("real", "skewed", "heavy")),
-    "perplexity": (text_population, 5.0, ("real", "skewed", "heavy")),
-    "kld_p99": (text_population, 0.5, ("real", "skewed", "heavy")),
-    "kld_regression": (text_population, 0.01, ("real", "skewed", "heavy")),
-    "agreement_at_depth": (chain_population, 0.03, ("real", "skewed", "heavy")),
-    "acceptance": (chain_population, 0.4, ("real", "skewed", "heavy")),
-    "loss_rate": (events_population, math.nan, ("0/1@0.02", "0/1@0.05", "0/1@0.25", "0/1@0.5")),
-    "recovery": (events_population, math.nan, ("0/1@0.02", "0/1@0.05", "0/1@0.25", "0/1@0.5")),
+_TAILS = ("lognormal0.5", "lognormal1", "lognormal1.5", "lognormal2", "pareto1.5", "pareto2", "pareto3")
+_RARE = ("rare1/50", "rare1/90", "rare5/50", "rare5/90", "rare20/50", "rare20/90")
+_AR = ("ar0.3-old", "ar0.3-new", "ar0.6-old", "ar0.6-new", "ar0.9-old", "ar0.9-new")
+TEXT_FAMILIES = ("real", "gamma2", *_TAILS, *_RARE, *_AR, "uneven", "copy", "near")
+KINDS: dict[str, tuple[Callable, tuple[str, ...]]] = {
+    "kld_mean": (text_population, TEXT_FAMILIES),
+    "top1_agreement": (text_population, TEXT_FAMILIES),
+    "perplexity": (text_population, TEXT_FAMILIES),
+    "kld_p99": (text_population, ("real", "gamma2", "lognormal1", "pareto2", *_RARE, "uneven", "copy")),
+    "kld_regression": (text_population, ("gamma2", "lognormal1", "pareto2", "rare5/90", "rare20/50", "copy", "near")),
+    "agreement_at_depth": (chain_population, ("real", "gamma2", "lognormal1", "pareto2", "rare5/90", "depthcorr", "copy")),
+    "acceptance": (chain_population, ("real", "gamma2", "lognormal1", "rare5/90", "copy")),
+    "loss_rate": (events_population, ("0/1@0.05", "0/1@0.25", "noisy@0.25")),
+    "recovery": (events_population, ("0/1@0.05", "0/1@0.25")),
 }
-
-
-def departure_for(kind: str, shape: str, truth: str) -> float:
-    """The true departure from no change: 0, half, all or twice the floor's tolerance."""
-    tol = KINDS[kind][1]
-    if math.isnan(tol):
-        tol = float(shape.split("@")[1])
-    factor = {"none": 0.0, "half": 0.5, "floor": 1.0, "double": 2.0}[truth]
-    departure = factor * tol
-    return min(departure, 1.0) if kind in ("loss_rate", "recovery") else departure
+FACTOR = {"floor": 1.0, "half": 0.5, "copy": 0.0}
 
 
 # ---------------------------------------------------------------- deciding as the gate does
@@ -329,8 +371,7 @@ def _suites():
 
 @dataclass
 class Columns:
-    """A population's records as the suite's own columns (``SuiteKind.columns`` of every record,
-    computed once), so that a run resamples rows instead of rebuilding records."""
+    """A population's records as the suite's own columns, computed once, so a run takes rows."""
 
     source: dict[str, np.ndarray]
     artifact: dict[str, np.ndarray]
@@ -347,91 +388,89 @@ class Columns:
         )
 
     @staticmethod
-    def take(cols: dict[str, np.ndarray], idx: np.ndarray) -> dict[str, np.ndarray]:
+    def take(cols: dict[str, np.ndarray], idx) -> dict[str, np.ndarray]:
         return {k: v[idx] for k, v in cols.items()}
 
 
 def run_new(suite, floor, cols: Columns, idx: np.ndarray, design: str) -> str:
-    """This tree's gate on one draw: the sequential design's early looks (``sequence.linearize`` and
-    ``sequence.decide`` after every batch, as ``sequence.check`` runs them), then the fixed design's
-    ``floor.plan`` -> ``floor.measure`` -> ``floor.decide`` (as ``evaluate_floor`` composes them,
-    without the reported ends a decision does not need)."""
+    """This tree's gate on one draw: the sequential design's early looks, then the fixed design."""
     from quantgate.gate import floor as step
     from quantgate.gate.verdict import Before
-    from quantgate.stats import sequence
+    from quantgate.results import SampleDesign
+    from quantgate.stats import ItemRange, forms, sequence
 
     measure = suite.metrics()[floor.metric]
     a, s = Columns.take(cols.artifact, idx), Columns.take(cols.source, idx)
     o = Columns.take(cols.old, idx) if cols.old is not None else None
+    cls = ItemRange(worse=WORSE)
+    weights = {"tokens": float(TOKENS), "trace_tokens": 192.0, "depth_tokens": 48.0}
+    sampling = SampleDesign(unit="items", population=POP, weights=weights)
     confidence = CONFIDENCE
     if design == "sequential":
         if floor.kind != "max_regression":
-            alpha = sequence.early_alpha(CONFIDENCE)
-            for used in range(BATCH, len(idx) + 1, BATCH):
-                head = {k: v[:used] for k, v in a.items()}
-                lin = sequence.linearize(
-                    floor.kind, floor.value, measure, head, Columns.take(s, slice(0, used)), s
-                )
-                if isinstance(lin, str):
-                    break
-                got = sequence.decide(lin, alpha, ends=False)
-                if got.decision != "undecided":
-                    return got.decision
+            form = forms.floor_form(
+                floor.kind, floor.value, measure, s, cls, name=floor.metric, weights=weights, population=POP
+            )
+            if not isinstance(form, str):
+                decided = looked(form.linear(a, s), sequence.early_alpha(CONFIDENCE), BATCH)
+                if decided is not None:
+                    return decided
         confidence = sequence.final_confidence(CONFIDENCE)
     before = Before("v1", None, None, {}) if floor.kind == "max_regression" else None
-    p = step.plan(floor, measure, s, confidence=confidence, before=before, old=o)
+    p = step.plan(
+        floor, measure, s, confidence=confidence, before=before, old=o, item_range=cls, sampling=sampling, describe=False
+    )
     if isinstance(p, str):
         return "insufficient_evidence"
     return step.decide(p, step.measure(p, a, s, o, ends=False), advisory=floor.advisory).status
 
 
-def decide_before(suite, floor, src: dict, art: dict, old: dict | None, confidence: float) -> str:
-    """The older tree's decision: its evaluate_floor (the regression compared with the approved
-    version's metric, as it did)."""
-    from quantgate.gate.verdict import Before, evaluate_floor
-
-    before = None
-    if floor.kind == "max_regression":
-        measure = suite.metrics()[floor.metric]
-        value = float(measure.statistic(*_columns(suite, old, src), -1))
-        before = Before("v1", value)
-    return evaluate_floor(floor, suite, src, art, confidence=confidence, before=before).status
-
-
-def _columns(suite, result: dict, source: dict):
-    def cols(res):
-        rows = [suite.columns(r) for r in res["samples"]]
-        return {
-            k: np.asarray([r[k] for r in rows], dtype=object if isinstance(rows[0][k], list) else float)
-            for k in rows[0]
-        }
-
-    return cols(result), cols(source)
+def looked(lin, alpha: float, batch: int) -> str | None:
+    """What ``sequence.decide`` finds when looked at after every ``batch`` items, from one pass over
+    the whole draw: the test's running maximum makes the look after a batch see every rejection
+    within it, so each decision lands on the first look at or after the item that made it (the same
+    as calling it per look: tests/unit/gate/test_gate_calibration.py)."""
+    n = len(lin.u)
+    inf = n + batch + 1
+    beyond = int(lin.beyond[0]) + 1 if lin.beyond.size else inf
+    passed = lin.passes_test(alpha) or inf
+    failed = min(lin.fails_test(alpha) or inf, beyond)
+    for look in range(batch, n + 1, batch):
+        can_pass = passed <= look and beyond > look
+        if can_pass and (failed > look or passed <= failed):
+            return "pass"
+        if failed <= look:
+            return "fail"
+    return None
 
 
 def run_before(suite, floor, pop: Population, idx: np.ndarray, design: str) -> str:
     """An older tree's gate on one draw, from the records: its ``sequence.check`` after every batch,
-    then its ``evaluate_floor``."""
+    then its ``evaluate_floor`` (a regression compared with the approved version's metric)."""
+    from quantgate.gate.verdict import Before, evaluate_floor
+
     try:
         from quantgate.gate import sequence  # where older trees keep it
     except ImportError:
         from quantgate.stats import sequence
 
-    n = len(idx)
-
     def pick(records):
         return [{**records[j], "item": i} for i, j in enumerate(idx)]
 
-    src = {"samples": pick(pop.source)}
-    art = {"samples": pick(pop.artifact)}
-    old = {"samples": pick(pop.old)} if pop.old is not None else None
+    head = {"suite": pop.suite, "kind": suite.spec.kind}
+    src = {**head, "samples": pick(pop.source)}
+    art = {**head, "samples": pick(pop.artifact)}
     if design == "sequential" and floor.kind != "max_regression":
-        for used in range(BATCH, n + 1, BATCH):
-            got = sequence.check(floor, suite, src, art["samples"][:used], CONFIDENCE)
+        for used in range(BATCH, len(idx) + 1, BATCH):
+            got = sequence.check(floor, suite, src["samples"], art["samples"][:used], CONFIDENCE)
             if not isinstance(got, str) and got.decision != "undecided":
                 return got.decision
     confidence = sequence.final_confidence(CONFIDENCE) if design == "sequential" else CONFIDENCE
-    return decide_before(suite, floor, src, art, old, confidence)
+    before = None
+    if floor.kind == "max_regression":
+        old = {**head, "samples": pick(pop.old)}
+        before = Before("v1", None, None, old)
+    return evaluate_floor(floor, suite, src, art, confidence=confidence, before=before).status
 
 
 @dataclass(frozen=True)
@@ -439,22 +478,31 @@ class Cell:
     """One cell of the grid."""
 
     kind: str
-    shape: str
+    family: str
     n: int
     truth: str
     design: str
 
 
+def _draw(rng, pop: Population, n: int) -> np.ndarray:
+    """n items: neighbours from a random start (the design before), else at random without replacement."""
+    size = len(pop.artifact)
+    if pop.consecutive:
+        start = int(rng.integers(0, size - n))
+        return np.arange(start, start + n)
+    return rng.choice(size, n, replace=False)
+
+
 def run_cell(args: tuple[Cell, str, int, str | None]) -> dict:
-    """Every run of one cell: the rates of each status."""
+    """Every run of one cell: the rate of each status."""
     from quantgate.config.gates import Floor
 
     cell, gate, runs, records = args
     real = Real.load(Path(records)) if records else None
-    seed = zlib.crc32(f"{cell.kind}|{cell.shape}|{cell.truth}".encode())
+    seed = zlib.crc32(f"{cell.kind}|{cell.family}|{cell.truth}".encode())
     rng = np.random.default_rng(seed)
     builder = KINDS[cell.kind][0]
-    pop = builder(cell.kind, cell.shape, departure_for(cell.kind, cell.shape, cell.truth), rng, real)
+    pop = builder(cell.kind, cell.family, FACTOR[cell.truth], rng, real)
     suite = _suites()[pop.suite]
     floor = Floor(suite=pop.suite, **pop.floor)
     run_rng = np.random.default_rng([seed, cell.n, 1 if cell.design == "sequential" else 0])
@@ -462,11 +510,8 @@ def run_cell(args: tuple[Cell, str, int, str | None]) -> dict:
     started = time.perf_counter()
     counts: dict[str, int] = {}
     for _ in range(runs):
-        idx = run_rng.integers(0, len(pop.artifact), cell.n)
-        if cols is not None:
-            status = run_new(suite, floor, cols, idx, cell.design)
-        else:
-            status = run_before(suite, floor, pop, idx, cell.design)
+        idx = _draw(run_rng, pop, cell.n)
+        status = run_new(suite, floor, cols, idx, cell.design) if cols is not None else run_before(suite, floor, pop, idx, cell.design)
         counts[status] = counts.get(status, 0) + 1
     passed = counts.get("pass", 0) / runs
     return {
@@ -476,76 +521,88 @@ def run_cell(args: tuple[Cell, str, int, str | None]) -> dict:
         "pass": passed,
         "fail": counts.get("fail", 0) / runs,
         "mc_error": math.sqrt(max(passed * (1 - passed), 1e-12) / runs),
+        "in_class": pop.beyond == 0.0,
+        "beyond": pop.beyond,
         "statuses": counts,
         "seconds": round(time.perf_counter() - started, 1),
     }
 
 
-def cells(kinds, shapes, ns, truths, designs, have_real: bool) -> list[Cell]:
-    """The grid: every kind x its shapes x n x truth x design (real shapes only with --records)."""
-    return [
-        Cell(k, sh, n, t, d)
-        for k in kinds
-        for sh in KINDS[k][2]
-        if (sh != "real" or have_real) and (shapes is None or sh in shapes)
-        for n in ns
-        for t in truths
-        for d in designs
-    ]
+def _variants(kind: str, family: str) -> list[str]:
+    """A family, and its form clipped to the class when the raw one has items beyond it."""
+    if family in ("copy", "near") or kind in ("loss_rate", "recovery", "top1_agreement"):
+        return [family]
+    return [family, f"{family}@class"]
+
+
+def cells(kinds, families, ns, truths, designs, have_real: bool) -> list[Cell]:
+    """The grid: every kind x its families (and their in-class forms) x n x truth x design; copies only
+    at truths copy and near, other families only at floor and half."""
+    out = []
+    for k in kinds:
+        for fam in families if families is not None else KINDS[k][1]:
+            if fam.startswith("real") and not have_real:
+                continue
+            for variant in _variants(k, fam):
+                for t in truths:
+                    copies = fam in ("copy", "near") or fam.startswith("noisy")
+                    if copies != (t == "copy") and not (fam.startswith("noisy") and t != "half"):
+                        continue
+                    out += [Cell(k, variant, n, t, d) for n in ns for d in designs]
+    return out
 
 
 def table(rows: list[dict], before: list[dict] | None = None) -> str:
-    """The grid as Markdown: per (kind, shape, design) and n, the false-pass rate at the floor, then
-    P(pass) at half the tolerance and P(fail) at twice it (either, when only one was run); with
-    ``before``, its false-pass rate too."""
-    cell = {(r["kind"], r["shape"], r["design"], r["n"], r["truth"]): r for r in rows}
-    old = {(r["kind"], r["shape"], r["design"], r["n"], r["truth"]): r for r in before or []}
+    """Markdown: per (kind, family, design) and n, the false-pass % at the floor (before -> now), then
+    in parentheses P(pass) % at half the tolerance; copies show P(fail) %; cells outside the class
+    are marked with the share of items beyond it."""
+    cell = {(r["kind"], r["family"], r["design"], r["n"], r["truth"]): r for r in rows}
+    old = {(r["kind"], r["family"], r["design"], r["n"], r["truth"]): r for r in before or []}
     ns = sorted({r["n"] for r in rows})
-    head = "| floor kind | shape | design | " + " | ".join(f"n = {n}" for n in ns) + " |"
-    lines = [head, "|" + " --- |" * (3 + len(ns))]
-    keys = sorted(
-        {(r["kind"], r["shape"], r["design"]) for r in rows}, key=lambda k: (list(KINDS).index(k[0]), k[1:])
-    )
-    for kind, shape, design in keys:
-        parts = []
+    lines = [
+        "| floor kind | family | class | design | " + " | ".join(f"n = {n}" for n in ns) + " |",
+        "|" + " --- |" * (4 + len(ns)),
+    ]
+    keys = sorted({(r["kind"], r["family"], r["design"]) for r in rows}, key=lambda k: (list(KINDS).index(k[0]), k[1:]))
+    for kind, fam, design in keys:
+        parts, klass = [], ""
         for n in ns:
-            at = cell.get((kind, shape, design, n, "floor"))
-            half = cell.get((kind, shape, design, n, "half"))
-            double = cell.get((kind, shape, design, n, "double"))
-            was = old.get((kind, shape, design, n, "floor"))
-            text = f"{100 * at['pass']:.1f}" if at else "—"
-            if was:
-                text = f"{100 * was['pass']:.1f} → {text}"
-            if half and double:
-                text += f" ({100 * half['pass']:.0f} / {100 * double['fail']:.0f})"
-            elif half:
-                text += f" ({100 * half['pass']:.0f})"
+            at, half = cell.get((kind, fam, design, n, "floor")), cell.get((kind, fam, design, n, "half"))
+            copy = cell.get((kind, fam, design, n, "copy"))
+            was = old.get((kind, fam, design, n, "floor")) or old.get((kind, fam, design, n, "copy"))
+            anchor = at or copy
+            if anchor is None:
+                parts.append("—")
+                continue
+            klass = "in" if anchor["in_class"] else f"out ({100 * anchor['beyond']:.2g} % beyond)"
+            if at:
+                text = f"{100 * at['pass']:.1f}"
+                if was:
+                    text = f"{100 * was['pass']:.1f} → {text}"
+                if half:
+                    text += f" ({100 * half['pass']:.0f})"
+            else:
+                text = f"fail {100 * copy['fail']:.1f}, pass {100 * copy['pass']:.0f}"
+                if was:
+                    text = f"fail {100 * was['fail']:.1f} → {text}"
             parts.append(text)
-        lines.append(f"| {kind} | {shape} | {design} | " + " | ".join(parts) + " |")
+        lines.append(f"| {kind} | {fam} | {klass} | {design} | " + " | ".join(parts) + " |")
     return "\n".join(lines)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--gate", choices=("new", "before"), default="new")
-    parser.add_argument("--runs", type=int, default=2000)
-    parser.add_argument(
-        "--records", type=Path, default=None, help="an evaluation directory of the default model"
-    )
+    parser.add_argument("--runs", type=int, default=1000)
+    parser.add_argument("--records", type=Path, default=None, help="an evaluation directory of the default model")
     parser.add_argument("--kinds", default=",".join(KINDS))
-    parser.add_argument("--shapes", default=None)
+    parser.add_argument("--families", default=None)
     parser.add_argument("--n", default=",".join(map(str, GRID_N)))
     parser.add_argument("--truths", default=",".join(TRUTHS))
     parser.add_argument("--designs", default="fixed,sequential")
     parser.add_argument("--workers", type=int, default=os.cpu_count() or 1)
     parser.add_argument("--out", type=Path, default=None)
-    parser.add_argument(
-        "--table",
-        type=Path,
-        nargs="+",
-        default=None,
-        help="print the Markdown table of a result JSON (then an older one)",
-    )
+    parser.add_argument("--table", type=Path, nargs="+", default=None, help="print the table of a result JSON (then an older one)")
     args = parser.parse_args()
     if args.table:
         results = [json.loads(p.read_text())["cells"] for p in args.table]
@@ -553,7 +610,7 @@ def main() -> None:
         return
     grid = cells(
         args.kinds.split(","),
-        args.shapes.split(",") if args.shapes else None,
+        args.families.split(",") if args.families else None,
         [int(x) for x in args.n.split(",")],
         args.truths.split(","),
         args.designs.split(","),
@@ -569,6 +626,7 @@ def main() -> None:
         "gate": args.gate,
         "confidence": CONFIDENCE,
         "runs": args.runs,
+        "class_worse": WORSE,
         "machine": {"cpus": os.cpu_count(), "python": sys.version.split()[0]},
         "cells": rows,
     }

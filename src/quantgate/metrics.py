@@ -38,6 +38,9 @@ Detectable = Callable[[Columns, float, bool], tuple[float, str]]
 
 
 ERROR = "error"  # per-item record key: why the item could not be evaluated (absent when it was)
+# a source record's key: the source's own re-evaluation of the item on the device the artifacts ran on
+# (a device whose generations are not bit-reproducible flips some answers of an identical model)
+RERUN = "rerun"
 
 
 class ItemError(KeyError):
@@ -141,6 +144,9 @@ class Events:
     sign: float = 1.0
     count: bool = False
     what: str = "items"  # the eligible items, in words ("items the source solved")
+    # the same events between the source and its own re-evaluation (``RERUN``), where the source's
+    # columns carry it: on a device that flips answers, an artifact's losses are compared with these
+    noise: Callable[[Columns], np.ndarray] | None = None
 
 
 @dataclass(frozen=True)
@@ -256,7 +262,7 @@ def correctness(accuracy: str) -> dict[str, Metric]:
     floors that mean "no regression" bound ``flip_loss_rate`` (or ``flips_lost``), never
     ``flip_rate``, which counts a lucky answer as much as a lost one.
     """
-    solved = Events(_lost, _solved, what="items the source solved")
+    solved = Events(_lost, _solved, what="items the source solved", noise=_lost_on_rerun)
     return {
         accuracy: Metric(
             True,
@@ -266,7 +272,9 @@ def correctness(accuracy: str) -> dict[str, Metric]:
             detectable=_losses("fraction"),
             sums=Sums(lambda a, s: a["correct"], ones, (0.0, 1.0)),
             events=Events(_wrong, _every, offset=1.0, sign=-1.0),
-            recovery=Events(_lost, _solved, offset=1.0, sign=-1.0, what="items the source solved"),
+            recovery=Events(
+                _lost, _solved, offset=1.0, sign=-1.0, what="items the source solved", noise=_lost_on_rerun
+            ),
         ),
         "flip_rate": Metric(
             False,
@@ -317,6 +325,21 @@ def correctness(accuracy: str) -> dict[str, Metric]:
 def _lost(a: Columns, s: Columns) -> np.ndarray:
     """An answer the source got right and the artifact got wrong."""
     return (np.asarray(s["correct"]) > 0) & (np.asarray(a["correct"]) == 0)
+
+
+def _lost_on_rerun(s: Columns) -> np.ndarray:
+    """An answer the source got right and its own re-evaluation got wrong (``RERUN``)."""
+    return (np.asarray(s["correct"]) > 0) & (np.asarray(s[f"correct_{RERUN}"]) == 0)
+
+
+def record_columns(suite, sample: Mapping[str, Any]) -> dict[str, Any]:
+    """A record's columns as its kind reads them (``SuiteKind.columns``), and, for a source record
+    that carries its re-evaluation (``RERUN``), that record's columns suffixed ``_rerun``."""
+    cols = dict(suite.columns(sample))
+    again = sample.get(RERUN)
+    if isinstance(again, Mapping):
+        cols.update({f"{k}_{RERUN}": v for k, v in suite.columns(again).items()})
+    return cols
 
 
 def _wrong(a: Columns, s: Columns) -> np.ndarray:

@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import ConfigDict, ValidationError, model_validator, with_config
+from pydantic import PrivateAttr, ConfigDict, ValidationError, model_validator, with_config
 from typing_extensions import TypedDict
 
 from quantgate import bounded_json
@@ -25,6 +25,7 @@ SCHEMA_VERSION = 3
 REPORT_JSON = "report.json"
 # beside report.json: records/<artifact>.json, each artifact's per-item results, named by sha256 in the
 # report's ``records`` and published with its version (what a later regression is paired with)
+BASELINES_DIR = "baselines"  # beside report.json: <artifact>/<tenant>/ a copy of a baseline not superseded
 RECORDS_DIR = "records"
 # A report of four targets, six tenants and the full profile's per-item sequential estimates is
 # under 2 MB; a report.json (one from the registry included) is read within these bounds (size
@@ -273,6 +274,11 @@ class Report(FrozenRecord):
     # artifact -> suite -> why evaluation did not run it (no floor could change a verdict: every floor
     # lacked power, or every tenant had already failed on suites run before it)
     skipped: dict[str, dict[str, str]] = {}
+    # in memory only, not in report.json: the baselines this decision compared with (a
+    # ``gate.baseline.Baselines``), so that ``write_report_json`` keeps beside it a copy of each one a
+    # tenant was not approved against (``baselines/``): a later ``--previous`` of this report then
+    # compares that tenant with what this one did, as the registry would
+    _compared: Any = PrivateAttr(None)
 
     def role(self, artifact: str) -> str:
         """required, optional, or outside class (built with --targets beyond the class)."""

@@ -303,6 +303,33 @@ class Gates(Frozen):
                 )
         return tenants
 
+    @model_validator(mode="after")
+    def _advisory_floors_can_fail(self, info: ValidationInfo) -> Gates:
+        """An advisory floor that no artifact could fail on its suite's items, at some profile, is a
+        floor that only ever passes or abstains: refused, naming it and the smallest size that lets
+        it fail (the issue this came from: ratio floors below 8 windows could never fail)."""
+        from quantgate.stats import forms
+
+        suites = _suites(info)
+        cls = self.item_range.stated()
+        for name, tenant in self.tenants.items():
+            for floor in tenant.floors:
+                suite = suites.get(floor.suite)
+                measure = suite.metrics().get(floor.metric) if suite is not None else None
+                if not floor.advisory or suite is None or measure is None:
+                    continue
+                need = forms.items_to_fail(floor.kind, floor.value, measure, cls, 1.0 - tenant.confidence)
+                for profile in getattr(suite.spec, "profiles", {}):
+                    have = suite.items(profile)
+                    if need is not None and have < need:
+                        raise ValueError(
+                            f"tenant '{name}': the advisory floor {floor.suite} {floor.metric} {floor.kind} "
+                            f"{floor.value:g} can never fail at profile '{profile}' ({have} items): it needs at "
+                            f"least {need}; give eval_suites/{floor.suite}.yaml's {profile} profile {need} "
+                            f"items, or drop the floor"
+                        )
+        return self
+
     def classify(self, *, moe: bool, params: int, context: int | None) -> str:
         """The first model class, in the order written, whose conditions the checkpoint meets."""
         for name, cls in self.model_classes.items():

@@ -15,7 +15,7 @@ import hashlib
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +30,7 @@ from quantgate.evaluate import environment, skip
 from quantgate.evaluate.sequential import BATCH_MIN, watched
 from quantgate.evaluate.sequential import run as sequential_run
 from quantgate.evaluate.suites import EvalContext, LoadedSuite, SuiteResult
+from quantgate.metrics import RERUN
 from quantgate.results import RunInfo, SuiteResultFile, write_run_info, write_suite_result
 
 # 2: references computed with tiled prefill attention and log-sum-exp scoring; a version-1
@@ -127,6 +128,8 @@ def reference_path(ctx: EvalContext, suite: LoadedSuite, source_hash: str, devic
         parts = (*parts, device, f"gpu-arithmetic-{GPU_ARITHMETIC}")
     if (shards := sharding.current()) is not None:
         parts = (*parts, f"tensor-parallel-{shards.world}")
+    if _reruns(ctx, suite, device):
+        parts = (*parts, "rerun")
     key = hashlib.sha256("|".join(map(str, parts)).encode()).hexdigest()
     return ctx.cache_dir / "references" / suite.spec.name / f"{key[:32]}.pt"
 
@@ -139,11 +142,36 @@ def _reference(ctx: EvalContext, suite: LoadedSuite, source_hash: str, source: S
         return state["reference"], SuiteResult(**state["source_result"])
     run.reference_misses.append(suite.spec.name)
     reference, result = suite.runner.reference(ctx, source.model())
+    if _reruns(ctx, suite, source.device):
+        result = with_rerun(result, suite.runner.score(ctx, source.model(), reference))
     if result.errors or not sharding.writer():  # items not evaluated (e.g. no sandbox here) are tried
         return reference, result  # again next time, not cached; in a group, rank 0 writes it
     with staged_file(path) as tmp:
         torch.save({"reference": reference, "source_result": asdict(result)}, tmp)
     return reference, result
+
+
+def with_rerun(result: SuiteResult, again: SuiteResult) -> SuiteResult:
+    """The source's result with each record's re-evaluation beside it (``metrics.RERUN``): what an
+    identical model's answers do on this device, that the gate pairs an artifact's losses with."""
+    by_item = {str(r.get("item")): r for r in again.samples}
+    samples = [
+        {**r, RERUN: {k: v for k, v in by_item[str(r.get("item"))].items() if k != RERUN}}
+        if str(r.get("item")) in by_item
+        else r
+        for r in result.samples
+    ]
+    note = f"the source re-evaluated on this device ({len(by_item)} items): the gate pairs lost answers with its own"
+    return replace(result, samples=samples, notes=[*result.notes, note])
+
+
+def _reruns(ctx: EvalContext, suite: LoadedSuite, device: str) -> bool:
+    """Whether the source is scored twice on ``suite`` (``EvalContext.rerun_source``): on a device
+    that is not bit-reproducible, for suites that count lost answers."""
+    wanted = ctx.rerun_source if ctx.rerun_source is not None else device != "cpu"
+    return wanted and any(
+        m.events is not None and m.events.noise is not None for m in suite.runner.metrics().values()
+    )
 
 
 def _record(

@@ -28,7 +28,7 @@ from quantgate.config import Floor
 from quantgate.errors import ReportError, UsageError
 from quantgate.frozen import FrozenRecord
 from quantgate.gate.verdict import Before
-from quantgate.report_schema import RECORDS_DIR, REPORT_JSON, BaselineRef, Report, read_report
+from quantgate.report_schema import BASELINES_DIR, RECORDS_DIR, REPORT_JSON, BaselineRef, Report, read_report
 from quantgate.safe_path import path_problem
 
 
@@ -97,7 +97,10 @@ def _read(path: Path | None, what: str) -> tuple[Report | None, str | None]:
 
 
 def from_report_dir(report_dir: Path) -> Baselines:
-    """``--previous DIR``: the previous approved version's report, for every (target, tenant) it approved."""
+    """``--previous DIR``: what each (target, tenant) is served after the previous report, as the
+    registry would answer: the previous report's own artifact for the tenants it approved; for the
+    tenants it did not, the version it compared them with (a copy kept beside it, ``baselines/``),
+    which is still the one served; none where it compared with none (a first release then too)."""
     path = Path(report_dir) / REPORT_JSON
     old = read_report(path, fix="pass --previous the output directory of an earlier quantgate gate")
     ref = BaselineRef(origin=str(path), profile=old.profile, source_hash=old.source_hash)
@@ -110,7 +113,29 @@ def from_report_dir(report_dir: Path) -> Baselines:
             Baseline(artifact=artifact, tenant=tenant, ref=ref, report=old, records=records)
             for tenant in tenants
         ]
+    for v in old.verdicts:
+        if v.baseline is None or v.tenant in old.approvals.get(v.artifact, []):
+            continue
+        found.append(_carried(Path(report_dir), v.artifact, v.tenant, v.baseline))
     return Baselines(origin=f"--previous {path}", found=found, notes=notes)
+
+
+def _carried(report_dir: Path, artifact: str, tenant: str, ref: BaselineRef) -> Baseline:
+    """The baseline a previous report compared (artifact, tenant) with and did not replace, from its
+    copy beside that report; without the copy, a baseline that cannot be compared (never a first
+    release: the tenant is still served that version)."""
+    where = report_dir / BASELINES_DIR / artifact / tenant
+    label = f"version {ref.version} of {ref.registered_model}" if ref.version else ref.origin
+    if path_problem(artifact) is None and path_problem(tenant) is None and "/" not in artifact + tenant:
+        report, problem = _read(where / REPORT_JSON if (where / REPORT_JSON).exists() else None, label)
+        if report is not None:
+            records = records_beside(where, report, artifact)
+            return Baseline(artifact=artifact, tenant=tenant, ref=ref, report=report, records=records)
+    problem = (
+        f"the previous report compared {tenant} with {label} but keeps no copy of it "
+        f"({where} is missing): gate against the registry, or --previous that version's report"
+    )
+    return Baseline(artifact=artifact, tenant=tenant, ref=ref, problem=problem)
 
 
 def records_beside(report_dir: Path, report: Report, artifact: str) -> dict[str, Any] | None:

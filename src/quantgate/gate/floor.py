@@ -41,7 +41,7 @@ from quantgate.metrics import Events, Metric
 from quantgate.results import SampleDesign
 from quantgate.stats import betting, bounds, forms
 from quantgate.stats.bounds import Interval
-from quantgate.stats.linear import ItemRange
+from quantgate.stats.linear import Caps, ItemRange
 
 Family = Literal["events", "mean"]
 Columns = dict[str, np.ndarray]
@@ -142,24 +142,28 @@ def plan(
     old: Columns | None = None,
     item_range: ItemRange | None = None,
     sampling: SampleDesign | None = None,
+    describe: bool = True,
 ) -> Plan | str:
     """The floor's plan from the source's columns (and, for a regression, the approved version's:
     ``old`` when its records pair item by item, else ``before.value``), the stated class
     (``item_range``, gates.yaml) and how the items were drawn (``sampling``). A string: why no
-    bound exists (the caller reports it as missing or insufficient)."""
+    bound exists (the caller reports it as missing or insufficient). ``describe=False`` leaves out
+    what only the report reads (an unchanged artifact's end, the items it needs): simulations."""
     alpha = 1.0 - confidence
     kind = floor.kind
     cls = item_range or ItemRange()
     sampling = sampling or SampleDesign()
     if kind == "max_regression":
         assert before is not None
-        return _regression(floor, measure, source, alpha, before, old, cls, sampling)
+        return _regression(floor, measure, source, alpha, before, old, cls, sampling, describe)
     events = (
         measure.recovery if kind == "min_recovery" else measure.events if kind in ("max", "min") else None
     )
     if events is not None:
         if not np.any(events.eligible(source)):  # no answer can be lost where none was right
             return f"the source's {floor.metric} {measure.uninformative}"
+        if events.noise is not None and _has_rerun(source):
+            return _noisy_plan(events, floor, measure, source, alpha, sampling, describe)
         return _events_plan(
             events, source, floor.value, upper=kind == "max", alpha=alpha, recovery=kind == "min_recovery"
         )
@@ -178,7 +182,7 @@ def plan(
     quantile = measure.exceeds is not None and kind == "max"
     upper = kind in ("max", "max_delta_pct")
     estimate_of = _statistic(measure) if quantile else None
-    return _mean_plan(form, floor.value, upper, measure, source, None, alpha, sampling, estimate_of)
+    return _mean_plan(form, floor.value, upper, measure, source, None, alpha, sampling, estimate_of, describe)
 
 
 def _statistic(measure: Metric, shift: float = 0.0) -> Callable[[Columns, Columns, Columns | None], float]:
@@ -250,6 +254,66 @@ def _events_plan(
     )
 
 
+def _has_rerun(s: Columns) -> bool:
+    return any(name.endswith("_rerun") for name in s)
+
+
+def _noisy_plan(
+    ev: Events,
+    floor: Floor,
+    measure: Metric,
+    s: Columns,
+    alpha: float,
+    sampling: SampleDesign,
+    describe: bool,
+) -> Plan | str:
+    """Lost answers on a device that flips answers (the source's records carry its own re-evaluation
+    there): the artifact's losses in excess of the source's own, paired item by item. Per eligible
+    item, (artifact lost) - (re-evaluation lost) lies in [-1, 1] with mean 0 for an identical copy,
+    so the betting test bounds its mean against the floor's rate with no assumption beyond it."""
+    eligible = np.asarray(ev.eligible(s), dtype=bool)
+    m = int(eligible.sum())
+    scale = float(m) if ev.count else 1.0
+    if ev.sign > 0 and floor.kind == "min" or ev.sign < 0 and floor.kind == "max":
+        return "a paired comparison with the source's re-evaluation bounds lost answers only"
+    noise = np.asarray(ev.noise(s), dtype=float)
+
+    @forms.fixed
+    def values(a: Columns, s_: Columns, o_: Columns | None):
+        lost = np.asarray(ev.bad(a, s_), dtype=float)
+        return np.where(eligible, lost - noise, 0.0), eligible.astype(float)
+
+    def to_quantity(u: float) -> float:
+        return ev.offset + ev.sign * scale * u
+
+    form = forms.Form(
+        floor.value,
+        values,
+        lambda q: (q - ev.offset) / (ev.sign * scale),
+        to_quantity,
+        Caps(-1.0, 1.0),  # a difference of two 0/1 events: its own range, no class assumed
+        1.0,
+        (to_quantity(-1.0), to_quantity(1.0)),
+        "an item's loss minus the source's own re-evaluation loss",
+        None,
+        0.0,
+        sign=1.0,
+        natural_bad=True,
+    )
+    flips = int(np.sum(noise[eligible]))
+    p = _mean_plan(form, floor.value, floor.kind == "max", measure, s, None, alpha, sampling, None, describe)
+    if isinstance(p, str):
+        return p
+    return replace(
+        p,
+        quantity=f"lost answers beyond the source's own re-evaluation ({flips} of its {m} solved flipped)",
+        coverage=(
+            f"the {ev.what} as independent draws; paired with the source re-evaluated on the same device "
+            f"(it flipped {flips} of {m}); a betting bound on the difference, no other assumption"
+        ),
+    )
+
+
 def _mean_plan(
     form: forms.Form | str,
     limit: float,
@@ -260,6 +324,7 @@ def _mean_plan(
     alpha: float,
     sampling: SampleDesign,
     estimate_of: Callable[[Columns, Columns, Columns | None], float] | None,
+    describe: bool = True,
 ) -> Plan | str:
     """A floor as a bounded mean (``stats.forms``): its class, and its power, from the source (or the
     approved version) taken as the artifact."""
@@ -273,10 +338,10 @@ def _mean_plan(
         else _weighted(unchanged, form)
     )
     powered = unchanged.first_pass(alpha) is not None
-    end = unchanged.ends(alpha)[0] if powered else math.nan
+    end = unchanged.ends(alpha)[0] if powered and describe else math.nan
     z, t0 = unchanged.scaled()
     worst = betting.rejects(np.ones(max(items, 1)), t0, alpha, below=False)
-    needed = betting.items_needed(float(np.mean(z)) if len(z) else 0.0, t0, alpha, below=True)
+    needed = betting.items_needed(float(np.mean(z)) if len(z) else 0.0, t0, alpha, below=True) if describe else None
     unit = sampling.unit
     resolution = f"an unchanged artifact passes from {needed} {unit}" if needed else "no number of items passes an unchanged artifact"
     evidence = f"{items} {unit} ({resolution})"
@@ -323,6 +388,7 @@ def _regression(
     old: Columns | None,
     cls: ItemRange,
     sampling: SampleDesign,
+    describe: bool = True,
 ) -> Plan | str:
     """How much worse than the approved version, in the metric's units: paired on the same items when
     its records are here (``old``), else against its reported value taken as fixed."""
@@ -338,7 +404,9 @@ def _regression(
             ("max" if worse_up else "min"): before.value + (limit if worse_up else -limit),
         }
         shifted = Floor.model_construct(**bound_at)
-        base = plan(shifted, measure, s, confidence=1.0 - alpha, item_range=cls, sampling=sampling)
+        base = plan(
+            shifted, measure, s, confidence=1.0 - alpha, item_range=cls, sampling=sampling, describe=describe
+        )
         if isinstance(base, str):
             return base
         sign = 1.0 if worse_up else -1.0
@@ -368,7 +436,7 @@ def _regression(
             population=sampling.population,
             shift=was,
         )
-        p = _mean_plan(form, limit, True, measure, s, old, alpha, sampling, _statistic(measure, was))
+        p = _mean_plan(form, limit, True, measure, s, old, alpha, sampling, _statistic(measure, was), describe)
         return p if isinstance(p, str) else _with_compare(p, f"{floor.metric} {was:.6g} in {before.label}", was)
     sums = measure.sums
     if sums is None:
@@ -391,7 +459,7 @@ def _regression(
         o=old,
         was=was,
     )
-    p = _mean_plan(form, limit, True, measure, s, old, alpha, sampling, None)
+    p = _mean_plan(form, limit, True, measure, s, old, alpha, sampling, None, describe)
     if isinstance(p, str):
         return p
     return _with_compare(replace(p, no_change=0.0), f"{floor.metric} {was:.6g} in {before.label}, paired", was)

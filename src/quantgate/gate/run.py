@@ -22,7 +22,7 @@ from quantgate.config import Catalog, Gates, load_gates, project_suites
 from quantgate.errors import InputError, UsageError
 from quantgate.gate.baseline import Baselines, from_registry, from_report_dir
 from quantgate.gate.verdict import Results, gate, no_evidence
-from quantgate.report_schema import RECORDS_DIR, REPORT_JSON, EvaluatedNumerics, Report, SequentialDesign
+from quantgate.report_schema import BASELINES_DIR, RECORDS_DIR, REPORT_JSON, EvaluatedNumerics, Report, SequentialDesign
 from quantgate.results import SOURCE, read_evaluation
 from quantgate.serving_table import ServingTable
 from quantgate.suggest import did_you_mean
@@ -127,7 +127,7 @@ def gate_results(
     numerics = (run_info.numerics if run_info else {}) or {
         m: next((r.numerics for r in res.values() if r.numerics), {}) for m, res in results.items()
     }
-    return Report(
+    report = Report(
         model=model,
         model_class=model_class,
         source_hash=source_hash,
@@ -156,6 +156,8 @@ def gate_results(
         baselines_from=baselines.origin if baselines is not None else None,
         baseline_notes=list(baselines.notes) if baselines is not None else [],
     )
+    report._compared = baselines
+    return report
 
 
 def _roles(
@@ -220,6 +222,35 @@ def write_report_json(report: Report, out_dir: Path, eval_dir: Path | None = Non
             staged.parent.mkdir(parents=True, exist_ok=True)
             with staged_file(staged) as tmp:
                 Path(tmp).write_bytes(payload)
+    keep_baselines(report, out_dir)
     path = out_dir / REPORT_JSON
     write_json(path, report.payload(), allow_nan=False)
     return path
+
+
+def keep_baselines(report: Report, out_dir: Path) -> None:
+    """Beside the report, a copy of every baseline a tenant was compared with and not approved against
+    (``baselines/<artifact>/<tenant>/``: that version's report and records): the version that tenant is
+    still served, which a later ``--previous`` of this report compares with, as the registry does."""
+    compared: Baselines | None = report._compared
+    if compared is None:
+        return
+    for v in report.verdicts:
+        if v.baseline is None or v.tenant in report.approvals.get(v.artifact, []):
+            continue
+        found = next((b for b in compared.found if (b.artifact, b.tenant) == (v.artifact, v.tenant)), None)
+        if found is None or found.report is None:
+            continue
+        where = out_dir / BASELINES_DIR / v.artifact / v.tenant
+        records = {}
+        if found.records is not None:
+            payload = json.dumps(
+                {"artifact": v.artifact, "suites": found.records}, sort_keys=True, separators=(",", ":")
+            ).encode()
+            staged = where / RECORDS_DIR / f"{v.artifact}.json"
+            staged.parent.mkdir(parents=True, exist_ok=True)
+            with staged_file(staged) as tmp:
+                Path(tmp).write_bytes(payload)
+            records = {v.artifact: hashlib.sha256(payload).hexdigest()}
+        kept = found.report.model_copy(update={"records": records})
+        write_json(where / REPORT_JSON, kept.payload(), allow_nan=False)

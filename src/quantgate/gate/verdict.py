@@ -20,7 +20,7 @@ import numpy as np
 from quantgate.config import Floor, Gates, Tenant
 from quantgate.gate import floor as floor_step
 from quantgate.gate.floor import INTERVAL_NAME, Before
-from quantgate.metrics import Metric
+from quantgate.metrics import Metric, record_columns
 from quantgate.report_schema import STATUS_TEXT, BaselineRef, FloorResult, Status, Verdict
 from quantgate.results import SuiteResultFile
 from quantgate.stats import ItemRange, sequence
@@ -56,7 +56,7 @@ def _as_column(values: list[Any]) -> np.ndarray:
 
 
 def _rows(suite: SuiteKind, result: SuiteResultFile) -> dict[str, Mapping[str, Any]]:
-    return {str(r["item"]): suite.columns(r) for r in result.samples}
+    return {str(r["item"]): record_columns(suite, r) for r in result.samples}
 
 
 def _aligned(
@@ -75,11 +75,13 @@ def _aligned(
     if s_rows.keys() != a_rows.keys():
         shared = len(a_rows.keys() & s_rows.keys())
         return f"items do not pair ({len(a_rows)} artifact, {len(s_rows)} source, {shared} shared)"
-    keys = sorted(a_rows)
+    keys = sorted(a_rows, key=_item_order)
     names = [c for c in a_rows[keys[0]] if c in s_rows[keys[0]]]
+    # the source's own re-evaluation, where every source record carries it (a device that flips answers)
+    names += [c for c in s_rows[keys[0]] if c.endswith("_rerun") and all(c in s_rows[k] for k in keys)]
 
     def columns(rows: dict[str, Mapping[str, Any]]) -> dict:
-        return {c: _as_column([rows[k][c] for k in keys]) for c in names}
+        return {c: _as_column([rows[k][c] for k in keys]) for c in names if c in rows[keys[0]]}
 
     o = None
     if o_rows is not None:
@@ -89,6 +91,11 @@ def _aligned(
             )
         o = columns(o_rows)
     return columns(a_rows), columns(s_rows), o, len(keys)
+
+
+def _item_order(key: str) -> tuple[int, int | str]:
+    """Items in the order they were drawn: numeric ids as numbers (a draw's order), others by name."""
+    return (0, int(key)) if key.lstrip("-").isdigit() else (1, key)
 
 
 def _errors(suite: SuiteKind, source: SuiteResultFile, artifact: SuiteResultFile) -> str | None:
@@ -525,7 +532,7 @@ def _not_run(
 
 def _as_columns(suite: SuiteKind, result: SuiteResultFile) -> dict:
     rows = _rows(suite, result)
-    keys = sorted(rows)
+    keys = sorted(rows, key=_item_order)
     names = list(rows[keys[0]]) if keys else []
     return {c: _as_column([rows[k][c] for k in keys]) for c in names}
 

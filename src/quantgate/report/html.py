@@ -44,14 +44,16 @@ td.reason{font-size:12px;color:#57606a;max-width:48rem}img{max-width:100%}
 <summary><h3>{{ v.artifact }} × {{ v.tenant }}</h3> ({{ view.role(v.artifact) }}): <b class="{{ v.verdict }}">{{ v.verdict }}</b></summary>
 <ul>{% for reason in view.other_reasons(v) %}<li>{{ reason }}</li>{% endfor %}</ul>
 {% if v.baseline %}<p class="meta">compared with {% if v.baseline.version %}version {{ v.baseline.version }} of {{ v.baseline.registered_model }}{% else %}{{ v.baseline.origin }}{% endif %}, approved for {{ v.tenant }}</p>{% endif %}
-<table><thead><tr><th>suite</th><th>metric</th><th>floor kind</th><th>estimate</th><th>bound</th><th>floor</th><th>margin</th><th>MDE</th><th>tolerance</th><th>before</th><th>change</th><th>status</th><th>reason</th></tr></thead><tbody>
+<table><thead><tr><th>suite</th><th>metric</th><th>floor kind</th><th>estimate</th><th>bound (which end)</th><th>floor</th><th>margin</th><th>unchanged artifact's end, from no change</th><th>tolerance</th><th>before</th><th>change</th><th>status</th><th>reason</th></tr></thead><tbody>
 {% for f in v.floors %}<tr><td>{{ f.suite }}</td><td>{{ f.metric }}</td><td>{{ f.kind_of_floor }}{% if f.advisory %} (advisory){% endif %}</td><td class="num">{{ fmt(f.estimate) }}</td>
-<td class="num">{{ fmt(f.bound, f.floor) }}</td><td class="num">{{ fmt(f.floor, f.bound) }}</td><td class="num">{{ fmt(f.margin, sign=True) }}</td>
+<td class="num">{{ fmt(f.bound, f.floor) }}{% if f.end %} ({{ f.end }}){% endif %}</td><td class="num">{{ fmt(f.floor, f.bound) }}</td><td class="num">{{ fmt(f.margin, sign=True) }}</td>
 <td class="num">{{ fmt(f.mde) }}</td><td class="num">{{ fmt(f.tolerance) }}</td><td class="num">{{ fmt(f.before) }}</td><td class="num">{{ fmt(f.delta, sign=True) }}</td>
 <td class="{{ f.status }}">{{ status_text(f.status) }}{% if f.marginal %} ⚠ marginal{% endif %}</td><td class="reason">{{ f.reason }}</td></tr>
 {% endfor %}</tbody></table></details>
 {% endfor %}
 
+{% if coverage %}<h2 id="coverage">What each confidence covers</h2>
+<ul>{% for name, text in coverage %}<li><b>{{ name }}</b>: {{ text }}</li>{% endfor %}</ul>{% endif %}
 {% if skipped %}<h2 id="not-run">Suites not run (they could not change a verdict)</h2>
 <ul>{% for artifact, suite, why in skipped %}<li><b>{{ artifact }}</b> {{ suite }}: {{ why }}</li>{% endfor %}</ul>{% endif %}
 {% if no_evidence %}<h2 id="no-evidence">Suites with no evidence on this model</h2>
@@ -135,6 +137,7 @@ def render_html(report: Report | Mapping[str, Any]) -> str:
         status_text=status_text,
         no_evidence=view.no_evidence(),
         skipped=view.skipped(),
+        coverage=view.coverage(),
         serving_deltas=view.serving_deltas(),
         fmt_bytes=format_bytes,
         floor_plots=floor_plots,

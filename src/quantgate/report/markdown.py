@@ -21,14 +21,15 @@ def _floor_line(f: FloorResult) -> str:
     head = f"- {md_code(f'{f.suite} {f.metric}')} ({md(f.kind_of_floor)}, {md(status_text(f.status))})"
     if f.status in ("missing", "error") or (f.bound is None and f.evidence):
         return f"{head}: {md(f.reason.split(': ', 1)[-1])}"
+    end = f"{f.end} end" if f.end else "bound"
     line = (
-        f"{head}: estimate {fmt(f.estimate)}, bound {fmt(f.bound, f.floor)}, floor {fmt(f.floor, f.bound)}, "
+        f"{head}: estimate {fmt(f.estimate)}, {end} {fmt(f.bound, f.floor)}, floor {fmt(f.floor, f.bound)}, "
         f"margin {fmt(f.margin, sign=True)}"
     )
     if f.interval == "confidence-sequence":
-        line += f", always-valid bound, decided early on {f.items} items"
+        line += f", always valid, decided early on {f.items} items"
     if f.mde is not None:
-        line += f", MDE {fmt(f.mde)} (tolerance {fmt(f.tolerance)})"
+        line += f", an unchanged artifact's end {fmt(f.mde)} from no change (tolerance {fmt(f.tolerance)})"
     if f.marginal:
         line += f", ⚠ marginal (within the machine-to-machine spread {fmt(f.spread)})"
     return line + (f": {md(f.evidence)}" if f.evidence else "")
@@ -73,6 +74,9 @@ def render_markdown(report: Report | Mapping[str, Any]) -> str:
             out.append("")
             out += [_floor_line(f) for f in view.failed_floors(v)]
             out += [f"- {md(r)}" for r in view.other_reasons(v)]
+    if covers := view.coverage():
+        out += ["", "## What each confidence covers", ""]
+        out += [f"- {md_code(name)}: {md(text)}" for name, text in covers]
     if rows := view.sequential():
         out += ["", "## Sequential evaluation", ""]
         out.append("| artifact | suite | items used | stopped | seconds | saved (estimate) |")

@@ -148,6 +148,16 @@ class View:
             rows.append((artifact, engine, loads, "; ".join(refused) or "—"))
         return rows
 
+    def coverage(self) -> list[tuple[str, str]]:
+        """What each floor's confidence covers (the population drawn and the class assumed), once per
+        (suite, metric, floor kind) and statement, in the order floors first appear."""
+        seen: dict[tuple[str, str], None] = {}
+        for v in self.verdicts:
+            for f in v.floors:
+                if f.coverage:
+                    seen.setdefault((f"{f.suite} {f.metric} {f.kind_of_floor} {f.floor:g}", f.coverage), None)
+        return list(seen)
+
     def sequential(self) -> list[tuple[str, str, str, str, str, str]]:
         """(artifact, suite, items used of all, why it stopped, seconds, seconds saved estimate) for
         every suite evaluated sequentially; empty for the fixed design. One table for both renderers."""

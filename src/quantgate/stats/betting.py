@@ -42,7 +42,7 @@ BETS = np.array([0.95, 0.5, 0.25, 0.125, 0.0625, 0.03125, 0.015625])
 WEIGHTS = 0.5 ** np.arange(1, len(BETS) + 1)
 WEIGHTS = WEIGHTS / WEIGHTS.sum()
 _LOG_WEIGHTS = np.log(WEIGHTS)
-TOL = 1e-9  # an interval end to within this, in [0, 1], rounded outwards
+TOL = 1e-7  # an interval end to within this, in [0, 1], rounded outwards
 
 
 def _null_means(z: np.ndarray, m: np.ndarray, population: int | None) -> np.ndarray:

@@ -22,8 +22,9 @@ import numpy as np
 from quantgate.stats.linear import Caps, ItemRange, Linear, caps_for
 
 Columns = dict[str, np.ndarray]
-# (artifact, source, approved) columns and a limit in the floor's units -> per-item (u, w)
-Values = Callable[[Columns, Columns, "Columns | None", float], tuple[np.ndarray, np.ndarray]]
+# (artifact, source, approved) columns -> (a limit in the floor's units -> per-item (u, w)): the columns
+# are read once, and an interval's ends try many limits on them
+Values = Callable[[Columns, Columns, "Columns | None"], Callable[[float], tuple[np.ndarray, np.ndarray]]]
 
 
 @dataclass(frozen=True)
@@ -48,20 +49,27 @@ class Form:
 
     def linear(self, a: Columns, s: Columns, o: Columns | None = None, *, limit: float | None = None) -> Linear:
         """The artifact's items against ``limit`` (default: the floor), in evaluation order."""
-        q = self.limit if limit is None else limit
-        u, w = self.values(a, s, o, q)
-        return Linear(
-            u=np.asarray(u, dtype=float),
-            w=np.asarray(w, dtype=float),
-            w_max=self.w_max,
-            limit=self.to_u(q),
-            caps=self.caps,
-            population=self.population,
-            at=lambda q2: self.linear(a, s, o, limit=q2),
-            bracket=self.bracket if self.bracket_of is None else self.bracket_of(a),
-            what=self.what,
-            to_quantity=self.to_quantity,
-        )
+        at = self.values(a, s, o)
+        bracket = self.bracket if self.bracket_of is None else self.bracket_of(a)
+
+        def build(q: float) -> Linear:
+            u, w = at(q)
+            return Linear(
+                u=np.asarray(u, dtype=float),
+                w=np.asarray(w, dtype=float),
+                w_max=self.w_max,
+                limit=self.to_u(q),
+                caps=self.caps,
+                population=self.population,
+                at=build,
+                bracket=bracket,
+                what=self.what,
+                to_quantity=self.to_quantity,
+                limit_free=getattr(self.values, "limit_free", False),
+                to_u=self.to_u,
+            )
+
+        return build(self.limit if limit is None else limit)
 
     def class_text(self) -> str:
         """The class in words, for the report: the worse cap on an item's value, or that the
@@ -83,6 +91,17 @@ def _per_item(num: np.ndarray, den: np.ndarray) -> np.ndarray:
     """num / den per item, 0 where the item has no weight (it then adds nothing to either sum)."""
     with np.errstate(divide="ignore", invalid="ignore"):
         return np.where(den > 0, num / np.where(den > 0, den, 1.0), 0.0)
+
+
+def fixed(fn: Callable[[Columns, Columns, Columns | None], tuple[np.ndarray, np.ndarray]]) -> Values:
+    """Values that do not depend on the limit tried (a window's KL is what it is): read once."""
+
+    def prepare(a: Columns, s: Columns, o: Columns | None):
+        uw = fn(a, s, o)
+        return lambda q: uw
+
+    prepare.limit_free = True  # type: ignore[attr-defined]
+    return prepare
 
 
 def _weight_bound(den_s: np.ndarray, declared: float | None) -> float:
@@ -128,7 +147,8 @@ def sums_form(
         def to_quantity(u: float) -> float:
             return _exp(sign * u) if sums.log else sign * u
 
-        def values(a: Columns, s_: Columns, o_: Columns | None, q: float):
+        @fixed
+        def values(a: Columns, s_: Columns, o_: Columns | None):
             den = _num(sums.den, a, s_)
             return sign * _per_item(_num(sums.num, a, s_), den), den
 
@@ -141,7 +161,8 @@ def sums_form(
 
     if kind == "max_delta_pct" and sums.log:
 
-        def values_log(a: Columns, s_: Columns, o_: Columns | None, q: float):
+        @fixed
+        def values_log(a: Columns, s_: Columns, o_: Columns | None):
             den = _num(sums.den, a, s_)
             return _per_item(_num(sums.num, a, s_) - _num(sums.num, s_, s_), den), den
 
@@ -167,9 +188,9 @@ def sums_form(
         def ratio(q: float) -> float:
             return 1.0 + q / 100.0 if kind == "max_delta_pct" else q
 
-        def values_ratio(a: Columns, s_: Columns, o_: Columns | None, q: float):
-            den = _num(sums.den, a, s_)
-            return sign * _per_item(_num(sums.num, a, s_) - ratio(q) * _num(sums.num, s_, s_), den), den
+        def values_ratio(a: Columns, s_: Columns, o_: Columns | None):
+            den, num_a, num_s_ = _num(sums.den, a, s_), _num(sums.num, a, s_), _num(sums.num, s_, s_)
+            return lambda q: (sign * _per_item(num_a - ratio(q) * num_s_, den), den)
 
         r = ratio(limit)
         natural = tuple(sorted((sign * (unit[0] - r * unit[1]), sign * (unit[1] - r * unit[0]))))
@@ -201,7 +222,8 @@ def sums_form(
         if sums.log and not worse_up:
             return "no paired regression form for a higher-is-better log metric"
 
-        def values_reg(a: Columns, s_: Columns, o_: Columns | None, q: float):
+        @fixed
+        def values_reg(a: Columns, s_: Columns, o_: Columns | None):
             assert o_ is not None
             den = _num(sums.den, s_, s_)
             return sign * _per_item(_num(sums.num, a, s_) - _num(sums.num, o_, s_), den), den
@@ -261,14 +283,19 @@ def exceedance_form(
         return "no item carries tokens"
     top = 1.0 - exceeds.q
 
-    def values(a: Columns, s_: Columns, o_: Columns | None, q: float):
-        tails = a[exceeds.values]
+    def values(a: Columns, s_: Columns, o_: Columns | None):
+        tails = [np.asarray(t, dtype=float) for t in a[exceeds.values]]
         count = np.asarray(a[exceeds.count], dtype=float)
-        x = q + shift
-        above = np.array([float(np.sum(np.asarray(t, dtype=float) > x)) for t in tails])
         kept = np.array([float(len(t)) for t in tails])
-        above = np.where((above >= kept) & (kept < count), count, above)
-        return _per_item(above, count), count
+        flat = np.concatenate(tails) if tails else np.zeros(0)
+        window = np.repeat(np.arange(len(tails)), [len(t) for t in tails])
+
+        def at(q: float):
+            above = np.bincount(window[flat > q + shift], minlength=len(tails)).astype(float)
+            above = np.where((above >= kept) & (kept < count), count, above)
+            return _per_item(above, count), count
+
+        return at
 
     caps = caps_for(0.0, top, (0.0, 1.0), cls)
     if isinstance(caps, str):
@@ -368,3 +395,40 @@ def floor_form(
         w_declared=weights.get(getattr(measure.sums, "weight", None)),
         population=population,
     )
+
+
+def items_to_fail(kind: str, limit: float, measure, cls: ItemRange, alpha: float) -> int | None:
+    """The fewest items on which *some* artifact could fail this floor at level ``alpha``, known from
+    the floor alone (None: not known before the source is evaluated, or no number does): an advisory
+    floor that its suite's size can never fail is refused when gates.yaml is loaded.
+
+    - A rate of events (exact bounds): every eligible item bad must put the lower end above the
+      floor, alpha^(1/m) > the floor's rate (a count floor: m alpha^(1/m) above the count).
+    - A mean within a stated class: an item beyond the class fails the floor, so one item can.
+    - A mean within its own range (agreement): the worst items must reject "within the floor".
+    - A regression, or a level's ratio with the source: known only from the records (None).
+    """
+    if kind == "max_regression":
+        return None
+    events = measure.recovery if kind == "min_recovery" else measure.events if kind in ("max", "min") else None
+    if events is not None:
+        for m in range(1, 1 << 16):
+            low = alpha ** (1.0 / m)  # Clopper-Pearson's lower end with all m items bad
+            bound = events.offset + events.sign * (m if events.count else 1.0) * low
+            if (bound > limit) if (events.sign > 0) == (kind == "max") else (bound < limit):
+                return m
+        return None
+    if measure.sums is None or getattr(measure, "level", True) or kind not in ("max", "min"):
+        return None
+    sign = 1.0 if kind == "max" else -1.0
+    lo, hi = sorted((sign * float(measure.sums.unit[0]), sign * float(measure.sums.unit[1])))
+    best = lo  # a comparison with the source is at its best at no change: KL 0, agreement 1
+    caps = caps_for(best, sign * limit, (lo, hi), cls)
+    if isinstance(caps, str):
+        return None
+    if caps.bad < hi:  # the class is an assumption, checked item by item: one item beyond fails
+        return 1
+    t0 = (sign * limit - caps.good) / (caps.bad - caps.good)
+    from quantgate.stats import betting
+
+    return betting.items_needed(1.0, t0, alpha, below=False)

@@ -37,7 +37,7 @@ import numpy as np
 
 from quantgate.stats import betting
 
-TOL = 1e-9  # an end in the floor's units: bisection stops within this fraction of the bracket
+TOL = 1e-7  # an end in the floor's units: bisection stops within this fraction of the bracket
 
 
 @dataclass(frozen=True)
@@ -76,6 +76,8 @@ class Linear:
     bracket: tuple[float, float]  # the floor's quantity at caps.good and caps.bad (either order)
     what: str  # an item's value, in words ("a window's mean KL divergence")
     to_quantity: Callable[[float], float]  # u -> the floor's quantity (its units)
+    limit_free: bool = False  # the items' values do not move with the limit tried (only the hypothesis does)
+    to_u: Callable[[float], float] | None = None  # a limit in the floor's units -> u
 
     @property
     def beyond(self) -> np.ndarray:
@@ -122,6 +124,8 @@ class Linear:
 
     def _end(self, alpha: float, *, passing: bool) -> float:
         q_good, q_bad = self.bracket
+        if self.limit_free and self.to_u is not None and np.all(self.w == self.w_max):
+            return self._end_fixed(alpha, passing=passing)
 
         def decided(q: float) -> bool:
             lin = self.at(q)
@@ -142,6 +146,23 @@ class Linear:
             else:
                 out = mid
         return inside
+
+
+    def _end_fixed(self, alpha: float, *, passing: bool) -> float:
+        """``_end`` where the items do not move with the limit and weigh the same: their values in
+        [0, 1] are fixed and the limit moves only the hypothesis, so the end is the betting test's own
+        end, found once (``betting.end``)."""
+        q_good, q_bad = self.bracket
+        worse = math.copysign(math.inf, q_bad - q_good)
+        z, _ = self.scaled()
+        span = self.caps.bad - self.caps.good
+        test = (lambda m: betting.rejects(z, m, alpha, below=True, population=self.population)) if passing else (
+            lambda m: betting.rejects(z, m, alpha, below=False, population=self.population)
+        )
+        if not test(1.0 if passing else 0.0):
+            return worse if passing else -worse
+        m = betting.end(z, alpha, upper=passing, population=self.population)
+        return self.to_quantity(self.caps.good + m * span)
 
 
 def caps_for(no_change: float, limit: float, natural: tuple[float, float], cls: ItemRange) -> Caps | str:

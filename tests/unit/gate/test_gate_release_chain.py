@@ -169,3 +169,71 @@ def test_the_same_chain_through_the_registry(e1, repo_root, policy, tmp_path):
         "pass",
         ["kld_mean max pass", "kld_mean max_regression pass", "top1_agreement max_regression pass"],
     )
+
+
+def _regressed(e1: Path, tmp_path: Path, i: int) -> Path:
+    """Release ``i`` of a mildly regressed hopper-fp8: every traffic window's KL 0.02 above release 0's
+    (within the absolute 0.5, beyond the 0.01 regression floor), with its own build keys."""
+    results = _release(e1, tmp_path, 100 + i)
+
+    def worse(r):
+        for s in r["samples"]:
+            s["kld_mean"] += 0.02
+        r["metrics"]["kld_mean"] += 0.02
+
+    edit(results / "hopper-fp8" / "traffic.json", worse)
+    return results
+
+
+def test_a_tenant_the_previous_report_failed_is_compared_with_what_it_is_still_served(e1, repo_root, policy, tmp_path):
+    """Issue 43, finding 6: a tenant the previous report did not approve was treated as a first
+    release by ``--previous`` (regressed links went fail, pass, pass, pass), while the registry kept
+    comparing with the version still approved (fail, fail, fail, fail). Both paths now agree."""
+    from quantgate.publish import RegistryConfig, publish_report
+    from support.artifacts import write_artifact
+
+    registry = RegistryConfig.local(tmp_path / "registry")
+    base = _release(e1, tmp_path, 0)
+    first = gate_results(base, policy, repo_root, model_class="draft", tenants=["served"], registry=registry)
+    assert "served" in first.approvals["hopper-fp8"]
+    offline = tmp_path / "P0"
+    path = write_report_json(first, offline, base)
+    artifacts = tmp_path / "A0"
+    for target in first.approvals:
+        write_artifact(artifacts / target, target, {"model.safetensors": f"{target}0".encode() * 1000})
+    publish_report(path, artifacts, registry)
+
+    by_registry, by_previous = [], []
+    for i in range(1, 5):
+        results = _regressed(e1, tmp_path, i)
+        online = gate_results(results, policy, repo_root, model_class="draft", tenants=["served"], registry=registry)
+        chained = gate_results(results, policy, repo_root, model_class="draft", tenants=["served"], previous=offline)
+        by_registry.append(_statuses(online)[("hopper-fp8", "served")])
+        by_previous.append(_statuses(chained)[("hopper-fp8", "served")])
+        offline = tmp_path / f"P{i}"
+        write_report_json(chained, offline, results)
+        path = write_report_json(online, tmp_path / f"R{i}", results)
+        artifacts = tmp_path / f"A{i}"
+        for target in online.approvals:
+            write_artifact(artifacts / target, target, {"model.safetensors": f"{target}{i}".encode() * 1000})
+        publish_report(path, artifacts, registry)
+        # the version still served is release 0, on both paths, and its copy is kept beside the report
+        assert (offline / "baselines" / "hopper-fp8" / "served" / "report.json").exists()
+    assert by_registry == by_previous
+    assert [v for v, _ in by_previous] == ["fail"] * 4
+    assert all("kld_mean max_regression fail" in floors for _, floors in by_previous)
+
+
+def test_a_previous_report_that_kept_no_copy_of_its_baseline_is_never_a_first_release(e1, repo_root, policy, tmp_path):
+    base = _release(e1, tmp_path, 0)
+    first = _gate(base, policy, repo_root, None)
+    write_report_json(first, tmp_path / "P0", base)
+    regressed = _regressed(e1, tmp_path, 1)
+    second = _gate(regressed, policy, repo_root, tmp_path / "P0")
+    write_report_json(second, tmp_path / "P1", regressed)
+    shutil.rmtree(tmp_path / "P1" / "baselines")
+    third = _gate(regressed, policy, repo_root, tmp_path / "P1")
+    served = next(v for v in third.verdicts if v.artifact == "hopper-fp8")
+    regression = served.floors[1]
+    assert regression.status == "insufficient_evidence" and "keeps no copy" in regression.reason
+    assert served.verdict == "fail"

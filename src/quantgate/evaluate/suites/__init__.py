@@ -41,6 +41,10 @@ class EvalContext:
     project_root: Path
     cache_dir: Path
     progress: Progress = SILENT
+    # score the source a second time on suites that count lost answers, so that the gate compares an
+    # artifact's losses with the source's own (``metrics.RERUN``); None: where the device is not
+    # bit-reproducible (any but the CPU, whose greedy decoding is)
+    rerun_source: bool | None = None
 
 
 @dataclass
@@ -118,6 +122,11 @@ class SuiteKind(ABC):
         first, so that the ones an already failed artifact skips are the expensive ones
         (``quantgate.evaluate.skip``). The default counts every kind the same."""
         return 1.0
+
+    def items(self, profile: str) -> int:
+        """How many items (windows, traces, questions) this suite evaluates at ``profile``: what a
+        floor's evidence rests on (gates.yaml refuses an advisory floor no such count lets fail)."""
+        return int(getattr(self.spec.sizes(profile), "items"))  # noqa: B009 (each kind's sizes model)
 
     def subset(self, reference: Any, positions: list[int]) -> Any | None:
         """The reference restricted to the items at ``positions`` (in that order), whose scored

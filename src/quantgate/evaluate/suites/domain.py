@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import math
+import random
 import re
 from collections.abc import Mapping
 from typing import Any, Literal
@@ -107,7 +108,10 @@ class DomainSuite(SuiteKind):
                 raise ConfigFileError(
                     f"{path}:{n}", "not a JSON object with prompt and reference", "fix the line"
                 ) from None
-        return records[: self.spec.sizes(ctx.profile).items]
+        # a seeded random sample (in file order) when the profile takes fewer items than the file
+        # holds: the gate's bounds take items as draws from the tenant's set, not its first lines
+        n = min(self.spec.sizes(ctx.profile).items, len(records))
+        return [records[i] for i in sorted(random.Random(self.spec.seed).sample(range(len(records)), n))]
 
     def _prompt(self, tokenizer, text: str) -> list[int]:
         from quantgate.evaluate.generation import chat_prompt

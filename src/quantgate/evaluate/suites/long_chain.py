@@ -12,11 +12,12 @@ the deepest bin any trace reaches (``depth_tokens``, ``depth_agreement``), so th
 
 from __future__ import annotations
 
+import hashlib
 import math
-
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Literal
 
+import numpy as np
 from pydantic import Field, NonNegativeInt, PositiveInt
 
 from quantgate.evaluate.data import DataSource, load_jsonl_records
@@ -135,6 +136,10 @@ class LongChainSuite(SuiteKind):
 
     spec_model = LongChainSpec
 
+    def items(self, profile: str) -> int:
+        """Traces: one per problem drawn."""
+        return int(self.spec.sizes(profile).traces)
+
     def cost(self, profile: str) -> float:
         """Each trace teacher-forced once and generated free-running to its length."""
         sizes = self.spec.sizes(profile)
@@ -159,14 +164,27 @@ class LongChainSuite(SuiteKind):
                 cols[field] = float(sample[field])
         return cols
 
-    def _prompts(self, ctx: EvalContext, tokenizer) -> list[list[int]]:
+    def _prompts(self, ctx: EvalContext, tokenizer) -> tuple[list[list[int]], dict[str, Any]]:
+        """The prompts of ``traces`` problems drawn at random, without replacement, from the data past
+        ``offset`` (a seeded draw: each trace is its own problem, so traces are independent draws
+        from that population), and the draw's design for the gate (``results.SampleDesign``)."""
         from quantgate.evaluate.generation import chat_prompt
 
         sizes = self.spec.sizes(ctx.profile)
-        records = load_jsonl_records(ctx.data, self.spec.data)[
-            self.spec.offset : self.spec.offset + sizes.traces
-        ]
-        return [chat_prompt(tokenizer, self.spec.prompt.format(question=r["question"])) for r in records]
+        pool = load_jsonl_records(ctx.data, self.spec.data)[self.spec.offset :]
+        seed = f"{self.spec.seed}|{self.spec.name}"
+        rng = np.random.default_rng(int.from_bytes(hashlib.sha256(f"traces|{seed}".encode()).digest()[:8], "big"))
+        picked = rng.choice(len(pool), size=min(sizes.traces, len(pool)), replace=False)
+        prompts = [chat_prompt(tokenizer, self.spec.prompt.format(question=pool[int(i)]["question"])) for i in picked]
+        width = sizes.trace_tokens / sizes.bins
+        deepest = sum(1 for j in range(sizes.trace_tokens) if min(int(j / width), sizes.bins - 1) == sizes.bins - 1)
+        design = {
+            "unit": "traces",
+            "population": max(len(pool), 1),
+            "seed": seed,
+            "weights": {"trace_tokens": float(sizes.trace_tokens), "depth_tokens": float(deepest)},
+        }
+        return prompts, design
 
     def reference(self, ctx: EvalContext, source) -> tuple[dict, SuiteResult]:
         """The source's greedy traces and its top-k distributions along them, and its result."""
@@ -174,7 +192,7 @@ class LongChainSuite(SuiteKind):
         from quantgate.evaluate.scoring import build_reference
 
         sizes = self.spec.sizes(ctx.profile)
-        prompts = self._prompts(ctx, source.tokenizer)
+        prompts, design = self._prompts(ctx, source.tokenizer)
         traces = greedy_with_progress(
             ctx.progress,
             f"{self.spec.name}: source traces",
@@ -192,7 +210,7 @@ class LongChainSuite(SuiteKind):
             batch_size=sizes.batch_size,
             pad_id=source.tokenizer.pad_token_id or 0,
         )
-        state = {"prompts": prompts, "traces": traces, "reference": ref.to_state()}
+        state = {"prompts": prompts, "traces": traces, "reference": ref.to_state(), "sampling": design}
         return state, self._result(ctx, source, state, free_running=traces, scores=ref.own_scores())
 
     def score(self, ctx: EvalContext, model, reference: dict) -> SuiteResult:
@@ -289,7 +307,9 @@ class LongChainSuite(SuiteKind):
         for k in self.spec.draft_k:
             metrics[f"acceptance_k{k}"] = accepted_per_step(agree_all.bool().tolist(), k)
         notes = [f"bins of {width:.0f} trace tokens; bin {sizes.bins} is the deepest"]
-        return SuiteResult(self.spec.name, "long_chain", metrics, samples, notes)
+        return SuiteResult(
+            self.spec.name, "long_chain", metrics, samples, notes, sampling=reference.get("sampling")
+        )
 
 
 def _teacher_forced(model, reference: dict, batch_size: int) -> list[Scores]:

@@ -233,6 +233,11 @@ class TextSuite(SuiteKind):
         """Teacher-forced windows: the tokens scored."""
         return float(self.spec.sizes(profile).tokens)
 
+    def items(self, profile: str) -> int:
+        """Windows drawn: ``tokens // seq_len``."""
+        sizes = self.spec.sizes(profile)
+        return sizes.tokens // sizes.seq_len
+
     spec: TextSpec
 
     def _draw(self, ctx: EvalContext, tokenizer) -> Drawn:

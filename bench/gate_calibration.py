@@ -102,7 +102,7 @@ def whole_tokens(share: np.ndarray, tokens: np.ndarray, target: float, rng) -> n
     rounding), then nudged one token at a time until exactly ``target`` of all tokens are above."""
     above = np.floor(share) + (rng.random(len(share)) < share - np.floor(share))
     above = np.minimum(above, tokens).astype(int)
-    want = int(round(target * float(np.sum(tokens))))
+    want = round(target * float(np.sum(tokens)))
     while (gap := want - int(above.sum())) != 0:
         room = np.flatnonzero(above < tokens) if gap > 0 else np.flatnonzero(above > 0)
         pick = rng.choice(room, min(abs(gap), len(room)), replace=False, p=None)
@@ -128,7 +128,9 @@ def clipped(base: np.ndarray, target: float, cap: float, weights: np.ndarray | N
     return np.minimum(hi * base, cap)
 
 
-def departures(family: str, target: float, cap: float, natural: float, rng, size: int) -> tuple[np.ndarray, float]:
+def departures(
+    family: str, target: float, cap: float, natural: float, rng, size: int
+) -> tuple[np.ndarray, float]:
     """Per-item departures with mean exactly ``target``: the family rescaled within the quantity's own
     range (``natural``), or (``@class``) clipped at the class's ``cap`` with the mean kept; and the
     share of items beyond ``cap``."""
@@ -194,7 +196,14 @@ def _text(kld, agree, nll_a, nll_s, tails, tokens) -> tuple[list[dict], list[dic
             }
         )
         src.append(
-            {"item": i, "tokens": t, "nll_sum": float(nll_s[i]), "kld_mean": 0.0, "top1_agreement": 1.0, "kld_top": [0.0]}
+            {
+                "item": i,
+                "tokens": t,
+                "nll_sum": float(nll_s[i]),
+                "kld_mean": 0.0,
+                "top1_agreement": 1.0,
+                "kld_top": [0.0],
+            }
         )
     return art, src
 
@@ -215,9 +224,18 @@ def text_population(kind: str, family: str, factor: float, rng, real: Real | Non
     cap = WORSE * tol
     if family.startswith("real"):
         assert real is not None
-        field = {"kld_mean": "kld_mean", "kld_regression": "kld_mean", "top1_agreement": "top1_agreement"}.get(kind)
+        field = {
+            "kld_mean": "kld_mean",
+            "kld_regression": "kld_mean",
+            "top1_agreement": "top1_agreement",
+        }.get(kind)
         if kind == "perplexity":
-            base = np.array([(a["nll_sum"] - s["nll_sum"]) / a["tokens"] for a, s in zip(real.text, real.text_source)])
+            base = np.array(
+                [
+                    (a["nll_sum"] - s["nll_sum"]) / a["tokens"]
+                    for a, s in zip(real.text, real.text_source, strict=True)
+                ]
+            )
         elif kind == "kld_p99":
             base = np.array([np.sum(np.asarray(r["kld_top"]) > 0.2) / r["tokens"] for r in real.text])
         else:
@@ -236,7 +254,11 @@ def text_population(kind: str, family: str, factor: float, rng, real: Real | Non
     else:
         natural = 1.0 if kind in ("top1_agreement", "kld_p99") else math.inf  # a fraction: at most 1
         d, beyond = departures(family, factor * tol, min(cap, natural), natural, rng, POP)
-    tokens = rng.integers(8, TOKENS + 1, POP).astype(float) if family.startswith("uneven") else np.full(POP, float(TOKENS))
+    tokens = (
+        rng.integers(8, TOKENS + 1, POP).astype(float)
+        if family.startswith("uneven")
+        else np.full(POP, float(TOKENS))
+    )
     nll_s = tokens * 3.4
     kld, agree, nll_a = np.zeros(POP), np.ones(POP), nll_s.copy()
     tails: list[list[float]] = [[0.0]] * POP
@@ -249,7 +271,9 @@ def text_population(kind: str, family: str, factor: float, rng, real: Real | Non
         nll_a = nll_s + d * tokens
     elif kind == "kld_p99":  # a window's tokens above the floor (0.5) at 0.8, the rest at 0.05
         above = whole_tokens(d * tokens, tokens, factor * tol, rng)
-        tails = [[0.8] * int(k) + [0.05] * min(int(t) - int(k), 2) for k, t in zip(above, tokens)]
+        tails = [
+            [0.8] * int(k) + [0.05] * min(int(t) - int(k), 2) for k, t in zip(above, tokens, strict=True)
+        ]
         kld = (0.8 * above + 0.05 * (tokens - above)) / tokens
     elif kind == "kld_regression":
         was = 0.03 * (base_values("gamma2", rng, POP) / 2.0)
@@ -278,7 +302,11 @@ def chain_population(kind: str, family: str, factor: float, rng, real: Real | No
             w = np.full(len(base), 48.0)
         pick = rng.integers(0, len(base), POP)
         depth = w[pick]
-        d = clipped(base[pick], factor * tol, min(cap, 1.0) if family.endswith("@class") else 1.0) if factor > 0 else np.zeros(POP)
+        d = (
+            clipped(base[pick], factor * tol, min(cap, 1.0) if family.endswith("@class") else 1.0)
+            if factor > 0
+            else np.zeros(POP)
+        )
         beyond = float(np.mean(d > min(cap, 1.0) * (1 + 1e-9)))
     elif family in ("copy", "near"):
         d = np.zeros(POP) if family == "copy" else rng.random(POP) * 1e-4 * tol
@@ -286,10 +314,16 @@ def chain_population(kind: str, family: str, factor: float, rng, real: Real | No
     else:
         d, beyond = departures(family, factor * tol, min(cap, 1.0), 1.0, rng, POP)
         if family.startswith("depthcorr"):  # the deepest bin holds more tokens where agreement is worse
-            depth = np.where(rng.random(POP) < 0.3, 0.0, np.clip(8 + 40 * d / max(d.max(), 1e-12), 8, 48).round())
-    if kind == "agreement_at_depth" and factor > 0:  # the token-weighted mean at the truth, within the cap used
+            depth = np.where(
+                rng.random(POP) < 0.3, 0.0, np.clip(8 + 40 * d / max(d.max(), 1e-12), 8, 48).round()
+            )
+    if (
+        kind == "agreement_at_depth" and factor > 0
+    ):  # the token-weighted mean at the truth, within the cap used
         weights = np.maximum(depth, 1e-12) * (depth > 0)
-        d = clipped(np.maximum(d, 1e-12), factor * tol, min(cap, 1.0) if family.endswith("@class") else 1.0, weights)
+        d = clipped(
+            np.maximum(d, 1e-12), factor * tol, min(cap, 1.0) if family.endswith("@class") else 1.0, weights
+        )
         beyond = float(np.sum(weights * (d > min(cap, 1.0) * (1 + 1e-9))) / np.sum(weights))
     if kind == "agreement_at_depth":
         floor = {"metric": "agreement_at_depth", "min": 0.97}
@@ -336,7 +370,10 @@ def events_population(kind: str, family: str, factor: float, rng, real: Real | N
     )
 
     def records(c) -> list[dict]:
-        return [{"item": i, "correct_flexible-extract": bool(c[i]), "correct_strict-match": bool(c[i])} for i in range(POP)]
+        return [
+            {"item": i, "correct_flexible-extract": bool(c[i]), "correct_strict-match": bool(c[i])}
+            for i in range(POP)
+        ]
 
     return Population("gsm8k", floor, records(solved), records(correct))
 
@@ -350,8 +387,14 @@ KINDS: dict[str, tuple[Callable, tuple[str, ...]]] = {
     "top1_agreement": (text_population, TEXT_FAMILIES),
     "perplexity": (text_population, TEXT_FAMILIES),
     "kld_p99": (text_population, ("real", "gamma2", "lognormal1", "pareto2", *_RARE, "uneven", "copy")),
-    "kld_regression": (text_population, ("gamma2", "lognormal1", "pareto2", "rare5/90", "rare20/50", "copy", "near")),
-    "agreement_at_depth": (chain_population, ("real", "gamma2", "lognormal1", "pareto2", "rare5/90", "depthcorr", "copy")),
+    "kld_regression": (
+        text_population,
+        ("gamma2", "lognormal1", "pareto2", "rare5/90", "rare20/50", "copy", "near"),
+    ),
+    "agreement_at_depth": (
+        chain_population,
+        ("real", "gamma2", "lognormal1", "pareto2", "rare5/90", "depthcorr", "copy"),
+    ),
     "acceptance": (chain_population, ("real", "gamma2", "lognormal1", "rare5/90", "copy")),
     "loss_rate": (events_population, ("0/1@0.05", "0/1@0.25", "noisy@0.25")),
     "recovery": (events_population, ("0/1@0.05", "0/1@0.25")),
@@ -418,7 +461,15 @@ def run_new(suite, floor, cols: Columns, idx: np.ndarray, design: str) -> str:
         confidence = sequence.final_confidence(CONFIDENCE)
     before = Before("v1", None, None, {}) if floor.kind == "max_regression" else None
     p = step.plan(
-        floor, measure, s, confidence=confidence, before=before, old=o, item_range=cls, sampling=sampling, describe=False
+        floor,
+        measure,
+        s,
+        confidence=confidence,
+        before=before,
+        old=o,
+        item_range=cls,
+        sampling=sampling,
+        describe=False,
     )
     if isinstance(p, str):
         return "insufficient_evidence"
@@ -511,7 +562,11 @@ def run_cell(args: tuple[Cell, str, int, str | None]) -> dict:
     counts: dict[str, int] = {}
     for _ in range(runs):
         idx = _draw(run_rng, pop, cell.n)
-        status = run_new(suite, floor, cols, idx, cell.design) if cols is not None else run_before(suite, floor, pop, idx, cell.design)
+        status = (
+            run_new(suite, floor, cols, idx, cell.design)
+            if cols is not None
+            else run_before(suite, floor, pop, idx, cell.design)
+        )
         counts[status] = counts.get(status, 0) + 1
     passed = counts.get("pass", 0) / runs
     return {
@@ -563,7 +618,9 @@ def table(rows: list[dict], before: list[dict] | None = None) -> str:
         "| floor kind | family | class | design | " + " | ".join(f"n = {n}" for n in ns) + " |",
         "|" + " --- |" * (4 + len(ns)),
     ]
-    keys = sorted({(r["kind"], r["family"], r["design"]) for r in rows}, key=lambda k: (list(KINDS).index(k[0]), k[1:]))
+    keys = sorted(
+        {(r["kind"], r["family"], r["design"]) for r in rows}, key=lambda k: (list(KINDS).index(k[0]), k[1:])
+    )
     for kind, fam, design in keys:
         parts, klass = [], ""
         for n in ns:
@@ -594,7 +651,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--gate", choices=("new", "before"), default="new")
     parser.add_argument("--runs", type=int, default=1000)
-    parser.add_argument("--records", type=Path, default=None, help="an evaluation directory of the default model")
+    parser.add_argument(
+        "--records", type=Path, default=None, help="an evaluation directory of the default model"
+    )
     parser.add_argument("--kinds", default=",".join(KINDS))
     parser.add_argument("--families", default=None)
     parser.add_argument("--n", default=",".join(map(str, GRID_N)))
@@ -602,7 +661,13 @@ def main() -> None:
     parser.add_argument("--designs", default="fixed,sequential")
     parser.add_argument("--workers", type=int, default=os.cpu_count() or 1)
     parser.add_argument("--out", type=Path, default=None)
-    parser.add_argument("--table", type=Path, nargs="+", default=None, help="print the table of a result JSON (then an older one)")
+    parser.add_argument(
+        "--table",
+        type=Path,
+        nargs="+",
+        default=None,
+        help="print the table of a result JSON (then an older one)",
+    )
     args = parser.parse_args()
     if args.table:
         results = [json.loads(p.read_text())["cells"] for p in args.table]

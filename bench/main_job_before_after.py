@@ -43,6 +43,23 @@ def _step_seconds(log: str) -> dict[str, float]:
     return {name: (max(t) - min(t)).total_seconds() for name, t in seen.items()}
 
 
+def _tokens_scored(eval_dir: Path) -> dict[str, int]:
+    """Teacher-forced positions scored per suite, over the source and every artifact (text windows'
+    ``tokens``, long chains' ``trace_tokens``), from the records the run wrote."""
+    totals: dict[str, int] = {}
+    for path in sorted(eval_dir.glob("*/*.json")):
+        try:
+            samples = json.loads(path.read_text()).get("samples", [])
+        except (OSError, ValueError):
+            continue
+        scored = sum(
+            int(r.get("tokens", r.get("trace_tokens", 0)) or 0) for r in samples if isinstance(r, dict)
+        )
+        if scored:
+            totals[path.stem] = totals.get(path.stem, 0) + scored
+    return totals
+
+
 def _run(tree: Path, src_first: bool, tmp: Path) -> dict:
     env = cold_env(tmp)
     env["QUANTGATE_DATA"] = env.get("QUANTGATE_DATA", str(ROOT.parent / "shared" / "datasets"))
@@ -69,6 +86,7 @@ def _run(tree: Path, src_first: bool, tmp: Path) -> dict:
         "seconds": round(seconds, 1),
         "exit": done.returncode,
         "eval_seconds": round(sum(s for name, s in steps.items() if name.startswith("eval")), 1),
+        "tokens_scored": _tokens_scored(out / "eval"),
         "steps": {k: round(v, 1) for k, v in sorted(steps.items())},
         "floors": _floors(report),
         "approvals": report["approvals"],

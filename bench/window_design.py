@@ -62,7 +62,7 @@ def decide(eval_dir: Path, artifact: str, floor_spec: tuple, n: int | None = Non
     from quantgate.results import SampleDesign
     from quantgate.stats.sequence import ordered_columns
 
-    tenant, suite_name, metric, kind, value = floor_spec
+    _, suite_name, metric, kind, value = floor_spec
     suite = _suites()[suite_name]
     art, src = _records(eval_dir, artifact, suite_name), _records(eval_dir, "source", suite_name)
     a_samples, s_samples = art["samples"][:n], src["samples"][:n]
@@ -91,8 +91,17 @@ def design_of(eval_dir: Path) -> dict:
     run = json.loads((eval_dir / "run.json").read_text())
     sample = _records(eval_dir, "source", "wikitext")
     scored = int(sample["samples"][0]["tokens"])
-    seconds = {m: sum(v for k, v in phases.items() if k in ("wikitext", "traffic")) for m, phases in run.get("seconds", {}).items() if m != "source"}
-    return {"dir": eval_dir.name, "windows": len(sample["samples"]), "scored_per_window": scored, "seconds_per_artifact": seconds}
+    seconds = {
+        m: sum(v for k, v in phases.items() if k in ("wikitext", "traffic"))
+        for m, phases in run.get("seconds", {}).items()
+        if m != "source"
+    }
+    return {
+        "dir": eval_dir.name,
+        "windows": len(sample["samples"]),
+        "scored_per_window": scored,
+        "seconds_per_artifact": seconds,
+    }
 
 
 def correlation(values: np.ndarray, lags: int = 3) -> list[float]:
@@ -113,15 +122,22 @@ def neighbours(eval_dir: Path, artifact: str, by_position: bool) -> dict:
     """Per-window KL, disagreement and NLL change in corpus order: their correlation and design effect."""
     out = {}
     for suite in ("wikitext", "traffic"):
-        art, src = _records(eval_dir, artifact, suite)["samples"], _records(eval_dir, "source", suite)["samples"]
-        pairs = sorted(zip(art, src, strict=True), key=lambda p: p[0].get("position", p[0]["item"]) if by_position else p[0]["item"])
+        art, src = (
+            _records(eval_dir, artifact, suite)["samples"],
+            _records(eval_dir, "source", suite)["samples"],
+        )
+        pairs = sorted(
+            zip(art, src, strict=True),
+            key=lambda p: p[0].get("position", p[0]["item"]) if by_position else p[0]["item"],
+        )
         series = {
             "kld_mean": np.array([a["kld_mean"] for a, _ in pairs]),
             "disagreement": np.array([1 - a["top1_agreement"] for a, _ in pairs]),
             "nll_change": np.array([(a["nll_sum"] - s["nll_sum"]) / a["tokens"] for a, s in pairs]),
         }
         out[suite] = {
-            name: {"lag_correlation": correlation(v), "design_effect_16": design_effect(v, 16)} for name, v in series.items()
+            name: {"lag_correlation": correlation(v), "design_effect_16": design_effect(v, 16)}
+            for name, v in series.items()
         }
     return out
 
@@ -149,11 +165,15 @@ def main() -> None:
                 design["floors"][key] = by_n
         first = args.artifacts.split(",")[0]
         design["draw_order"] = neighbours(eval_dir, first, by_position=False)  # the order the test reads
-        design["corpus_order"] = neighbours(eval_dir, first, by_position=True)  # the drawn windows by position
+        design["corpus_order"] = neighbours(
+            eval_dir, first, by_position=True
+        )  # the drawn windows by position
         result["designs"].append(design)
         print(json.dumps({k: v for k, v in design.items() if k != "floors"}), flush=True)
     if args.consecutive:
-        result["correlation"]["consecutive"] = neighbours(args.consecutive, args.artifacts.split(",")[0], by_position=False)
+        result["correlation"]["consecutive"] = neighbours(
+            args.consecutive, args.artifacts.split(",")[0], by_position=False
+        )
         print(json.dumps(result["correlation"]), flush=True)
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)

@@ -112,7 +112,10 @@ class Exceeds:
 def weighted_sums(value: str, weight: str, unit: tuple[float, float]) -> Sums:
     """``weighted_mean(value, weight)`` as sums, with the declared range of ``value``."""
     return Sums(
-        lambda a, s: a[value] * a[weight], lambda a, s: np.asarray(a[weight], dtype=float), unit, weight=weight
+        lambda a, s: a[value] * a[weight],
+        lambda a, s: np.asarray(a[weight], dtype=float),
+        unit,
+        weight=weight,
     )
 
 

@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import PrivateAttr, ConfigDict, ValidationError, model_validator, with_config
+from pydantic import ConfigDict, PrivateAttr, ValidationError, model_validator, with_config
 from typing_extensions import TypedDict
 
 from quantgate import bounded_json

@@ -208,8 +208,8 @@ class ItemClass(Frozen):
     floor beyond it. ``better``: an item better than no change by more than this counts as this
     (conservative: it narrows the range the test needs, never the error rate)."""
 
-    worse: float = Field(10.0, ge=1.0, le=1000.0)
-    better: float = Field(1.0, ge=0.0, le=1000.0)
+    worse: float = Field(default=10.0, ge=1.0, le=1000.0)
+    better: float = Field(default=1.0, ge=0.0, le=1000.0)
 
     def stated(self) -> ItemRange:
         """The class as the statistics take it."""

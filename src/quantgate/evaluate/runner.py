@@ -369,4 +369,6 @@ def _sequential(ctx: EvalContext, suite: LoadedSuite, loaded, reference, source:
         f"sequential: {design['items_used']} of {design['items_total']} items in a seeded order, "
         f"stopped: {design['stopped']}"
     )
-    return SuiteResult(suite.spec.name, suite.spec.kind, metrics, samples, [note], sampling=source.sampling), design
+    return SuiteResult(
+        suite.spec.name, suite.spec.kind, metrics, samples, [note], sampling=source.sampling
+    ), design

@@ -19,7 +19,7 @@ from __future__ import annotations
 import hashlib
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -43,7 +43,7 @@ class Watch:
     tenant: str
     floor: Floor
     confidence: float
-    item_range: ItemRange = ItemRange()
+    item_range: ItemRange = field(default_factory=ItemRange)
 
 
 def watched(gates: Gates, suite: str, artifact: str, tenants: list[str] | None = None) -> list[Watch]:

@@ -152,7 +152,7 @@ def plan(
     alpha = 1.0 - confidence
     kind = floor.kind
     cls = item_range or ItemRange()
-    sampling = sampling or SampleDesign()
+    sampling = sampling or SampleDesign(population=None)
     if kind == "max_regression":
         assert before is not None
         return _regression(floor, measure, source, alpha, before, old, cls, sampling, describe)
@@ -181,8 +181,26 @@ def plan(
     )
     quantile = measure.exceeds is not None and kind == "max"
     upper = kind in ("max", "max_delta_pct")
-    estimate_of = _statistic(measure) if quantile else None
+    estimate_of = _statistic(measure) if quantile else _level_ratio(kind, measure)
     return _mean_plan(form, floor.value, upper, measure, source, None, alpha, sampling, estimate_of, describe)
+
+
+def _level_ratio(kind: str, measure: Metric) -> Callable[[Columns, Columns, Columns | None], float] | None:
+    """A level's ratio with the source's (``min_recovery``; ``max_delta_pct`` in %): the sums' ratio,
+    for floors whose items are not the quantity itself (None for the others)."""
+    sums = measure.sums
+    if kind not in ("max_delta_pct", "min_recovery") or sums is None or sums.log:
+        return None
+
+    def estimate(a: Columns, s: Columns, o: Columns | None) -> float:
+        with np.errstate(divide="ignore", invalid="ignore"):
+            r = float(
+                np.sum(np.asarray(sums.num(a, s), dtype=float))
+                / np.sum(np.asarray(sums.num(s, s), dtype=float))
+            )
+        return r if kind == "min_recovery" else 100.0 * (r - 1.0)
+
+    return estimate
 
 
 def _statistic(measure: Metric, shift: float = 0.0) -> Callable[[Columns, Columns, Columns | None], float]:
@@ -276,6 +294,7 @@ def _noisy_plan(
     scale = float(m) if ev.count else 1.0
     if ev.sign > 0 and floor.kind == "min" or ev.sign < 0 and floor.kind == "max":
         return "a paired comparison with the source's re-evaluation bounds lost answers only"
+    assert ev.noise is not None
     noise = np.asarray(ev.noise(s), dtype=float)
 
     @forms.fixed
@@ -341,9 +360,17 @@ def _mean_plan(
     end = unchanged.ends(alpha)[0] if powered and describe else math.nan
     z, t0 = unchanged.scaled()
     worst = betting.rejects(np.ones(max(items, 1)), t0, alpha, below=False)
-    needed = betting.items_needed(float(np.mean(z)) if len(z) else 0.0, t0, alpha, below=True) if describe else None
+    needed = (
+        betting.items_needed(float(np.mean(z)) if len(z) else 0.0, t0, alpha, below=True)
+        if describe
+        else None
+    )
     unit = sampling.unit
-    resolution = f"an unchanged artifact passes from {needed} {unit}" if needed else "no number of items passes an unchanged artifact"
+    resolution = (
+        f"an unchanged artifact passes from {needed} {unit}"
+        if needed
+        else "no number of items passes an unchanged artifact"
+    )
     evidence = f"{items} {unit} ({resolution})"
     drawn = (
         f"{unit} drawn at random from {sampling.population}"
@@ -355,7 +382,9 @@ def _mean_plan(
         if form.natural_bad
         else f"class: {form.class_text()} (assumed, and checked: an item beyond fails the floor)"
     )
-    coverage = f"{drawn}; {assumption}; betting test (Waudby-Smith & Ramdas), valid for every distribution in it"
+    coverage = (
+        f"{drawn}; {assumption}; betting test (Waudby-Smith & Ramdas), valid for every distribution in it"
+    )
     return Plan(
         "mean",
         upper,
@@ -367,7 +396,9 @@ def _mean_plan(
         estimate_of=estimate_of,
         items=items,
         powered=powered,
-        mde=abs(end - no_change) if math.isfinite(end) and math.isfinite(no_change) and end != no_change else None,
+        mde=abs(end - no_change)
+        if math.isfinite(end) and math.isfinite(no_change) and end != no_change
+        else None,
         evidence=evidence,
         coverage=coverage,
         can_fail=bool(worst),
@@ -411,8 +442,26 @@ def _regression(
             return base
         sign = 1.0 if worse_up else -1.0
         was = before.value
+        powered, evidence = base.powered, base.evidence
+        if base.form is not None:  # power at the approved level: every item at its reported value
+            form = base.form
+            span = form.caps.bad - form.caps.good
+            at_was = (form.to_u(was) - form.caps.good) / span
+            t0 = (form.to_u(shifted.value) - form.caps.good) / span
+            need = betting.items_needed(at_was, t0, alpha, below=True)
+            powered = need is not None and base.items >= need
+            evidence = f"{base.items} {sampling.unit} (an artifact at the approved value passes from {need or 'no number of'} {sampling.unit})"
         return _with_compare(
-            replace(base, upper=True, limit=limit, no_change=sign * (base.no_change - was), shift=(sign, was)),
+            replace(
+                base,
+                upper=True,
+                limit=limit,
+                no_change=sign * (base.no_change - was),
+                shift=(sign, was),
+                powered=powered,
+                evidence=evidence,
+                mde=None,
+            ),
             f"{floor.metric} against {was:.6g} in {before.label}",
             was,
         )
@@ -427,7 +476,7 @@ def _regression(
         return _with_compare(p, f"items worse than in {before.label}, paired", before.value)
     if measure.exceeds is not None:
         was = float(np.asarray(measure.statistic(old, s, -1))) if measure.statistic else math.nan
-        form = forms.exceedance_form(
+        quantile_form = forms.exceedance_form(
             limit,
             measure.exceeds,
             s,
@@ -436,8 +485,12 @@ def _regression(
             population=sampling.population,
             shift=was,
         )
-        p = _mean_plan(form, limit, True, measure, s, old, alpha, sampling, _statistic(measure, was), describe)
-        return p if isinstance(p, str) else _with_compare(p, f"{floor.metric} {was:.6g} in {before.label}", was)
+        quantile = _mean_plan(
+            quantile_form, limit, True, measure, s, old, alpha, sampling, _statistic(measure, was), describe
+        )
+        if isinstance(quantile, str):
+            return quantile
+        return _with_compare(quantile, f"{floor.metric} {was:.6g} in {before.label}", was)
     sums = measure.sums
     if sums is None:
         return "the metric declares no per-item form the gate can bound for max_regression"
@@ -447,7 +500,7 @@ def _regression(
         return f"{before.label}'s records weigh the items differently (another tokenization or profile)"
     r_old = float(np.sum(np.asarray(sums.num(old, s), dtype=float)) / np.sum(old_den))
     was = math.exp(r_old) if sums.log else r_old
-    form = forms.sums_form(
+    paired_form = forms.sums_form(
         "max_regression",
         limit,
         measure,
@@ -459,10 +512,12 @@ def _regression(
         o=old,
         was=was,
     )
-    p = _mean_plan(form, limit, True, measure, s, old, alpha, sampling, None, describe)
-    if isinstance(p, str):
-        return p
-    return _with_compare(replace(p, no_change=0.0), f"{floor.metric} {was:.6g} in {before.label}, paired", was)
+    paired = _mean_plan(paired_form, limit, True, measure, s, old, alpha, sampling, None, describe)
+    if isinstance(paired, str):
+        return paired
+    return _with_compare(
+        replace(paired, no_change=0.0), f"{floor.metric} {was:.6g} in {before.label}, paired", was
+    )
 
 
 def _with_compare(p: Plan, compare: str, was: float | None) -> Plan:

@@ -22,7 +22,14 @@ from quantgate.config import Catalog, Gates, load_gates, project_suites
 from quantgate.errors import InputError, UsageError
 from quantgate.gate.baseline import Baselines, from_registry, from_report_dir
 from quantgate.gate.verdict import Results, gate, no_evidence
-from quantgate.report_schema import BASELINES_DIR, RECORDS_DIR, REPORT_JSON, EvaluatedNumerics, Report, SequentialDesign
+from quantgate.report_schema import (
+    BASELINES_DIR,
+    RECORDS_DIR,
+    REPORT_JSON,
+    EvaluatedNumerics,
+    Report,
+    SequentialDesign,
+)
 from quantgate.results import SOURCE, read_evaluation
 from quantgate.serving_table import ServingTable
 from quantgate.suggest import did_you_mean

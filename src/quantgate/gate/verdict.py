@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -122,6 +122,12 @@ def as_result(result: SuiteResultFile | Mapping[str, Any]) -> SuiteResultFile:
     return result if isinstance(result, SuiteResultFile) else SuiteResultFile.model_validate(result)
 
 
+def _quantity(to_quantity: Callable[[float], float], u: float) -> float:
+    """An item's value in the floor's units where the form maps it there, else as the test sees it."""
+    q = to_quantity(u)
+    return q if math.isfinite(q) else u
+
+
 def _percent(confidence: float) -> str:
     return f"{confidence:.1%}" if round(confidence * 100) != confidence * 100 else f"{confidence:.0%}"
 
@@ -149,7 +155,10 @@ def _describe(
     end, other = iv.end(p.upper), iv.other(p.upper)
     cmp = ("<=" if d.within else ">") if p.upper else (">=" if d.within else "<")
     quantity = "regression " if kind == "max_regression" else ""
-    shown = f"{quantity}estimate {_fmt(iv.estimate)}, {pct} {side} end {_fmt(end, limit)} {cmp} {kind} {_fmt(limit, end)}"
+    end_text = _fmt(end, limit) if math.isfinite(end) else "beyond the class"
+    shown = (
+        f"{quantity}estimate {_fmt(iv.estimate)}, {pct} {side} end {end_text} {cmp} {kind} {_fmt(limit, end)}"
+    )
     if p.compare:
         shown = f"{p.compare}: {shown}"
     if "gains do not offset" in p.quantity:
@@ -166,7 +175,8 @@ def _describe(
     if status == "pass":
         reason = f"{shown}: pass (margin {_fmt(margin or 0.0)}; {power}; {how})"
     elif m.beyond and status in ("fail", "violation"):
-        items = ", ".join(f"item {i} at {_fmt(v)}" for i, v in m.beyond)
+        shown_at = p.form.to_quantity if p.form is not None else (lambda u: u)
+        items = ", ".join(f"item {i} at {_fmt(_quantity(shown_at, v))}" for i, v in m.beyond)
         why = f"{items} beyond the stated class ({p.form.class_text() if p.form else 'its range'}): damage a mean must not hide"
         reason = f"{shown}: FAIL ({why}; {power}; {how})"
     elif status == "fail" and d.beyond and not (p.powered and not d.within):
@@ -226,7 +236,7 @@ class _FloorContext:
     floor: Floor
     confidence: float
     spread: float | None
-    item_range: ItemRange = ItemRange()
+    item_range: ItemRange = field(default_factory=ItemRange)
 
     @property
     def label(self) -> str:
@@ -354,11 +364,11 @@ def _checked(
     if artifact is None:
         return result("missing", "missing: suite not evaluated for the artifact")
     src, art = as_result(source), as_result(artifact)
+    errors = _errors(suite, src, art)
+    if errors:  # before a skipped suite: the source's own items not evaluated are an error either way
+        return result("error", f"error: {errors}; a floor on items that were not evaluated cannot pass")
     if art.skipped:
         return _not_run(context, measure, suite, src, art.skipped)
-    errors = _errors(suite, src, art)
-    if errors:
-        return result("error", f"error: {errors}; a floor on items that were not evaluated cannot pass")
     for who, res in (("source", src), ("artifact", art)):
         if floor.metric in res.metrics and res.metrics.get(floor.metric) is None:
             return result("missing", f"missing: the {who}'s reported {floor.metric} is None")
@@ -377,7 +387,7 @@ def _after_early_looks(context: _FloorContext, records: _Records) -> _Records | 
     if design.stopped != "decided":
         return replace(records, confidence=final, used=used)
     floor, suite, artifact = context.floor, records.suite, records.artifact
-    design = records.source.sampling
+    drawn = records.source.sampling
     decided = sequence.check(
         floor,
         suite,
@@ -385,8 +395,8 @@ def _after_early_looks(context: _FloorContext, records: _Records) -> _Records | 
         artifact.samples,
         records.confidence,
         item_range=context.item_range,
-        population=design.population if design else None,
-        weights=design.weights if design else None,
+        population=drawn.population if drawn else None,
+        weights=drawn.weights if drawn else None,
     )
     items = {str(r.get("item")) for r in artifact.samples}
     source = records.source.model_copy(

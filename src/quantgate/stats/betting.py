@@ -57,7 +57,9 @@ def _null_means(z: np.ndarray, m: np.ndarray, population: int | None) -> np.ndar
     return np.clip((population * m[None, :] - seen[:, None]) / left[:, None], 0.0, 1.0)
 
 
-def log_wealth(z: np.ndarray, m: np.ndarray | float, *, below: bool, population: int | None = None) -> np.ndarray:
+def log_wealth(
+    z: np.ndarray, m: np.ndarray | float, *, below: bool, population: int | None = None
+) -> np.ndarray:
     """The mixture's log capital after each item, (items, len(m)), betting against "the mean is at
     least m" (``below``: the evidence is values below m) or "at most m" (values above)."""
     z = np.clip(np.asarray(z, dtype=float), 0.0, 1.0)

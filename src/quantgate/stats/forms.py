@@ -47,7 +47,9 @@ class Form:
     unit: str = ""  # the item value's unit, for the report
     natural_bad: bool = False  # the worse cap is the quantity's own bound: no assumption made
 
-    def linear(self, a: Columns, s: Columns, o: Columns | None = None, *, limit: float | None = None) -> Linear:
+    def linear(
+        self, a: Columns, s: Columns, o: Columns | None = None, *, limit: float | None = None
+    ) -> Linear:
         """The artifact's items against ``limit`` (default: the floor), in evaluation order."""
         at = self.values(a, s, o)
         bracket = self.bracket if self.bracket_of is None else self.bracket_of(a)
@@ -193,7 +195,8 @@ def sums_form(
             return lambda q: (sign * _per_item(num_a - ratio(q) * num_s_, den), den)
 
         r = ratio(limit)
-        natural = tuple(sorted((sign * (unit[0] - r * unit[1]), sign * (unit[1] - r * unit[0]))))
+        ends = sorted((sign * (unit[0] - r * unit[1]), sign * (unit[1] - r * unit[0])))
+        natural = (ends[0], ends[1])
         no_change = sign * (1.0 - r) * float(np.sum(num_s)) / total
         caps = caps_for(no_change, 0.0, natural, cls)
         if isinstance(caps, str):
@@ -410,7 +413,9 @@ def items_to_fail(kind: str, limit: float, measure, cls: ItemRange, alpha: float
     """
     if kind == "max_regression":
         return None
-    events = measure.recovery if kind == "min_recovery" else measure.events if kind in ("max", "min") else None
+    events = (
+        measure.recovery if kind == "min_recovery" else measure.events if kind in ("max", "min") else None
+    )
     if events is not None:
         for m in range(1, 1 << 16):
             low = alpha ** (1.0 / m)  # Clopper-Pearson's lower end with all m items bad

@@ -49,6 +49,7 @@ class ItemRange:
     better: float = 1.0
 
     def describe(self) -> str:
+        """The class in words."""
         return f"no item worse than no change by more than {self.worse:g} tolerances"
 
 
@@ -147,7 +148,6 @@ class Linear:
                 out = mid
         return inside
 
-
     def _end_fixed(self, alpha: float, *, passing: bool) -> float:
         """``_end`` where the items do not move with the limit and weigh the same: their values in
         [0, 1] are fixed and the limit moves only the hypothesis, so the end is the betting test's own
@@ -156,8 +156,10 @@ class Linear:
         worse = math.copysign(math.inf, q_bad - q_good)
         z, _ = self.scaled()
         span = self.caps.bad - self.caps.good
-        test = (lambda m: betting.rejects(z, m, alpha, below=True, population=self.population)) if passing else (
-            lambda m: betting.rejects(z, m, alpha, below=False, population=self.population)
+        test = (
+            (lambda m: betting.rejects(z, m, alpha, below=True, population=self.population))
+            if passing
+            else (lambda m: betting.rejects(z, m, alpha, below=False, population=self.population))
         )
         if not test(1.0 if passing else 0.0):
             return worse if passing else -worse

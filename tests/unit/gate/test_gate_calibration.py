@@ -78,7 +78,13 @@ def test_looking_after_every_batch_is_the_first_rejection_rounded_up_to_a_look()
             alpha = sequence.early_alpha(0.95)
             by_look = None
             for used in range(8, n + 1, 8):
-                got = sequence.decide(form, {k: v[:used] for k, v in a.items()}, {k: v[:used] for k, v in s.items()}, alpha, ends=False)
+                got = sequence.decide(
+                    form,
+                    {k: v[:used] for k, v in a.items()},
+                    {k: v[:used] for k, v in s.items()},
+                    alpha,
+                    ends=False,
+                )
                 if got.decision != "undecided":
                     by_look = got.decision
                     break

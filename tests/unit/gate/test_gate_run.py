@@ -28,25 +28,31 @@ def verdict(decision, artifact, tenant):
 
 def test_real_results(e1, repo_root):
     d = decide(e1, repo_root, model_class="dense-reasoner")
-    assert "batch" in d.approvals["hopper-fp8"]
+    # hopper-fp8 certifies batch on 128 windows of each text suite; chat's tolerances it uses 70-82 %
+    # of, which 95 % confidence needs about 256 windows for (BENCHMARKS.md, issue 43)
+    assert d.approvals["hopper-fp8"] == ["batch"] and d.approvals["draft-int4"] == ["speculative"]
+    chat = verdict(d, "hopper-fp8", "chat")
+    assert chat.verdict == "fail" and any(
+        r.startswith("wikitext perplexity change vs source (%): estimate ") for r in chat.reasons
+    )
     for artifact in ("blackwell-nvfp4", "draft-int4"):
         v = verdict(d, artifact, "reasoning")
         assert v.verdict == "fail"
         assert any(
-            r.startswith("long-chain kld_mean: estimate ") and "> max 0.05: FAIL" in r for r in v.reasons
+            r.startswith("wikitext kld_mean: estimate ") and "> max 0.04: FAIL" in r for r in v.reasons
         )
-    # optional nvfp4 passes nothing, required FP8 targets pass: the run passes
-    assert d.approvals["blackwell-nvfp4"] == [] and d.exit_code == 0
+    # optional nvfp4 passes nothing; required rocm-cdna3-fp8 passes nothing at smoke: the run fails
+    assert d.approvals["blackwell-nvfp4"] == [] and d.approvals["rocm-cdna3-fp8"] == [] and d.exit_code == 1
     assert d.required == ["hopper-fp8", "rocm-cdna3-fp8"] and d.optional == ["blackwell-nvfp4"]
-    # the 135M source solves 1 of the 4 smoke GSM8K items, and hopper-fp8 loses it: the estimate is
-    # beyond the advisory floor, shown as a violation on one item that cannot establish it, never passed
+    # the 135M source solves 1 of the 5 smoke GSM8K items: no floor on it can change a verdict, so it
+    # was not run on the artifacts, and its advisory floors say what the source alone shows
     gsm = next(
         f
         for f in verdict(d, "hopper-fp8", "batch").floors
         if f.suite == "gsm8k" and f.kind_of_floor == "min_recovery"
     )
-    assert gsm.status == "violation" and gsm.passed is None and gsm.informative is False
-    assert gsm.evidence == "1 item the source solved" and not gsm.powered
+    assert gsm.status == "insufficient_evidence" and gsm.passed is None and gsm.informative is False
+    assert gsm.evidence == "1 item the source solved (known from the source: not run)" and not gsm.powered
     # a tenant limited to draft targets gives no verdict for others
     assert not [v for v in d.verdicts if v.tenant == "speculative" and v.artifact != "draft-int4"]
 
@@ -55,13 +61,16 @@ def test_no_verdict_is_decided_by_a_suite_whose_source_solves_nothing(e1, repo_r
     d = decide(e1, repo_root, model_class="draft")
     assert set(d.no_evidence) == {"gsm8k", "humaneval"}
     assert d.no_evidence == {
-        "gsm8k": ["1 item the source solved (flip_loss_rate, accuracy)"],
+        "gsm8k": ["1 item the source solved (known from the source: not run) (flip_loss_rate, accuracy)"],
         "humaneval": [
             (
                 "the source's flip_loss_rate base is 0 (it solves none of these items), so no answer can "
-                "be lost (flip_loss_rate)"
+                "be lost (known from the source: not run) (flip_loss_rate)"
             ),
-            "the source's pass_at_1 is 0, so the ratio is undefined (0/0 or x/0) (pass_at_1)",
+            (
+                "the source's pass_at_1 is 0, so the ratio is undefined (0/0 or x/0) (known from the source: "
+                "not run) (pass_at_1)"
+            ),
         ],
     }
     for v in d.verdicts:
@@ -70,7 +79,7 @@ def test_no_verdict_is_decided_by_a_suite_whose_source_solves_nothing(e1, repo_r
                 assert f.status in ("insufficient_evidence", "violation") and f.advisory, f.reason
                 assert f.reason not in v.reasons or v.verdict == "pass", f.reason
     # every other floor decides: the smoke sizes give the default model's suites the power to
-    assert {f.suite for v in d.verdicts for f in v.floors if f.status == "pass"} >= {
+    assert {f.suite for v in d.verdicts for f in v.floors if f.status in ("pass", "fail")} >= {
         "wikitext",
         "traffic",
         "long-chain",
@@ -90,31 +99,37 @@ def test_damaged_artifact_fails_every_tenant(e1, repo_root):
 
         edit(art / f"{suite}.json", damage)
 
-    def flip(r):  # every item flips against the source
-        for s in r["samples"]:
-            key = (
-                "correct_flexible-extract"
-                if "correct_flexible-extract" in s
-                else "passed"
-                if "passed" in s
-                else "correct"
-            )
-            s[key] = not s[key]
-
     for suite in ("gsm8k", "humaneval", "support-domain"):
+        source = {r["item"]: r for r in json.loads((e1 / "source" / f"{suite}.json").read_text())["samples"]}
+
+        def flip(r, source=source):  # every item flips against the source's answer
+            for s in r["samples"]:
+                key = (
+                    "correct_flexible-extract"
+                    if "correct_flexible-extract" in s
+                    else "passed"
+                    if "passed" in s
+                    else "correct"
+                )
+                s[key] = not source[s["item"]][key]
+
         edit(art / f"{suite}.json", flip)
     d = decide(e1, repo_root, model_class="dense-reasoner")
     tenants = [v for v in d.verdicts if v.artifact == "hopper-fp8"]
     assert {v.tenant for v in tenants} == {"chat", "reasoning", "batch", "support"}
     assert all(v.verdict == "fail" for v in tenants)
-    for v in tenants:
-        assert any("kld_mean: estimate 2, 95% upper bound 2 > max" in r for r in v.reasons), v.reasons
+    for v in tenants:  # every window beyond the class: named, whatever the test's ends
+        assert any(
+            "kld_mean: estimate 2, 95% upper end beyond the class > max" in r
+            and "beyond the stated class" in r
+            for r in v.reasons
+        ), v.reasons
     assert any(
-        "kld_p99: estimate 9, 95% upper bound 9 > max 0.5: FAIL" in r
+        "kld_p99: estimate 9, 95% upper end 9 > max 0.5: FAIL" in r and "beyond the stated class" in r
         for r in verdict(d, "hopper-fp8", "chat").reasons
     )
     assert any(
-        r.startswith("support-domain flip_loss_rate: estimate 1, 95% upper bound 1 > max 0.2: FAIL")
+        r.startswith("support-domain flip_loss_rate: estimate 1, 95% upper end 1 > max 0.2: FAIL")
         for r in verdict(d, "hopper-fp8", "support").reasons
     )
     assert d.exit_code == 1 and "hopper-fp8" in d.notes[-1]
@@ -171,7 +186,7 @@ def test_report_json(e1, repo_root, tmp_path):
     path = write_report_json(d, tmp_path / "R")
     report = json.loads(path.read_text())
     assert report["schema_version"] == 3 and report["model"] == "SmolLM2-135M-Instruct"
-    assert report["source_hash"].startswith("92a52a5c") and report["approvals"]["draft-int4"] == [
+    assert report["source_hash"].startswith("678e1cc6") and report["approvals"]["draft-int4"] == [
         "speculative"
     ]
     assert report["numerics"]["hopper-fp8"]["mode"] == "emulated"
@@ -199,11 +214,10 @@ def test_report_json(e1, repo_root, tmp_path):
     assert all(
         (f["bound"] is None) == (f["interval"] is None) for v in report["verdicts"] for f in v["floors"]
     )
-    assert {
-        ("kld_mean", "bootstrap-t"),
-        ("kld_p99", "exceedance-inversion"),
-        ("flip_loss_rate", "exact"),
-    } <= intervals
+    assert {("kld_mean", "betting"), ("kld_p99", "betting"), ("flip_loss_rate", "exact")} <= intervals
+    # each says which end it is and what its confidence covers
+    floors = [f for v in report["verdicts"] for f in v["floors"] if f["bound"] is not None]
+    assert all(f["end"] in ("upper", "lower") and f["coverage"] for f in floors)
     # deterministic: the same inputs give the same report, byte for byte, with each artifact's records
     # beside it, named by their sha256 (what a later release's regressions are paired with)
     again = write_report_json(
@@ -237,9 +251,9 @@ def test_a_repair_variant_is_approved_by_the_gate_for_its_chosen_tenants_only(e1
     no required target, so the report needs no editing afterwards."""
     plain = decide(e1, repo_root, model_class="dense-reasoner")
     passed = plain.approvals["hopper-fp8"]
-    assert len(passed) >= 2, passed
-    chosen = decide(e1, repo_root, model_class="dense-reasoner", chosen_for=[passed[0]])
-    assert chosen.approvals["hopper-fp8"] == [passed[0]]
+    assert passed == ["batch"], passed
+    chosen = decide(e1, repo_root, model_class="dense-reasoner", chosen_for=["chat"])
+    assert chosen.approvals["hopper-fp8"] == []  # passes batch, but was chosen for chat only
     assert all(not tenants for a, tenants in chosen.approvals.items() if a != "hopper-fp8")
     assert chosen.required == [] and chosen.exit_code == 0
     # the same decisions, only the approvals narrowed

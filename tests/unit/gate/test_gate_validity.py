@@ -11,12 +11,13 @@ monotone in damage, and advisory floors that can never fail.
 from __future__ import annotations
 
 import importlib.util
+import itertools
 import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
-from gate_builders import CHAIN, GSM8K, TEXT, chain_result, text_result
+from gate_builders import CHAIN, GSM8K, TEXT, text_result
 
 from quantgate.config.gates import Floor
 from quantgate.gate.verdict import evaluate_floor
@@ -51,8 +52,16 @@ def _false_pass(kind: str, family: str, n: int, runs: int = RUNS) -> float:
     passed = 0
     for _ in range(runs):
         idx = rng.choice(len(pop.artifact), n, replace=False)
-        src = {"suite": pop.suite, "kind": suite.spec.kind, "samples": [{**pop.source[j], "item": i} for i, j in enumerate(idx)]}
-        art = {"suite": pop.suite, "kind": suite.spec.kind, "samples": [{**pop.artifact[j], "item": i} for i, j in enumerate(idx)]}
+        src = {
+            "suite": pop.suite,
+            "kind": suite.spec.kind,
+            "samples": [{**pop.source[j], "item": i} for i, j in enumerate(idx)],
+        }
+        art = {
+            "suite": pop.suite,
+            "kind": suite.spec.kind,
+            "samples": [{**pop.artifact[j], "item": i} for i, j in enumerate(idx)],
+        }
         passed += evaluate_floor(floor, suite, src, art).status == "pass"
     return passed / runs
 
@@ -88,7 +97,7 @@ def test_windows_are_drawn_at_random_from_the_whole_corpus_not_cut_from_its_star
     drawn = draw_windows(Chars(), text, sizes, seed="0|wikitext")
     starts = sorted(drawn.positions)
     assert len(starts) == 50 and drawn.population == (100_000 - min(starts) % 64) // 64
-    assert all(b - a >= 64 for a, b in zip(starts, starts[1:]))  # no two share text
+    assert all(b - a >= 64 for a, b in itertools.pairwise(starts))  # no two share text
     assert starts[-1] > 50_000 and starts[0] > 0  # spread over the corpus, not its first 3,200 tokens
     assert drawn.positions != starts  # in the order drawn, not corpus order
     assert draw_windows(Chars(), text, sizes, seed="0|wikitext") == drawn  # the seed fixes the draw
@@ -109,15 +118,19 @@ def test_heavy_tails_beyond_the_grid_hold_the_level():
 
 
 def test_a_p99_floor_with_a_heavy_tail_of_windows_holds_the_level():
-    """Finding 4: a p99 floor whose exceedances are spread over windows by a Pareto tail (within the
-    class); the token-pooled guard and the bootstrap over windows passed 39 % at 128."""
+    """Finding 4: a p99 floor whose exceedances are spread over windows of 64 tokens by a Pareto tail
+    (within the class: no window with more than 10 % of its tokens above the floor)."""
     assert _false_pass("kld_p99", "pareto1.5@class", 128, runs=200) <= ALLOWED
 
 
-def test_trace_weights_that_go_with_disagreement_hold_the_level():
-    """Finding 4: traces whose deepest bin holds more tokens where they disagree more; the
-    token-weighted agreement exactly at the 0.97 floor."""
-    assert _false_pass("agreement_at_depth", "depthcorr@class", 128, runs=200) <= ALLOWED
+@pytest.mark.parametrize(
+    ("family", "n"), [("rare5/45@class", 16), ("rare5/45@class", 64), ("depthcorr@class", 128)]
+)
+def test_agreement_at_depth_holds_the_level_over_traces(family, n):
+    """Finding 4: the deepest bin's agreement, weighted by each trace's tokens there, exactly at the
+    0.97 floor: a few traces carrying the disagreement (the ratio bootstrap passed 36 % at 16 traces
+    and 9.5 % at 64), or traces whose deepest bin holds more tokens where they disagree more."""
+    assert _false_pass("agreement_at_depth", family, n, runs=200) <= ALLOWED
 
 
 @pytest.mark.parametrize(
@@ -167,10 +180,15 @@ def test_an_identical_copy_on_a_device_that_flips_answers_passes_its_loss_floor(
             record["rerun"] = {**record, "correct_flexible-extract": again, "correct_strict-match": again}
         return src
 
-    copies = [evaluate_floor(floor, GSM8K, source(), gsm8k_result(noisy(0.0), list(solved))) for _ in range(20)]
+    copies = [
+        evaluate_floor(floor, GSM8K, source(), gsm8k_result(noisy(0.0), list(solved))) for _ in range(20)
+    ]
     assert all(c.status == "pass" for c in copies), copies[0].reason
     assert "re-evaluated on the same device" in copies[0].coverage
-    at_floor = [evaluate_floor(floor, GSM8K, source(), gsm8k_result(noisy(0.2 / 0.79), list(solved))) for _ in range(40)]
+    at_floor = [
+        evaluate_floor(floor, GSM8K, source(), gsm8k_result(noisy(0.2 / 0.79), list(solved)))
+        for _ in range(40)
+    ]
     assert sum(c.status == "pass" for c in at_floor) <= 4
 
 
@@ -190,7 +208,9 @@ def test_status_is_monotone_in_damage_on_every_damage_path():
                     j = rng.integers(n)
                     kld[j] += rng.random() * 0.05
                     nll[j] += rng.random() * 20
-                    status = evaluate_floor(floor, TEXT, src, text_result(kld, agree=np.ones(n), nll=nll)).status
+                    status = evaluate_floor(
+                        floor, TEXT, src, text_result(kld, agree=np.ones(n), nll=nll)
+                    ).status
                     assert RANK[status] >= worst, (n, floor.metric, status)
                     worst = max(worst, RANK[status])
 
@@ -202,7 +222,12 @@ def test_an_advisory_floor_that_can_never_fail_is_refused_when_the_gates_are_loa
 
     text = (repo_root / "gates.yaml").read_text()
     policy = tmp_path / "gates.yaml"
-    policy.write_text(text.replace("{suite: gsm8k, metric: flip_loss_rate, max: 0.05, advisory: true}", "{suite: gsm8k, metric: flip_loss_rate, max: 0.6, advisory: true}"))
+    policy.write_text(
+        text.replace(
+            "{suite: gsm8k, metric: flip_loss_rate, max: 0.05, advisory: true}",
+            "{suite: gsm8k, metric: flip_loss_rate, max: 0.6, advisory: true}",
+        )
+    )
     with pytest.raises(ConfigFileError) as err:
         load_gates(policy, Catalog(repo_root))
     message = str(err.value)

@@ -19,42 +19,52 @@ def floor(**kw) -> Floor:
     return Floor(**kw)
 
 
-def test_upper_bound_for_lower_is_better_and_lower_bound_for_higher():
+def test_upper_end_for_lower_is_better_and_lower_end_for_higher():
     rng = np.random.default_rng(1)
-    art = text_result(rng.gamma(4, 0.005, 40), agree=rng.uniform(0.85, 0.95, 40))
-    src = text_result(np.zeros(40), agree=np.ones(40))
+    art = text_result(rng.gamma(4, 0.005, 128), agree=rng.uniform(0.85, 0.95, 128))
+    src = text_result(np.zeros(128), agree=np.ones(128))
     kld = evaluate_floor(floor(suite="wikitext", metric="kld_mean", max=0.05), TEXT, src, art)
     agree = evaluate_floor(floor(suite="wikitext", metric="top1_agreement", min=0.8), TEXT, src, art)
-    assert kld.bound > kld.estimate and kld.margin == 0.05 - kld.bound and kld.passed
+    assert kld.bound > kld.estimate and kld.margin == 0.05 - kld.bound and kld.passed and kld.end == "upper"
     assert agree.bound < agree.estimate and agree.margin == agree.bound - 0.8 and agree.passed
-    assert kld.interval == "bootstrap-t" and kld.items == 40 and "bootstrap-t over 40 items" in kld.reason
+    assert agree.end == "lower" and "95% lower end" in agree.reason and "95% upper end" in kld.reason
+    assert kld.interval == "betting" and kld.items == 128 and "betting test over 128 items" in kld.reason
     # power, judged before the artifact is seen: an artifact equal to the source (KL 0 and agreement 1
-    # in every window) passes on these items, its bound at no change (MDE 0) within the tolerance
-    assert kld.powered and kld.mde == 0 and kld.tolerance == 0.05 and kld.no_change == 0
-    assert agree.no_change == 1.0 and agree.tolerance == pytest.approx(0.2) and "MDE" in agree.reason
+    # in every window) passes on these items, from 40 of them; its end sits that far from no change
+    assert kld.powered and 0 < kld.mde < kld.tolerance == 0.05 and kld.no_change == 0
+    assert "an unchanged artifact passes from 40" in kld.reason
+    assert agree.no_change == 1.0 and agree.tolerance == pytest.approx(0.2)
+    # what the confidence covers: the class, stated
+    assert "kld_mean <= 0.5" in kld.coverage and "assumed, and checked" in kld.coverage
+    assert "its own range: no assumption" in agree.coverage
 
 
 def test_exact_comparison_no_rounding():
-    # constant windows: every resample gives the same float, so the bound equals the estimate
-    src, art = text_result(np.zeros(8), tokens=np.ones(8)), text_result(np.full(8, 0.05), tokens=np.ones(8))
-    at = evaluate_floor(floor(suite="wikitext", metric="kld_mean", max=0.05), TEXT, src, art)
-    assert at.bound == at.estimate == 0.05 and at.passed and at.margin == 0.0
-    over = evaluate_floor(floor(suite="wikitext", metric="kld_mean", max=0.05 - 1e-12), TEXT, src, art)
-    assert over.passed is False and over.margin < 0
-    # reasons show full precision where 6 digits would print the same number on both sides
-    assert "0.05 >" in over.reason and "0.049999999999" in over.reason
+    # the floor set exactly at the test's end: a pass there, and a hair below it a fail
+    src, art = (
+        text_result(np.zeros(64), tokens=np.ones(64)),
+        text_result(np.full(64, 0.01), tokens=np.ones(64)),
+    )
+    first = evaluate_floor(floor(suite="wikitext", metric="kld_mean", max=0.05), TEXT, src, art)
+    end = first.bound
+    assert first.passed and first.estimate == pytest.approx(0.01) and 0.01 < end < 0.05
+    at = evaluate_floor(floor(suite="wikitext", metric="kld_mean", max=end * (1 + 1e-6)), TEXT, src, art)
+    assert at.passed
+    over = evaluate_floor(floor(suite="wikitext", metric="kld_mean", max=0.0125), TEXT, src, art)
+    assert over.passed is False and over.margin < 0 and over.bound > 0.0125
 
 
-def test_kld_p99_is_bootstrapped_over_windows_from_their_largest_values():
+def test_kld_p99_is_decided_over_windows_from_their_largest_values():
     rng = np.random.default_rng(5)
-    values = [rng.gamma(0.5, 0.1 * (1 + i % 3), 511) for i in range(10)]
+    values = [rng.gamma(0.5, 0.1 * (1 + i % 3), 511) for i in range(64)]
     art = text_result([v.mean() for v in values], per_token_kld=values)
-    src = text_result(np.zeros(10))
+    src = text_result(np.zeros(64))
     res = evaluate_floor(floor(suite="wikitext", metric="kld_p99", max=2.0), TEXT, src, art)
     # the estimate is the pooled p99 of every token (torch.quantile's interpolation), not a mean of windows
     assert res.estimate == pytest.approx(np.percentile(np.concatenate(values), 99), rel=1e-12)
     assert res.estimate == pytest.approx(art["metrics"]["kld_p99"], rel=1e-12)
-    assert res.interval == "exceedance-inversion" and res.bound > res.estimate and res.status == "pass"
+    assert res.interval == "betting" and res.bound > res.estimate and res.status == "pass"
+    assert "fraction of tokens above the floor" in res.coverage
     # records written before windows kept their largest values: missing, not a point estimate
     for s in art["samples"]:
         s.pop("kld_top")
@@ -62,21 +72,24 @@ def test_kld_p99_is_bootstrapped_over_windows_from_their_largest_values():
     assert old.status == "missing" and "kld_top" in old.reason and old.bound is None
 
 
-def test_agreement_at_depth_is_bounded_over_traces_and_counts_those_that_reach_the_bin():
-    deep = [1.0, 0.98, 0.96, 1.0, 0.94, 1.0, 0.98, 0.97, 0.99, 0.92]
-    src = chain_result(np.ones(10), depth_tokens=[48] * 9 + [0])
-    art = chain_result(deep, depth_tokens=[48] * 9 + [0])
+def test_agreement_at_depth_is_decided_over_traces_and_counts_those_that_reach_the_bin():
+    rng = np.random.default_rng(3)
+    deep = list(1 - rng.uniform(0.0, 0.04, 63)) + [0.5]  # the last trace ends before the deepest bin
+    depths = [48] * 63 + [0]
+    src = chain_result(np.ones(64), depth_tokens=depths)
+    art = chain_result(deep, depth_tokens=depths)
     res = evaluate_floor(floor(suite="long-chain", metric="agreement_at_depth", min=0.9), CHAIN, src, art)
     # weighted by each trace's tokens in the deepest bin: a trace that ends early weighs nothing
-    assert res.estimate == pytest.approx(np.mean(deep[:9]))
-    assert res.interval == "bootstrap-t" and res.bound < res.estimate and res.status == "pass"
-    assert res.items == 9 and "9 traces" in res.reason  # the deepest bin's effective count
-    # 7 traces in the deepest bin (the source's traces decide which reach it): too few for a
-    # resampled bound to hold its level
-    depths = [48] * 7 + [0]
-    few, src = chain_result(deep[:8], depth_tokens=depths), chain_result(np.ones(8), depth_tokens=depths)
+    assert res.estimate == pytest.approx(np.mean(deep[:63]))
+    assert res.interval == "betting" and res.bound < res.estimate and res.status == "pass"
+    assert res.items == 63 and "63 traces" not in res.reason or "63 items" in res.reason
+    # 12 traces in the deepest bin: an unchanged artifact would need more to pass at 95 %
+    few, src = (
+        chain_result(deep[:12], depth_tokens=[48] * 12),
+        chain_result(np.ones(12), depth_tokens=[48] * 12),
+    )
     res = evaluate_floor(floor(suite="long-chain", metric="agreement_at_depth", min=0.9), CHAIN, src, few)
-    assert res.status == "insufficient_evidence" and "7 traces, fewer than the 8" in res.reason
+    assert res.status == "insufficient_evidence" and "an unchanged artifact passes from" in res.reason
 
 
 def test_recovery_just_under_the_floor_fails():
@@ -166,8 +179,8 @@ def test_a_source_that_solves_nothing_is_insufficient_evidence_never_a_pass():
     assert v.verdict == "fail" and "no floor passed with evidence" in v.reasons[0]
     # beside a floor with evidence, the advisory one is reported and does not decide
     results["source"]["wikitext"], results["a"]["wikitext"] = (
-        text_result(np.zeros(8)),
-        text_result(np.full(8, 0.01)),
+        text_result(np.zeros(64)),
+        text_result(np.full(64, 0.01)),
     )
     both = Tenant(description="t", floors=[advisory, floor(suite="wikitext", metric="kld_mean", max=0.05)])
     v = judge("a", "t", both, results, {"gsm8k": GSM8K, "wikitext": TEXT}, required=True)
@@ -205,7 +218,7 @@ def test_a_violation_the_items_establish_fails_even_without_power():
     src = gsm8k_result([True] * 4 + [False] * 4, [True] * 4 + [False] * 4)
     art = gsm8k_result([False] * 8, [True] * 4 + [False] * 4)
     res = evaluate_floor(floor(suite="gsm8k", metric="flip_loss_rate", max=0.25), GSM8K, src, art)
-    assert res.status == "fail" and res.estimate == 1.0 and "even the other end" in res.reason
+    assert res.status == "fail" and res.estimate == 1.0 and "even the lower end" in res.reason
     advisory = floor(suite="gsm8k", metric="flip_loss_rate", max=0.25, advisory=True)
     assert evaluate_floor(advisory, GSM8K, src, art).status == "fail"  # established: fails even advisory
     # 2 of 5 lost: the estimate itself is beyond the floor, on items too few to establish it. A
@@ -295,28 +308,47 @@ def test_verdict_does_not_flip_on_noise(kld_scale, flip_p, expected):
 
 
 def test_damaged_artifact_reasons_name_metric_estimate_bound_and_floor():
-    src = text_result(np.zeros(8), agree=np.ones(8))
-    art = text_result(np.full(8, 0.9) + np.linspace(0, 0.1, 8), agree=np.full(8, 0.4))
+    src = text_result(np.zeros(64), agree=np.ones(64))
+    art = text_result(np.full(64, 0.09) + np.linspace(0, 0.01, 64), agree=np.full(64, 0.4))
     res = evaluate_floor(floor(suite="wikitext", metric="kld_mean", max=0.05), TEXT, src, art)
     assert res.passed is False
-    assert res.reason.startswith("wikitext kld_mean: estimate 0.95, 95% upper bound ")
-    assert "> max 0.05: FAIL" in res.reason
+    assert res.reason.startswith("wikitext kld_mean: estimate 0.095, 95% upper end ")
+    assert "> max 0.05: FAIL (margin -0.07" in res.reason
+    # windows beyond the class: the upper end lies outside it, and the reason names the windows
+    worse = text_result(np.full(64, 0.9) + np.linspace(0, 0.1, 64), agree=np.full(64, 0.4))
+    res = evaluate_floor(floor(suite="wikitext", metric="kld_mean", max=0.05), TEXT, src, worse)
+    assert res.status == "fail" and "upper end beyond the class" in res.reason
+    assert "item 0 at 0.9, item 1 at" in res.reason and "beyond the stated class" in res.reason
+
+
+def _crossing(src: dict, art: dict) -> float:
+    """The kld_mean floor at which the artifact's upper end sits exactly on it (between a pass and a
+    fail), by bisection: the class is in tolerances of the floor, so the end moves with the floor."""
+    lo, hi = 0.0001, 0.05
+    for _ in range(40):
+        mid = (lo + hi) / 2
+        res = evaluate_floor(floor(suite="wikitext", metric="kld_mean", max=mid), TEXT, src, art)
+        lo, hi = (lo, mid) if res.passed else (mid, hi)
+    return hi
 
 
 def test_a_bound_within_the_machine_to_machine_spread_of_its_floor_is_marginal():
     """The verdict keeps its side of the floor but says another machine may decide otherwise;
     a bound clear of the floor by more than the spread is not marked."""
     rng = np.random.default_rng(3)
-    art = text_result(rng.gamma(4, 0.005, 40), agree=rng.uniform(0.85, 0.95, 40))
-    src = text_result(np.zeros(40), agree=np.ones(40))
+    art = text_result(rng.gamma(4, 0.005, 128), agree=rng.uniform(0.85, 0.95, 128))
+    src = text_result(np.zeros(128), agree=np.ones(128))
     unmarked = evaluate_floor(floor(suite="wikitext", metric="kld_mean", max=0.05), TEXT, src, art)
     assert unmarked.passed and not unmarked.marginal and unmarked.spread is None
-    near = unmarked.bound + 0.0004  # passes by 0.0004
+    crossing = _crossing(src, art)
+    near = (
+        crossing + 0.0004
+    )  # passes by a few ten-thousandths (the class, and so the end, moves with the floor)
     close = evaluate_floor(floor(suite="wikitext", metric="kld_mean", max=near), TEXT, src, art, spread=0.001)
-    assert close.passed and close.marginal and close.spread == 0.001
+    assert close.passed and close.marginal and close.spread == 0.001 and 0 < close.margin < 0.001
     assert "MARGINAL" in close.reason and "another machine may decide otherwise" in close.reason
     failing = evaluate_floor(
-        floor(suite="wikitext", metric="kld_mean", max=unmarked.bound - 0.0004), TEXT, src, art, spread=0.001
+        floor(suite="wikitext", metric="kld_mean", max=crossing - 0.0004), TEXT, src, art, spread=0.001
     )
     assert failing.passed is False and failing.marginal
     clear = evaluate_floor(floor(suite="wikitext", metric="kld_mean", max=0.05), TEXT, src, art, spread=0.001)
@@ -338,10 +370,9 @@ def test_a_fail_is_marginal_only_when_every_floor_failing_it_is():
     """One floor failing clearly decides the verdict on any machine; a fail is marked marginal
     only when each floor that fails it is within the spread (another machine could pass it)."""
     rng = np.random.default_rng(3)
-    art = text_result(rng.gamma(4, 0.005, 40), agree=rng.uniform(0.85, 0.95, 40))
-    src = text_result(np.zeros(40), agree=np.ones(40))
-    bound = evaluate_floor(floor(suite="wikitext", metric="kld_mean", max=0.05), TEXT, src, art).bound
-    close = floor(suite="wikitext", metric="kld_mean", max=bound - 0.0004)  # fails by 0.0004
+    art = text_result(rng.gamma(4, 0.005, 128), agree=rng.uniform(0.85, 0.95, 128))
+    src = text_result(np.zeros(128), agree=np.ones(128))
+    close = floor(suite="wikitext", metric="kld_mean", max=_crossing(src, art) - 0.0004)  # fails by a hair
     clear = floor(suite="wikitext", metric="top1_agreement", min=0.99)  # fails by far more
 
     def verdict(*floors):

@@ -30,16 +30,29 @@ def test_markdown_golden(e1_report):
 
 def test_markdown_content(e1_report):
     text = render_markdown(e1_report)
-    assert "PASS (exit 0)" in text and "3 of 4 artifacts approved" in text
-    row = next(line for line in text.splitlines() if line.startswith("| rocm-cdna3-fp8 |"))
-    assert row.count("✅ pass") == 1 and row.count("❌ fail") == 3
     assert (
-        "- `long-chain agreement_at_depth` (min, fail): estimate 0.978873, bound 0.95742, floor 0.97, "
-        "margin -0.0125798, MDE 0 (tolerance 0.03)"
+        "FAIL (exit 1): a required artifact passed no tenant" in text and "2 of 4 artifacts approved" in text
+    )
+    row = next(line for line in text.splitlines() if line.startswith("| rocm-cdna3-fp8 |"))
+    assert row.count("✅ pass") == 0 and row.count("❌ fail") == 4
+    # every end shown says which end it is, and what an unchanged artifact would show
+    assert (
+        "- `long-chain kld_mean` (max, fail): estimate 0.0234667, upper end 0.0666144, floor 0.05, "
+        "margin -0.0166144, an unchanged artifact's end 0.0431151 from no change (tolerance 0.05)"
     ) in text
-    assert "- `gsm8k`: 1 item the source solved (flip_loss_rate, accuracy)" in text
+    assert "- `long-chain agreement_at_depth` (min, fail): estimate 0.961874, lower end 0.929535" in text
+    # what each confidence covers: the draw and the class
+    assert "## What each confidence covers" in text
+    assert (
+        "- `wikitext kld_mean max 0.05`: windows drawn at random from 4717; class: an item's kld_mean &lt;= 0.5"
+        in text
+    )
+    assert (
+        "- `gsm8k`: 1 item the source solved (known from the source: not run) (flip_loss_rate, accuracy)"
+        in text
+    )
     assert "| hopper-fp8 | emulated on cpu |" in text
-    assert "| hopper-fp8 | 166798310 (166.8 MB) | 61.2% |" in text  # bytes against the source's, SI units
+    assert "| hopper-fp8 | 166798261 (166.8 MB) | 61.2% |" in text  # bytes against the source's, SI units
 
 
 def test_markdown_sizes_and_hostile_text(e1_report):

@@ -17,7 +17,9 @@ ALPHA = 0.05
 
 def _false_rejections(draw, m: float, n: int, runs: int, population: int | None = None) -> float:
     rng = np.random.default_rng(7)
-    hits = sum(betting.rejects(draw(rng, n), m, ALPHA, below=True, population=population) for _ in range(runs))
+    hits = sum(
+        betting.rejects(draw(rng, n), m, ALPHA, below=True, population=population) for _ in range(runs)
+    )
     return hits / runs
 
 

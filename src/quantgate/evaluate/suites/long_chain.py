@@ -173,11 +173,17 @@ class LongChainSuite(SuiteKind):
         sizes = self.spec.sizes(ctx.profile)
         pool = load_jsonl_records(ctx.data, self.spec.data)[self.spec.offset :]
         seed = f"{self.spec.seed}|{self.spec.name}"
-        rng = np.random.default_rng(int.from_bytes(hashlib.sha256(f"traces|{seed}".encode()).digest()[:8], "big"))
+        rng = np.random.default_rng(
+            int.from_bytes(hashlib.sha256(f"traces|{seed}".encode()).digest()[:8], "big")
+        )
         picked = rng.choice(len(pool), size=min(sizes.traces, len(pool)), replace=False)
-        prompts = [chat_prompt(tokenizer, self.spec.prompt.format(question=pool[int(i)]["question"])) for i in picked]
+        prompts = [
+            chat_prompt(tokenizer, self.spec.prompt.format(question=pool[int(i)]["question"])) for i in picked
+        ]
         width = sizes.trace_tokens / sizes.bins
-        deepest = sum(1 for j in range(sizes.trace_tokens) if min(int(j / width), sizes.bins - 1) == sizes.bins - 1)
+        deepest = sum(
+            1 for j in range(sizes.trace_tokens) if min(int(j / width), sizes.bins - 1) == sizes.bins - 1
+        )
         design = {
             "unit": "traces",
             "population": max(len(pool), 1),

@@ -99,7 +99,9 @@ class TextSizes(Frozen):
     @model_validator(mode="after")
     def _scores_something(self) -> TextSizes:
         if self.context + 2 > self.seq_len:
-            raise ValueError(f"context {self.context} leaves no scored position in a window of {self.seq_len}")
+            raise ValueError(
+                f"context {self.context} leaves no scored position in a window of {self.seq_len}"
+            )
         return self
 
     @property
@@ -153,7 +155,9 @@ def draw_windows(tokenizer, text: str, sizes: TextSizes, seed: str = "0") -> Dra
     non-overlapping slots of ``seq_len`` tokens cut from a random offset (module docstring); all
     of them, in a random order, when the corpus holds fewer."""
     ids = tokenizer(text, add_special_tokens=False)["input_ids"]
-    rng = np.random.default_rng(int.from_bytes(hashlib.sha256(f"windows|{seed}".encode()).digest()[:8], "big"))
+    rng = np.random.default_rng(
+        int.from_bytes(hashlib.sha256(f"windows|{seed}".encode()).digest()[:8], "big")
+    )
     offset = int(rng.integers(sizes.seq_len)) if len(ids) >= 2 * sizes.seq_len else 0
     population = (len(ids) - offset) // sizes.seq_len
     n = min(sizes.tokens // sizes.seq_len, population)

@@ -576,11 +576,17 @@ def run_cell(args: tuple[Cell, str, int, str | None]) -> dict:
         "pass": passed,
         "fail": counts.get("fail", 0) / runs,
         "mc_error": math.sqrt(max(passed * (1 - passed), 1e-12) / runs),
-        "in_class": pop.beyond == 0.0,
+        "in_class": in_class(cell.family, pop.beyond),
         "beyond": pop.beyond,
         "statuses": counts,
         "seconds": round(time.perf_counter() - started, 1),
     }
+
+
+def in_class(family: str, beyond: float) -> bool:
+    """Whether a cell's population is in the stated class: no item beyond the class's cap, and items
+    drawn at random (``-old``: neighbouring windows, the design before this change, is not)."""
+    return beyond == 0.0 and "-old" not in family
 
 
 def _variants(kind: str, family: str) -> list[str]:
@@ -631,7 +637,12 @@ def table(rows: list[dict], before: list[dict] | None = None) -> str:
             if anchor is None:
                 parts.append("—")
                 continue
-            klass = "in" if anchor["in_class"] else f"out ({100 * anchor['beyond']:.2g} % beyond)"
+            if in_class(fam, anchor["beyond"]):
+                klass = "in"
+            elif "-old" in fam:
+                klass = "out (neighbours, not drawn at random)"
+            else:
+                klass = f"out ({100 * anchor['beyond']:.2g} % beyond)"
             if at:
                 text = f"{100 * at['pass']:.1f}"
                 if was:

@@ -25,7 +25,7 @@ def test_gate_prints_a_hostile_model_name_as_text(cli, tmp_path):
     run_json["model"] = NAME
     (results / "run.json").write_text(json.dumps(run_json))
     out = tmp_path / "report"
-    run = cli("gate", "--results", str(results), "--out", str(out), "--model-class", "dense-reasoner")
+    run = cli("gate", "--results", str(results), "--out", str(out), "--model-class", "draft")
     assert run.returncode == 0, run.stderr[-2000:]
     assert "Traceback" not in run.stderr
     shown = "ck[/] [bold]b[/bold] :thumbs_up: \\x1b[31mred\\x1b]0;t\\x07\\nerror: forged"

@@ -24,7 +24,7 @@ TEXT = """name: tiny-text
 kind: text
 description: t
 data: {local: corpus.txt}
-profiles: {smoke: {tokens: 512, seq_len: 32, batch_size: 4}}
+profiles: {smoke: {tokens: 2048, seq_len: 32, batch_size: 16}}
 metrics: [perplexity, kld_mean, kld_p99, top1_agreement]
 """
 DOMAIN = """name: tiny-{metric}
@@ -34,7 +34,7 @@ tenant: t
 data: questions.jsonl
 metric: {metric}
 prompt_format: raw
-profiles: {{smoke: {{items: 8, max_new_tokens: 16, batch_size: 4}}}}
+profiles: {{smoke: {{items: {items}, max_new_tokens: 16, batch_size: 4}}}}
 metrics: [{metrics}]
 """
 
@@ -47,15 +47,16 @@ def world(tiny_llama, tmp_path, catalog, repo_root):
     build_targets(record, ["hopper-fp8"], tmp_path / "artifacts", catalog, calibration)
     data = tmp_path / "data"
     data.mkdir()
-    (data / "corpus.txt").write_text(" ".join(f"Item {i} comes after item {i - 1}." for i in range(400)))
+    (data / "corpus.txt").write_text(" ".join(f"Item {i} comes after item {i - 1}." for i in range(1200)))
     suites = tmp_path / "eval_suites"
     suites.mkdir()
     (suites / "tiny-text.yaml").write_text(TEXT)
-    for metric, metrics in (("contains", "accuracy, flip_rate"), ("perplexity", "perplexity")):
-        (suites / f"tiny-{metric}.yaml").write_text(DOMAIN.format(metric=metric, metrics=metrics))
+    # 64 items for perplexity: the betting test's floor of 50 % needs about 44 before a copy can pass
+    for metric, metrics, items in (("contains", "accuracy, flip_rate", 8), ("perplexity", "perplexity", 64)):
+        (suites / f"tiny-{metric}.yaml").write_text(DOMAIN.format(metric=metric, metrics=metrics, items=items))
     (suites / "questions.jsonl").write_text(
         "".join(
-            json.dumps({"prompt": f"Name the {i}th prime.", "reference": f"zq{i}x"}) + "\n" for i in range(8)
+            json.dumps({"prompt": f"Name the {i}th prime.", "reference": f"zq{i}x"}) + "\n" for i in range(64)
         )
     )
     ctx = EvalContext("smoke", DataDir((data,)), repo_root, tmp_path / "cache")
@@ -97,7 +98,7 @@ def test_a_suite_no_floor_can_decide_is_not_run_and_the_gate_says_why(world, rep
 def test_once_every_tenant_failed_the_costlier_suites_are_skipped(world):
     floors = [
         Floor(suite="tiny-text", metric="kld_mean", max=1e-12),  # fails: any quantization moves the KL
-        Floor(suite="tiny-perplexity", metric="perplexity", max_delta_pct=50),  # could decide: 8 items
+        Floor(suite="tiny-perplexity", metric="perplexity", max_delta_pct=50),  # could decide: 64 items
     ]
     run, _ = _run(world, floors, "F")
     why = run.skipped["hopper-fp8"]["tiny-perplexity"]

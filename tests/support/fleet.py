@@ -219,8 +219,8 @@ class RawPeer:
     - ``silent``: never sends another byte, and never closes (a frozen process, a partition without
       RST: the connection stays up, every request goes unanswered);
     - ``garbage``: answers every request with random bytes (a block that fails its merkle check);
-    - ``pex``: like ``silent``, but first tells the node of ``pex_to`` (an address nobody listed)
-      in a ``ut_pex`` message (BEP 11), which a node that honours peer exchange dials.
+    - ``pex``: tells the node of ``pex_to`` (an address nobody listed) in a ``ut_pex`` message
+      (BEP 11), which a node that honours peer exchange dials, then closes the connection.
 
     ``connections`` counts the connections it accepted, ``requests`` the block requests it got.
     """
@@ -268,6 +268,9 @@ class RawPeer:
             sock.sendall(struct.pack(">IB", 1, 14))  # HAVE_ALL: the first message after the handshake
             if self.mode == "pex":
                 self._pex(sock)
+                time.sleep(0.5)  # time to act on it; then gone (the pull is the origin's, and quick)
+                sock.close()
+                return
             sock.sendall(struct.pack(">IB", 1, 1))  # UNCHOKE
             while not self._stop.is_set():
                 (length,) = struct.unpack(">I", self._read(sock, 4))
@@ -280,23 +283,20 @@ class RawPeer:
                         sock.sendall(block)
 
     def _pex(self, sock: socket.socket) -> None:
-        """Our extended handshake, then (once the node's says which id it gave ut_pex) one ut_pex
-        message naming ``pex_to``."""
+        """Our extended handshake, then (once the node's says which id it gave ut_pex, if any) one
+        ut_pex message naming ``pex_to``."""
         from libtorrent import bdecode, bencode
 
         handshake = bencode({"m": {"ut_pex": 1}, "v": "quantgate-test"})
         sock.sendall(struct.pack(">IBB", 2 + len(handshake), 20, 0) + handshake)
+        pex_id = 1  # libtorrent's, when it speaks ut_pex; sent even when it does not say so (hostile)
         for _ in range(20):  # the node's own extended handshake comes among its first messages
             (length,) = struct.unpack(">I", self._read(sock, 4))
             body = self._read(sock, length) if length else b""
             if length > 2 and body[0] == 20 and body[1] == 0:
                 theirs = bdecode(body[2:]) or {}
-                pex_id = (theirs.get(b"m") or {}).get(b"ut_pex")
+                pex_id = (theirs.get(b"m") or {}).get(b"ut_pex") or pex_id
                 break
-        else:
-            return
-        if not pex_id:  # the node does not speak ut_pex at all: nothing to tell it
-            return
         assert self.pex_to is not None
         host, port = self.pex_to
         added = socket.inet_aton(host) + struct.pack(">H", port)

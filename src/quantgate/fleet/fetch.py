@@ -160,7 +160,13 @@ class _Swarm:
         while time.monotonic() < deadline:
             self.node.session.wait_for_alert(int(TICK_S * 1000))
             for alert in self.node.session.pop_alerts():
-                if isinstance(alert, lt.cache_flushed_alert) and alert.handle == self.handle:
+                if not isinstance(alert, lt.torrent_alert) or alert.handle != self.handle:
+                    continue
+                # a piece counts as done once hashed, before it is written: a write that fails
+                # (a full disk) is told here, and must end the pull as one (it left the file short)
+                if isinstance(alert, lt.file_error_alert | lt.torrent_error_alert):
+                    raise _disk_error(alert, self.where)
+                if isinstance(alert, lt.cache_flushed_alert):
                     return
         raise OSError(f"{self.where}: the pieces were not written to disk within {FLUSH_S:.0f} s")
 

@@ -287,7 +287,13 @@ def _approve(job: _Job, version, created: bool, mlflow_client, cfg: RegistryConf
     for key, value in approval.sign(signed, cfg).items():  # before any alias points here
         mlflow_client.set_model_version_tag(job.name, version.version, key, value)
     moved = aliases.apply(
-        mlflow_client, cfg, job.name, version, job.approved, job.report.failed_tenants(job.artifact)
+        mlflow_client,
+        cfg,
+        job.name,
+        version,
+        job.approved,
+        job.report.failed_tenants(job.artifact),
+        evidence=job.report_sha256,
     )
     gate_tags = {
         **_parent_version(mlflow_client, job),
@@ -517,7 +523,8 @@ def withdraw_failed(report_json: Path, artifacts_dir: Path, cfg: RegistryConfig)
                     _withdraw_approval(
                         mlflow_client, cfg, name, version, failed, sha256_file(report_json).sha256
                     )
-                moved = aliases.apply(mlflow_client, cfg, name, version, [], failed)
+                evidence = sha256_file(report_json).sha256 if can_sign else None
+                moved = aliases.apply(mlflow_client, cfg, name, version, [], failed, evidence=evidence)
                 if moved.removed:
                     removed.setdefault(name, []).extend(moved.removed)
     return removed

@@ -53,6 +53,7 @@ from quantgate.publish.cache import ENTRY, PullCache
 from quantgate.publish.config import RegistryConfig
 from quantgate.publish.dest import materialize
 from quantgate.publish.pull_fleet import fetch_from_fleet
+from quantgate.publish.pull_release import ReleaseCheck
 from quantgate.publish.pull_store import file_problem_or_missing, store_manifest, store_torrent, tampered
 from quantgate.publish.resolve import Resolved, resolve
 from quantgate.publish.store import ArtifactStore, open_store, range_reader
@@ -83,15 +84,25 @@ def pull(
     cache = PullCache(Path(cache_dir or default_cache_dir()) / "pull", cfg.cache_max_bytes)
     key = f"{cfg.model_registry_uri} {name} {version or naming.alias_for(tenant)}"
     asked = _Asked(name, model, target, tenant, allow_unapproved)
+    released = ReleaseCheck(name, tenant, cfg, cache.root)
     with _disk_full(cache, name):
         if offline:
-            path = _offline(cache, key, asked, cfg)
+            path = _offline(cache, key, asked, cfg, released)
         else:
             with tracking.registry_errors(cfg):
-                resolved = resolve(tracking.client(cfg), name, tenant, version, allow_unapproved)
+                resolved = resolve(
+                    tracking.client(cfg),
+                    name,
+                    tenant,
+                    version,
+                    allow_unapproved,
+                    on_model=None if allow_unapproved else released,
+                )
             if not ENTRY.match(resolved.content_hash):
                 raise tampered(MANIFEST, resolved, "has a content hash tag that is not a sha256")
             signed = _approved(resolved, asked, cfg)
+            if not allow_unapproved:
+                released.agrees(signed, resolved.version, resolved.where)
             cache.remember(
                 key,
                 {
@@ -100,6 +111,7 @@ def pull(
                     "approved": str(resolved.approved and signed.approves(tenant)).lower(),
                     naming.APPROVAL: resolved.tags[naming.APPROVAL],
                     naming.APPROVAL_SIGNATURE: resolved.tags[naming.APPROVAL_SIGNATURE],
+                    **released.remembered,
                 },
             )
             hit = _checked_hit(cache, signed, cfg, cfg.pull_verify == "always", progress)
@@ -223,7 +235,7 @@ def _damage(cache: PullCache, signed: Approval, cfg: RegistryConfig, rehash: boo
     return (MANIFEST, problem) if problem is not None else None
 
 
-def _offline(cache: PullCache, key: str, asked: _Asked, cfg: RegistryConfig) -> Path:
+def _offline(cache: PullCache, key: str, asked: _Asked, cfg: RegistryConfig, released: ReleaseCheck) -> Path:
     record = cache.index().get(key)
     entry = record.get("manifest_sha256") if isinstance(record, dict) else None
     path = cache.entry(entry) if isinstance(entry, str) and ENTRY.match(entry) else None
@@ -256,6 +268,8 @@ def _offline(cache: PullCache, key: str, asked: _Asked, cfg: RegistryConfig) -> 
             "pass --allow-unapproved, or pull online",
         )
     _check(signed, asked, version, where)
+    if not asked.allow_unapproved:  # the remembered release, against the newest this node verified
+        released.offline(record, version, signed, where)
     damage = _damage(cache, signed, cfg, rehash=True)  # offline: always by content
     if damage is not None:
         cache.remove(entry)

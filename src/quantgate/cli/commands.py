@@ -45,6 +45,9 @@ def main() -> None:
     """Entry point: click handles usage errors (exit 2); quantgate's own errors exit with their code."""
     end_with_parent()  # a pipeline step ends with the run that started it
     try:
+        from quantgate.extensions import check_plugins
+
+        check_plugins()  # a plugin that cannot load is exit 2 naming it, before any work
         app()
     except QuantgateError as exc:
         # one error, one line: a name holding a newline or an escape cannot forge or hide a line

@@ -134,5 +134,6 @@ def test_a_full_disk_in_a_peer_pull_is_exit_75_with_staging_dropped(published, r
         left = files_under(small / "pull")
     assert err.value.exit_code == 75
     assert "\n" not in str(err.value)
-    # nothing installed, nothing staged (only the lock file and the remembered resolution stay)
-    assert [f for f in left if not f.endswith(".lock") and f != "index.json"] == []
+    # nothing installed, nothing staged (only lock files, the remembered resolution and the
+    # node's ledger of release records stay)
+    assert [f for f in left if not f.endswith(".lock") and f not in ("index.json", "releases.json")] == []

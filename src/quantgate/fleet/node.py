@@ -95,8 +95,7 @@ class Node:
                 raise UsageError(
                     "QUANTGATE_FLEET_LISTEN",
                     f"cannot listen on {fleet.listen} ({self.listen_error or 'no answer'})",
-                    "set QUANTGATE_FLEET_LISTEN (or fleet.listen in artifacts_registry/registry.yaml) to "
-                    "an address of this host and a free port, e.g. 0.0.0.0:6881",
+                    LISTEN_FIX,
                 )
             host = endpoints(fleet.listen)[0][0]
             self.session.apply_settings({"listen_interfaces": f"{host}:0"})
@@ -174,6 +173,30 @@ class Node:
     def close(self) -> None:
         """Stop the engine and wait until it has (its port is free again; nothing is written)."""
         del self.session  # the last reference: libtorrent's destructor waits for its threads
+
+
+LISTEN_FIX = (
+    "set QUANTGATE_FLEET_LISTEN (or fleet.listen in artifacts_registry/registry.yaml) to an address of "
+    "this host and a free port, e.g. 0.0.0.0:6881"
+)
+
+
+def check_listen(fleet: FleetSettings) -> None:
+    """UsageError (exit 2, before anything starts) when this host cannot listen where ``fleet.listen``
+    says: an address it does not have, or a port taken. ``quantgate seed`` exists to be reached
+    there; it used to print "seeding ... on port 0" and serve no one."""
+    host, port = endpoints(fleet.listen)[0]
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind((host, port))
+        except OSError as exc:
+            raise UsageError(
+                "QUANTGATE_FLEET_LISTEN",
+                f"cannot listen on {fleet.listen} ({exc.strerror or exc})",
+                LISTEN_FIX,
+            ) from None
 
 
 def closed_flags():

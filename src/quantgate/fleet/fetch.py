@@ -38,6 +38,7 @@ from quantgate.fleet import torrent as torrents
 from quantgate.fleet.node import Node, closed_flags
 from quantgate.fleet.order import load_order
 from quantgate.fleet.origin import RangeReader
+from quantgate.fleet.pieces import complete, held, want, wanted_pieces
 from quantgate.fleet.watch import PEER_DEADLINE_S, PeerWatch, PieceWatch, endpoint
 from quantgate.progress import SILENT, Progress
 
@@ -73,7 +74,7 @@ class Transfer:
     origin_bytes: int = 0  # read from the store as pieces
     bad_pieces: int = 0  # pieces that failed their hash check (a bad peer's, or the origin's)
     peers: int = 0  # peers connected at some point
-    stalled: int = 0  # peers dropped for owing blocks past PEER_DEADLINE_S
+    stalled: int = 0  # peers dropped: owing blocks past PEER_DEADLINE_S, or a block that failed its hash
     late_pieces: int = 0  # pieces read from the origin because no peer delivered them in time
 
     def describe(self) -> str:
@@ -81,7 +82,7 @@ class Transfer:
         return (
             f"{self.peer_bytes:,} bytes from {self.peers} peer(s), {self.origin_bytes:,} from the origin"
             + (f", {self.bad_pieces} bad piece(s) caught and fetched again" if self.bad_pieces else "")
-            + (f", {self.stalled} stalled peer(s) dropped" if self.stalled else "")
+            + (f", {self.stalled} stalled or lying peer(s) dropped" if self.stalled else "")
             + (f", {self.late_pieces} late piece(s) read from the origin" if self.late_pieces else "")
         )
 
@@ -189,6 +190,8 @@ class _Swarm:
             elif isinstance(alert, lt.piece_finished_alert):
                 self.from_origin.pop(alert.piece_index, None)
                 self.failed.discard(alert.piece_index)
+            elif isinstance(alert, lt.peer_ban_alert):  # libtorrent caught it lying: gone for the pull
+                self._drop((str(alert.endpoint[0]), int(alert.endpoint[1])))
             elif isinstance(alert, lt.peer_error_alert | lt.peer_disconnected_alert):
                 self.answered.add((str(alert.endpoint[0]), int(alert.endpoint[1])))
             elif isinstance(alert, lt.file_error_alert | lt.torrent_error_alert):
@@ -226,8 +229,7 @@ class _Swarm:
             if p.flags & lt.peer_info.seed or p.num_pieces or now - since >= HAVE_WAIT_S:
                 self.answered.add(endpoint(p))
         for stalled in self.peer_watch.update(talking, now):
-            self.node.drop(stalled)  # its pieces go to the other peers or the origin from now on
-            self.transfer.stalled += 1
+            self._drop(stalled)
         # the peers that count: answered, and not stalled (a dropped peer may linger, connected)
         delivering = [p for p in talking if endpoint(p) not in self.peer_watch.stalled]
         waiting = now - self.started < ORIGIN_AFTER_S and not self.node.listed() <= self.answered
@@ -239,12 +241,12 @@ class _Swarm:
         late = self.piece_watch.late(self.handle.get_download_queue(), now)
         recent = {p for p, at in self.added.items() if now - at < ORIGIN_RETRY_S}
         busy = set(self.inflight) | (set(self.from_origin) & recent)  # read, or added and being checked
-        held = _held(delivering)
+        holding = held(delivering)
 
         def from_origin(p: int) -> bool:  # failed its hash, late, or no delivering peer holds it
             if p in busy or self.handle.have_piece(p):
                 return False
-            return p in self.failed or p in late or (held is not None and p not in held)
+            return p in self.failed or p in late or (holding is not None and p not in holding)
 
         missing = [p for p in wanted if from_origin(p)]
         # this node's share first (piece % nodes == its place in the sorted list): nodes listed
@@ -258,6 +260,13 @@ class _Swarm:
                 self.late.add(piece)
                 self.transfer.late_pieces += 1
             self.inflight[piece] = self.pool.submit(self._read_piece, piece)
+
+    def _drop(self, peer: tuple[str, int]) -> None:
+        """``peer`` stalled or lied: its pieces go to the other peers or the origin from now on."""
+        if peer not in self.node.dropped:
+            self.peer_watch.stalled.add(peer)
+            self.node.drop(peer)
+            self.transfer.stalled += 1
 
     def plan(self, found: torrents.Torrent, pieces: list[int]) -> None:
         """Where each of ``pieces`` lies in the files (read here, in the engine's thread: the
@@ -286,19 +295,6 @@ class _Swarm:
         self.pool.shutdown(wait=False, cancel_futures=True)
 
 
-def _held(peers) -> set[int] | None:
-    """The pieces ``peers`` hold; None when one of them is a seed (it holds every piece)."""
-    import libtorrent as lt
-
-    held: set[int] = set()
-    for peer in peers:
-        if peer.flags & lt.peer_info.seed:
-            return None
-        if peer.num_pieces:
-            held.update(i for i, has in enumerate(peer.pieces) if has)
-    return held
-
-
 def _disk_error(alert, where: str) -> OSError:
     """libtorrent's failed write or read as an OSError carrying its errno (ENOSPC: exit 75 with
     staging dropped, as the origin path does) and the file it names."""
@@ -308,22 +304,6 @@ def _disk_error(alert, where: str) -> OSError:
     if number in (errno.ENOSPC, errno.EDQUOT):
         return OSError(number, "no space left on device", filename or where)
     return OSError(number or errno.EIO, f"{where}: {alert.message()}", filename)
-
-
-def _pieces(info, index: int, size: int) -> list[int]:
-    if size == 0:
-        return []
-    first = info.map_file(index, 0, 0).piece
-    last = info.map_file(index, size - 1, 0).piece
-    return list(range(first, last + 1))
-
-
-def _complete(handle, indices: list[int], sizes: list[int]) -> Callable[[], bool]:
-    def done() -> bool:
-        progress = handle.file_progress(1)  # piece granularity: complete files are exact
-        return all(progress[i] >= s for i, s in zip(indices, sizes, strict=True))
-
-    return done
 
 
 def fetch(
@@ -372,11 +352,11 @@ def fetch(
         except ValueError as exc:
             raise TorrentRefused(str(exc)) from None
         first = [r for r in (MANIFEST, SIGNATURE) if r in found.files]
-        _want(handle, found, first)
-        pieces = _wanted_pieces(found, first)
+        want(handle, found, first)
+        pieces = wanted_pieces(found, first)
         swarm.plan(found, pieces)
         swarm.until(
-            _complete(handle, [found.files[r][0] for r in first], [found.files[r][1] for r in first]),
+            complete(handle, [found.files[r][0] for r in first], [found.files[r][1] for r in first]),
             pieces,
             lambda n: None,
         )
@@ -384,18 +364,18 @@ def fetch(
         signature = (staging / SIGNATURE).read_bytes() if SIGNATURE in found.files else b""
         manifest = verify_manifest(staging / MANIFEST, signature)
         expected = {rel: e.bytes for rel, e in manifest.files.items()} | {MANIFEST: found.files[MANIFEST][1]}
-        held = {rel: size for rel, (_, size) in found.files.items() if rel != SIGNATURE}
-        if held != expected:
-            extra = sorted(set(held) ^ set(expected)) or sorted(r for r in held if held[r] != expected[r])
+        sizes = {rel: size for rel, (_, size) in found.files.items() if rel != SIGNATURE}
+        if sizes != expected:
+            extra = sorted(set(sizes) ^ set(expected)) or sorted(r for r in sizes if sizes[r] != expected[r])
             raise TorrentRefused(f"does not hold the signed manifest's files ({extra[0]!r} differs)")
         order = load_order(list(manifest.files), staging)
-        _want(handle, found, first + order)
+        want(handle, found, first + order)
         handle.set_flags(lt.torrent_flags.sequential_download)  # from peers too: load order
         rest = [found.files[r] for r in order]
-        pieces = _wanted_pieces(found, order)
+        pieces = wanted_pieces(found, order)
         swarm.plan(found, pieces)
         with progress.task(f"pull {name[:12]} from peers", sum(s for _, s in rest)) as bar:
-            swarm.until(_complete(handle, [i for i, _ in rest], [s for _, s in rest]), pieces, bar.advance)
+            swarm.until(complete(handle, [i for i, _ in rest], [s for _, s in rest]), pieces, bar.advance)
         torrent_bytes = torrent_data if torrent_data is not None else _bencoded(found, staging)
         status = handle.status()
         swarm.transfer.peer_bytes = int(status.total_payload_download)
@@ -406,24 +386,6 @@ def fetch(
         _remove(node, handle)
         with contextlib.suppress(OSError):
             (save_path / f".{info_hash[:40]}.parts").unlink()
-
-
-def _want(handle, found: torrents.Torrent, rels: list[str]) -> None:
-    """``rels`` first (the manifest and its signature highest), then every other file at the
-    lowest priority: wanted, so the torrent never counts as finished between the steps (libtorrent
-    drops its connections to seeds then), and peers may send them, which the merkle tree checks."""
-    priorities = [1] * found.info.num_files()
-    for rank, rel in enumerate(rels):
-        priorities[found.files[rel][0]] = 7 if rank < 2 else 4
-    handle.prioritize_files(priorities)
-
-
-def _wanted_pieces(found: torrents.Torrent, rels: list[str]) -> list[int]:
-    ordered: list[int] = []
-    for rel in rels:
-        index, size = found.files[rel]
-        ordered += _pieces(found.info, index, size)
-    return list(dict.fromkeys(ordered))
 
 
 def _bencoded(found: torrents.Torrent, staging: Path) -> bytes | None:

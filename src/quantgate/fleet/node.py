@@ -62,6 +62,7 @@ def _settings(fleet: FleetSettings, listen: str) -> dict:
             | lt.alert_category.status
             | lt.alert_category.storage
             | lt.alert_category.peer
+            | lt.alert_category.connect  # a refused dial: that listed peer has answered (fetch)
             | lt.alert_category.piece_progress
         ),
         "user_agent": "quantgate",

@@ -17,6 +17,10 @@ a peer can cost:
 
 A peer that holds nothing we want, or has nothing of ours to answer, is idle, not stalled: its
 clock does not run. libtorrent's own timeouts (``node``) re-ask a late block of another peer first.
+
+A peer that lies (a block that fails its piece's hash) is dropped the same way at its first
+failed piece: it delivers bytes, so no deadline would catch it, and while it counted as holding
+every piece the origin read only the pieces that had failed, two at a time.
 """
 
 from __future__ import annotations
@@ -43,10 +47,11 @@ class PeerWatch:
 
     ok_since: dict[Endpoint, float] = field(default_factory=dict)  # last byte, or last owing nothing
     sent: dict[Endpoint, int] = field(default_factory=dict)
-    stalled: set[Endpoint] = field(default_factory=set)  # for the rest of the pull
+    stalled: set[Endpoint] = field(default_factory=set)  # stalled or lying: for the rest of the pull
 
     def update(self, peers, now: float) -> list[Endpoint]:
-        """Read ``peers`` (libtorrent ``peer_info``, handshake done); the endpoints newly stalled."""
+        """Read ``peers`` (libtorrent ``peer_info``, handshake done); the endpoints newly stalled
+        (or caught sending a bad block)."""
         import libtorrent as lt
 
         new = []
@@ -61,7 +66,7 @@ class PeerWatch:
             if where not in self.ok_since or total != self.sent.get(where) or not owes:
                 self.ok_since[where] = now  # a new connection, a byte, or nothing asked of it
             self.sent[where] = total
-            if now - self.ok_since[where] > PEER_DEADLINE_S:
+            if now - self.ok_since[where] > PEER_DEADLINE_S or peer.num_hashfails:
                 self.stalled.add(where)
                 new.append(where)
         return new

@@ -14,9 +14,10 @@ then register the version, with its lineage tags in the same call. Two publishes
 content racing past the first check each register a version; the one with the higher number then
 sees the lower one and deletes its own, so one version remains. Last, once every version of the
 report exists: per version the gate's signed approval (``approval``: verdicts per tenant, bound to
-model, target, version, source, build key and manifest), then its aliases, only for tenants the
-gate approved, so no alias can ever point at a version whose bytes were not verified or whose
-approval was not signed, and a transient failure part-way leaves no alias moved.
+model, target, version, source, build key and manifest), then per tenant a signed release record
+(``release``: the next sequence number, an expiry, the version released or none) and its alias,
+only for tenants the gate approved, so no alias can ever point at a version whose bytes were not
+verified or whose approval was not signed, and a transient failure part-way leaves no alias moved.
 
 SIGTERM during ``quantgate publish`` (a cancelled CI job) ends it as an exception, so the
 temporary copies it was writing are removed (``local_store``); SIGKILL's are removed by the re-run.

@@ -170,6 +170,12 @@ class SignatureError(InputError):
     signing or trusted keys are not configured: nothing is installed or published."""
 
 
+class StaleReleaseError(InputError):
+    """A signed release record that is older than one this node has verified (a replay), that
+    disagrees with one of the same sequence, that has expired (a frozen registry), or that the
+    registry's alias contradicts: nothing is installed."""
+
+
 class TransientError(QuantgateError):
     """A failure that may pass on retry (I/O, network): exit code 75 (EX_TEMPFAIL).
 

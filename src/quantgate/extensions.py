@@ -13,6 +13,14 @@ metadata, and the module is imported when its name is first used. So configurati
 below the stages) can refuse an engine or suite kind that does not exist without importing one.
 Every entry is checked against its extension point's protocol as it is registered, so a plugin
 that lacks a method is refused by name, not met later as an AttributeError.
+
+Plugins load under a guard (``load_plugin``): whatever a plugin's import does (raises, names a
+module or attribute that is not there, or calls ``sys.exit``, which used to end ``quantgate gate``
+with exit 0, no report and no error, a pass to any CI job reading the exit code) is a
+ConfigFileError (exit 2) in one line naming the entry point and its distribution. The command
+line loads every installed plugin that way before any work (``check_plugins``), and refuses one
+name given by two distributions, naming both (one used to be taken silently). Not guarded: a
+plugin that ends the interpreter itself (``os._exit``) or blocks forever on import.
 """
 
 from __future__ import annotations
@@ -107,6 +115,46 @@ def _origin(entry: object) -> str:
     return f"{module}:{qualname}" if module and qualname else type(entry).__qualname__
 
 
+def _distribution(entry_point: EntryPoint) -> str:
+    """The distribution that declares ``entry_point``, as pip names it (name and version)."""
+    dist = entry_point.dist
+    return f"{dist.name} {dist.version}" if dist is not None else "an unknown distribution"
+
+
+def _where(entry_point: EntryPoint) -> str:
+    return (
+        f"entry point '{entry_point.name} = {entry_point.value}' in group {entry_point.group} "
+        f"(distribution {_distribution(entry_point)})"
+    )
+
+
+def _uninstall(entry_point: EntryPoint) -> str:
+    name = entry_point.dist.name if entry_point.dist is not None else "the plugin's distribution"
+    return f"fix the plugin, or uninstall it (pip uninstall {name})"
+
+
+def load_plugin(entry_point: EntryPoint) -> Any:
+    """What ``entry_point`` names, imported under the guard (see the module docstring)."""
+    try:
+        found: Any = importlib.import_module(entry_point.module)
+    except SystemExit as exc:  # a plugin must not end the command, least of all with exit 0
+        problem = f"the plugin's import called sys.exit({exc.code!r})"
+    except ModuleNotFoundError as exc:
+        problem = f"the plugin's module or one it imports is not installed ({exc.name})"
+    except Exception as exc:  # noqa: BLE001  a plugin's import may raise anything; each is this one refusal
+        first = (str(exc).splitlines() or [""])[0][:200]
+        problem = f"the plugin's import raised {type(exc).__name__}" + (f": {first}" if first else "")
+    else:
+        for part in (entry_point.attr or "").split(".") if entry_point.attr else ():
+            if not hasattr(found, part):
+                problem = f"module {entry_point.module} has no attribute '{entry_point.attr}'"
+                break
+            found = getattr(found, part)
+        else:
+            return found
+    raise ConfigFileError(_where(entry_point), f"cannot load: {problem}", _uninstall(entry_point))
+
+
 class PluginRegistry(Registry[T]):
     """A registry whose names are quantgate's own (the ``@decorator("name")`` in ``package``'s
     modules, read on the first lookup and imported on first use), then the installed
@@ -132,7 +180,29 @@ class PluginRegistry(Registry[T]):
             self._declared = True
 
     def _plugins(self) -> dict[str, EntryPoint]:
-        return {ep.name: ep for ep in entry_points(group=self.group)}
+        """The installed entry points of ``group`` by name; one name from two distributions is a
+        ConfigFileError naming both."""
+        found: dict[str, EntryPoint] = {}
+        for ep in entry_points(group=self.group):
+            other = found.get(ep.name)
+            if other is not None and _distribution(other) != _distribution(ep):
+                raise ConfigFileError(
+                    f"entry point group {self.group}",
+                    f"{self.what} '{ep.name}' is given by two distributions, {_distribution(other)} "
+                    f"({other.value}) and {_distribution(ep)} ({ep.value})",
+                    "uninstall one of them, or rename its entry point",
+                )
+            found[ep.name] = ep
+        return found
+
+    def load_plugins(self) -> None:
+        """Load every installed plugin of this extension point under the guard."""
+        plugins = self._plugins()
+        if plugins:
+            self._own()
+        for name, plugin in plugins.items():
+            if name not in super().names():  # a built-in name always wins: the plugin is never used
+                load_plugin(plugin)
 
     def add(self, name: str, entry: T, origin: str | None = None) -> None:
         """Register ``entry`` as ``name`` once it conforms to the protocol; else a ConfigFileError."""
@@ -154,7 +224,7 @@ class PluginRegistry(Registry[T]):
         if name not in super().names():
             plugin = self._plugins().get(name)
             if plugin is not None:
-                loaded: Any = plugin.load()  # its module may have registered it itself (a format)
+                loaded: Any = load_plugin(plugin)  # its module may have registered it itself (a format)
                 if name not in self._entries:
                     self.add(name, loaded, f"entry point {name} = {plugin.value}")
         return super().get(name, where)
@@ -196,3 +266,10 @@ KV_CACHE_FORMATS: PluginRegistry[KVCacheFormat] = PluginRegistry(
     "register_kv_cache",
     "quantgate.numerics.formats:KVCacheFormat",
 )
+
+
+def check_plugins() -> None:
+    """Load every installed plugin of every extension point under the guard: the command line's
+    first act, so that a plugin that cannot load is exit 2, naming it, before any work."""
+    for registry in (ENGINES, SUITE_KINDS, WEIGHT_FORMATS, ACTIVATION_FORMATS, KV_CACHE_FORMATS):
+        registry.load_plugins()

@@ -121,7 +121,15 @@ def count(requested: str | None, device: str, config: Path | None = None) -> int
         raise UsageError(
             "--devices", f"{requested!r} is not a number of devices", "pass all or a count such as 2"
         )
-    wanted = int(name)
+    wanted = int(name) if len(name) <= 9 else 10**9
+    cores = len(os.sched_getaffinity(0))
+    if device != "cuda" and wanted > cores:  # one process per device: more than cores is no speed-up
+        raise UsageError(
+            "--devices",
+            f"{name if len(name) <= 9 else 'over 10^9'} processes asked for on the CPU, this host has "
+            f"{cores} core(s) for them",
+            f"pass at most {cores} (or all)",
+        )
     if device == "cuda" and wanted > gpus:
         raise UsageError(
             "--devices",

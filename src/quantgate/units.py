@@ -8,6 +8,7 @@ a kernel readahead window) the code says so with ``* 1024`` at that spot.
 
 from __future__ import annotations
 
+import math
 import re
 
 KB = 1000
@@ -39,12 +40,22 @@ _READ = {
 }
 
 
+MAX_SIZE = 1000 * TB * 1000  # an exabyte: no memory or disk quantgate sizes comes near it
+
+
 def parse_bytes(text: str) -> int:
     """'40GB', '512 MB', '1.5TB' (SI, as printed) or '40GiB' (binary, as GPU tools print memory) as
     bytes; ``ValueError`` naming the accepted forms for anything else (a bare number is refused: its
-    unit would be a guess)."""
+    unit would be a guess), and for a size past ``MAX_SIZE`` (a 400-digit number was an
+    ``OverflowError`` traceback: float('9' * 400) is infinite)."""
     match = re.fullmatch(r"\s*([0-9]+(?:\.[0-9]+)?)\s*([a-zA-Z]+)\s*", text)
     unit = _READ.get(match.group(2).lower()) if match else None
     if match is None or unit is None:
-        raise ValueError(f"{text!r} is not a size: write a number and a unit, e.g. 40GB, 512MB or 40GiB")
-    return int(float(match.group(1)) * unit)
+        shown = text if len(text) <= 40 else f"{text[:20]}...({len(text):,} characters)"
+        raise ValueError(f"{shown!r} is not a size: write a number and a unit, e.g. 40GB, 512MB or 40GiB")
+    number = match.group(1)
+    value = float(number) * unit if len(number) <= 40 else math.inf
+    if not value <= MAX_SIZE:
+        shown = number if len(number) <= 40 else f"a number of {len(number):,} digits"
+        raise ValueError(f"{shown} {match.group(2)} is past the largest size taken (1000 PB)")
+    return int(value)

@@ -1,6 +1,8 @@
 """The fleet as the CDN (issue 28), with faults: nodes are processes on loopback, each with its
 own cache and port (support.fleet), the origin a real moto S3 server, the registry a real SQLite
-MLflow. Every wait is bounded; nothing here measures speed (bench/fleet_pull.py does)."""
+MLflow; peers that freeze (issue 44) are a real `quantgate seed` stopped with SIGSTOP and raw
+peers that handshake as seeds and then say nothing or lie (support.fleet.RawPeer). Every wait
+is bounded; nothing here measures speed (bench/fleet_pull.py does)."""
 
 from __future__ import annotations
 
@@ -18,7 +20,7 @@ from quantgate.publish import RegistryConfig, publish_report, pull
 from quantgate.publish.cache import PullCache
 from quantgate.publish.config import TransferSettings
 from support.artifacts import MODEL, write_artifact, write_report
-from support.fleet import PeerProxy, node_process, wait_for, write_job
+from support.fleet import PeerProxy, RawPeer, node_process, seed_process, wait_for, write_job
 from support.servers import TEST_CREDENTIALS, free_port, moto_s3
 
 pytestmark = pytest.mark.integration
@@ -122,6 +124,7 @@ def test_a_seeding_peer_killed_mid_transfer_costs_only_time(fleet, tmp_path):
                 done = wait_for(b_result, puller, TIMEOUT_S, tmp_path / "b.log")
         finally:
             wire.close()
+    print("DEBUG", done, wire.block_bytes)
     assert done["exit_code"] == 0, done
     assert 0 < done["peer_bytes"] < sum(len(v) for v in FILES.values())  # the seeder died mid-way
     assert done["origin_bytes"] > 0  # the origin sent the rest
@@ -152,3 +155,73 @@ def test_origin_stopped_after_one_node_finished_the_others_complete_from_peers(f
         assert done["exit_code"] == 0, done
         assert done["origin_bytes"] == 0 and done["peer_bytes"] >= sum(len(v) for v in FILES.values())
         assert _same(source, done["path"])
+
+
+# -- peers that stall (issue 44): a speed-up, never a dependency -----------------------------------
+STALL_S = 30  # the pull's own no-byte limit: before the deadlines, a frozen peer ended it here, exit 75
+
+
+def _seeding_node(fleet, tmp_path: Path, name: str, **env: str):
+    """A cache holding the version (a pull with no peers), then ``quantgate seed`` serving it."""
+    cfg, _, _ = fleet
+    pull(MODEL, "hopper-fp8", "chat", cfg, cache_dir=tmp_path / name)
+    port = free_port()
+    proc = seed_process(
+        tmp_path / name, tmp_path / "project", f"127.0.0.1:{port}", tmp_path / f"{name}.log", **env
+    )
+    return proc, port
+
+
+def test_a_seeder_frozen_by_sigstop_mid_transfer_costs_only_time(fleet, tmp_path):
+    cfg, source, _ = fleet
+    (tmp_path / "project").mkdir()
+    seeding, port = _seeding_node(fleet, tmp_path, "a", QUANTGATE_FLEET_UPLOAD_MB_S="1")
+    with seeding as seeder:
+        wire = PeerProxy(("127.0.0.1", port))  # forwards and counts; it never closes a connection
+        b = FleetSettings(peers=f"127.0.0.1:{wire.port}", listen=f"127.0.0.1:{free_port()}", stall_s=STALL_S)
+        b_job, b_result, _ = _job(tmp_path, "b", cfg, b, "pull")
+        try:
+            with node_process(b_job, tmp_path / "b.log") as puller:
+                _wait_until_sent(wire, 1_000_000, b_result)
+                os.killpg(seeder.pid, signal.SIGSTOP)  # a hung disk, a GC pause: the socket stays open
+                done = wait_for(b_result, puller, TIMEOUT_S, tmp_path / "b.log")
+        finally:
+            wire.close()
+    print("DEBUG", done, wire.block_bytes)
+    assert done["exit_code"] == 0, done
+    assert 0 < done["peer_bytes"] < sum(len(v) for v in FILES.values())  # frozen mid-way
+    assert done["origin_bytes"] > 0  # the origin sent the rest, before the stall limit
+    assert _same(source, done["path"])
+
+
+def test_silent_frozen_and_garbage_peers_listed_with_the_origin_up_the_pull_completes(fleet, tmp_path):
+    """The issue's case: one peer that handshakes as a seed and never sends, one `quantgate seed`
+    stopped (SIGSTOP) before the pull starts, one that answers every request with random bytes."""
+    cfg, source, _ = fleet
+    (tmp_path / "project").mkdir()
+    alone_job, alone_result, _ = _job(tmp_path, "c", cfg, FleetSettings(), "pull")  # the origin alone
+    with node_process(alone_job, tmp_path / "c.log") as alone:
+        control = wait_for(alone_result, alone, TIMEOUT_S, tmp_path / "c.log")
+    silent, garbage = RawPeer("silent"), RawPeer("garbage")
+    seeding, port = _seeding_node(fleet, tmp_path, "a")
+    try:
+        with seeding as seeder:
+            os.killpg(seeder.pid, signal.SIGSTOP)
+            peers = f"127.0.0.1:{silent.port},127.0.0.1:{port},127.0.0.1:{garbage.port}"
+            b = FleetSettings(peers=peers, listen=f"127.0.0.1:{free_port()}", stall_s=STALL_S)
+            b_job, b_result, _ = _job(tmp_path, "b", cfg, b, "pull")
+            with node_process(b_job, tmp_path / "b.log") as puller:
+                done = wait_for(b_result, puller, TIMEOUT_S, tmp_path / "b.log")
+    finally:
+        silent.close()
+        garbage.close()
+    print(  # the figures the issue asks for (pytest -rP shows them)
+        f"silent+frozen+garbage peers, origin up: exit {done['exit_code']} in {done['seconds']:.1f} s, "
+        f"{done.get('peer_bytes', 0):,} bytes from peers, {done.get('origin_bytes', 0):,} from the origin; "
+        f"silent peer asked {silent.requests} block(s), garbage peer {garbage.requests}; "
+        f"the same pull with no peer listed: {control['seconds']:.1f} s"
+    )
+    assert done["exit_code"] == 0, done
+    assert silent.requests > 0 and garbage.requests > 0  # each was asked, and none was waited for
+    assert done["origin_bytes"] >= sum(len(v) for v in FILES.values())
+    assert _same(source, done["path"])

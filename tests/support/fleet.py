@@ -53,6 +53,34 @@ def node_process(job: Path, log: Path) -> Iterator[subprocess.Popen]:
         proc.wait()
 
 
+@contextlib.contextmanager
+def seed_process(cache: Path, root: Path, listen: str, log: Path, **env: str) -> Iterator[subprocess.Popen]:
+    """``quantgate seed --cache-dir CACHE --root ROOT`` listening on ``listen`` (and ``env``, e.g.
+    ``QUANTGATE_FLEET_UPLOAD_MB_S``), in its own process group; yielded once it says it is seeding,
+    killed on the way out (a stopped one is continued first, so that the kill is delivered)."""
+    settings = {**os.environ, "QUANTGATE_FLEET_LISTEN": listen, **env}
+    with open(log, "w") as out:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "quantgate.cli", "seed", "--cache-dir", str(cache), "--root", str(root)],
+            env=settings,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    try:
+        deadline = time.monotonic() + 120
+        while "seeding" not in log.read_text():
+            if proc.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"quantgate seed did not start: {log.read_text()[-3000:]}")
+            time.sleep(0.1)
+        yield proc
+    finally:
+        for sig in (signal.SIGCONT, signal.SIGKILL):
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, sig)
+        proc.wait()
+
+
 def wait_for(path: Path, proc: subprocess.Popen | None, timeout_s: float, log: Path | None = None) -> dict:
     """The JSON in ``path`` once it appears (the node's result or readiness)."""
     deadline = time.monotonic() + timeout_s
@@ -138,6 +166,10 @@ class PeerProxy:
             except OSError:
                 client.close()
                 continue
+            # no read timeout: a peer that freezes must look frozen (a proxy that closes after a
+            # silence turned a SIGSTOPped seeder into a vanished one, which the pull always survived)
+            peer.settimeout(None)
+            client.settimeout(None)
             threading.Thread(target=self._pipe, args=(client, peer), daemon=True).start()
             threading.Thread(target=self._blocks, args=(peer, client), daemon=True).start()
 
@@ -176,6 +208,144 @@ class PeerProxy:
 
     def close(self) -> None:
         """Stop accepting (connections in flight end when either side closes)."""
+        self._stop.set()
+        self.server.close()
+
+
+class RawPeer:
+    """A BitTorrent peer written by hand, on loopback, that lies the way a broken or hostile node
+    does: it answers the handshake as a seed (HAVE_ALL and UNCHOKE, BEP 6), then, per ``mode``:
+
+    - ``silent``: never sends another byte, and never closes (a frozen process, a partition without
+      RST: the connection stays up, every request goes unanswered);
+    - ``garbage``: answers every request with random bytes (a block that fails its merkle check);
+    - ``pex``: tells the node of ``pex_to`` (an address nobody listed) in a ``ut_pex`` message
+      (BEP 11), which a node that honours peer exchange dials, then closes the connection.
+
+    ``connections`` counts the connections it accepted, ``requests`` the block requests it got.
+    """
+
+    def __init__(self, mode: str = "silent", pex_to: tuple[str, int] | None = None) -> None:
+        self.mode, self.pex_to = mode, pex_to
+        self.server = socket.create_server(("127.0.0.1", 0))
+        self.port = self.server.getsockname()[1]
+        self.connections = 0
+        self.requests = 0
+        self.pex_sent = False
+        self._open: list[socket.socket] = []
+        self._stop = threading.Event()
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        self.server.settimeout(0.2)
+        while not self._stop.is_set():
+            try:
+                client, _ = self.server.accept()
+            except OSError:
+                continue
+            self.connections += 1
+            self._open.append(client)
+            threading.Thread(target=self._serve, args=(client,), daemon=True).start()
+
+    @staticmethod
+    def _read(sock: socket.socket, n: int) -> bytes:
+        data = b""
+        while len(data) < n:
+            chunk = sock.recv(n - len(data))
+            if not chunk:
+                raise OSError("closed")
+            data += chunk
+        return data
+
+    def _serve(self, sock: socket.socket) -> None:
+        with contextlib.suppress(OSError):
+            hello = self._read(sock, 68)  # pstrlen, "BitTorrent protocol", reserved, info-hash, peer id
+            reserved = bytearray(8)
+            reserved[7] |= 0x04  # the fast extension: HAVE_ALL
+            if self.mode == "pex":
+                reserved[5] |= 0x10  # the extension protocol (BEP 10), which carries ut_pex
+            sock.sendall(hello[:20] + bytes(reserved) + hello[28:48] + b"-QG0001-" + os.urandom(12))
+            sock.sendall(struct.pack(">IB", 1, 14))  # HAVE_ALL: the first message after the handshake
+            if self.mode == "pex":
+                self._pex(sock)
+                time.sleep(0.5)  # time to act on it; then gone (the pull is the origin's, and quick)
+                sock.close()
+                return
+            sock.sendall(struct.pack(">IB", 1, 1))  # UNCHOKE
+            while not self._stop.is_set():
+                (length,) = struct.unpack(">I", self._read(sock, 4))
+                body = self._read(sock, length) if length else b""
+                if length == 13 and body[0] == 6:  # REQUEST: piece, offset, length
+                    self.requests += 1
+                    if self.mode == "garbage":
+                        piece, offset, size = struct.unpack(">III", body[1:])
+                        block = struct.pack(">IBII", 9 + size, PIECE, piece, offset) + os.urandom(size)
+                        sock.sendall(block)
+
+    def _pex(self, sock: socket.socket) -> None:
+        """Our extended handshake, then (once the node's says which id it gave ut_pex, if any) one
+        ut_pex message naming ``pex_to``."""
+        from libtorrent import bdecode, bencode
+
+        handshake = bencode({"m": {"ut_pex": 1}, "v": "quantgate-test"})
+        sock.sendall(struct.pack(">IBB", 2 + len(handshake), 20, 0) + handshake)
+        pex_id = 1  # libtorrent's, when it speaks ut_pex; sent even when it does not say so (hostile)
+        for _ in range(20):  # the node's own extended handshake comes among its first messages
+            (length,) = struct.unpack(">I", self._read(sock, 4))
+            body = self._read(sock, length) if length else b""
+            if length > 2 and body[0] == 20 and body[1] == 0:
+                theirs = bdecode(body[2:]) or {}
+                pex_id = (theirs.get(b"m") or {}).get(b"ut_pex") or pex_id
+                break
+        assert self.pex_to is not None
+        host, port = self.pex_to
+        added = socket.inet_aton(host) + struct.pack(">H", port)
+        message = bencode({"added": added, "added.f": b"\x02", "dropped": b""})
+        sock.sendall(struct.pack(">IBB", 2 + len(message), 20, pex_id) + message)
+        self.pex_sent = True
+
+    def close(self) -> None:
+        """Stop accepting and drop every connection (a test's end, not a fault)."""
+        self._stop.set()
+        self.server.close()
+        for sock in self._open:
+            with contextlib.suppress(OSError):
+                sock.close()
+
+
+class Listener:
+    """A TCP port that counts the connections made to it and answers nothing (an address nobody
+    listed: a node must never dial it); with ``http``, an HTTP server counting its requests (a
+    tracker or web seed a torrent names outside its signed part)."""
+
+    def __init__(self) -> None:
+        self.server = socket.create_server(("127.0.0.1", 0))
+        self.port = self.server.getsockname()[1]
+        self.connections = 0
+        self.first_bytes: list[bytes] = []
+        self._stop = threading.Event()
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        self.server.settimeout(0.2)
+        while not self._stop.is_set():
+            try:
+                client, _ = self.server.accept()
+            except OSError:
+                continue
+            self.connections += 1
+            client.settimeout(1)
+            with contextlib.suppress(OSError):
+                self.first_bytes.append(client.recv(200))
+            with contextlib.suppress(OSError):
+                client.sendall(b"HTTP/1.0 404 Not Found\r\nContent-Length: 0\r\n\r\n")
+            client.close()
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def close(self) -> None:
         self._stop.set()
         self.server.close()
 

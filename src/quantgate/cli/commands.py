@@ -12,7 +12,7 @@ import sys
 
 import typer
 
-from quantgate.cli import build, evaluate, gate, publish, pull, repair, report, run, seed
+from quantgate.cli import build, evaluate, gate, publish, pull, release, repair, report, run, seed
 from quantgate.errors import DiskFullError, QuantgateError, StepFailed, TransientError
 from quantgate.escape import visible
 from quantgate.step_parent import end_with_parent
@@ -30,6 +30,7 @@ app.command("gate")(gate.gate)
 app.command("report")(report.report)
 app.command("publish")(publish.publish)
 app.command("pull")(pull.pull)
+app.command("release")(release.release)
 app.command("repair")(repair.repair)
 app.command("run")(run.run)
 app.command("seed")(seed.seed)
@@ -44,6 +45,9 @@ def main() -> None:
     """Entry point: click handles usage errors (exit 2); quantgate's own errors exit with their code."""
     end_with_parent()  # a pipeline step ends with the run that started it
     try:
+        from quantgate.extensions import check_plugins
+
+        check_plugins()  # a plugin that cannot load is exit 2 naming it, before any work
         app()
     except QuantgateError as exc:
         # one error, one line: a name holding a newline or an escape cannot forge or hide a line

@@ -80,6 +80,10 @@ def pull(
                 "--verify", f"'{verify}' is not a schedule", "pass --verify always or --verify offline"
             )
         cfg = cfg.model_copy(update={"pull_verify": verify})
+    if seed:  # it will listen there once pulled: refused now, before the pull, when it cannot
+        from quantgate.fleet.node import check_listen
+
+        check_listen(cfg.fleet)
     with RichProgress() as progress:
         path = pull_artifact(
             model,

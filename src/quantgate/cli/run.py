@@ -110,6 +110,12 @@ def run(
     where = resolve(device)
     count(devices, where)  # a count that is not one, or more GPUs than there are: refused before the flow
     memory_budget(max_memory, devices, where)  # likewise a budget no evaluation step could take
+    if checkpoint is not None and "://" not in checkpoint and not Path(checkpoint).expanduser().is_dir():
+        raise UsageError(  # the cheapest refusal, before Prefect starts (the plan refuses the rest)
+            checkpoint,
+            "checkpoint directory does not exist",
+            "pass a directory or an s3://bucket/prefix URI with --checkpoint",
+        )
     out_dir(out, "--out")
     outcome, state = run_flow(
         checkpoint=checkpoint,

@@ -18,13 +18,15 @@ from quantgate.paths import cache_dir, project_root
 def serve(cache: Path, root: Path | None) -> None:
     """Seed the pull cache under ``cache`` until a signal (pull's ``--seed`` ends here too)."""
     from quantgate.fleet import open_node, seed_cache
+    from quantgate.fleet.node import check_listen
     from quantgate.publish import PullCache, RegistryConfig
 
     cfg = RegistryConfig.from_env((root or project_root()).resolve())
+    check_listen(cfg.fleet)  # a seeder nobody can reach is a usage error, not a quiet "port 0"
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
-    with open_node(cfg.fleet) as own:
+    with open_node(cfg.fleet, require_listen=True) as own:
         print(
             f"seeding {cache / 'pull'} on port {own.port} to {len(own.listed())} listed peer(s), "
             f"at most {cfg.fleet.upload_mb_s:g} MB/s",

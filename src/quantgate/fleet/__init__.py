@@ -5,8 +5,9 @@ gate's signed approval names its info-hash, so a node trusts a swarm only throug
 registry's signature; ``pull`` fetches from the peers the ``peers`` setting lists (``settings``,
 ``node``), reads from the store only the pieces no peer has (``origin``), in the serving engine's
 load order (``order``), and verifies every file against the signed manifest before it installs,
-as it always did (``fetch``); ``seed`` serves the node's cached versions to its peers with a
-bounded upload rate. The trust model and how a node joins: ``artifacts_registry/README.md``.
+as it always did (``fetch``); peers are a speed-up, never a dependency: one that stalls is
+dropped and a late piece is the origin's (``watch``); ``seed`` serves the node's cached versions
+to its peers with a bounded upload rate. Nothing but the listed peers is contacted (``node``). The trust model and how a node joins: ``artifacts_registry/README.md``.
 
 The fleet sits below publish (which makes and pulls versions through these names) and imports
 nothing of it; its public names are those below (a name that is also a module's, ``node``,

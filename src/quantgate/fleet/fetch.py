@@ -1,20 +1,30 @@
 """A version's files from the fleet's peers first and its origin last, into a pull's staging.
 
 ``fetch`` runs one torrent in the node's engine, in three steps: the torrent (given, from the
-store, or by its signed info-hash from the peers when the store is down), then ``manifest.json``
-and ``manifest.sig`` alone, which the caller verifies (signature, approval) before anything else
-is fetched, then every file, in the serving engine's load order. Peers are untrusted: libtorrent
-checks every block against the file's merkle tree (whose root the signed info-hash covers) and
-drops a peer that sends bad blocks, and the caller then re-hashes every file against the signed
-manifest before it installs anything. A piece no connected peer has is read from the origin
-(``origin``) and checked the same way; a peer that vanishes leaves its pieces to the others or
-the origin. No byte from anywhere for ``stall_s``: exit 75, and the verified pieces stay in
-staging for the next pull (libtorrent re-checks them when it starts).
+store, or by its signed info-hash from the peers when the store lost it or is down), then
+``manifest.json`` and ``manifest.sig`` alone, which the caller verifies (signature, approval)
+before anything else is fetched, then every file, in the serving engine's load order. Peers are
+untrusted: libtorrent checks every block against the file's merkle tree (whose root the signed
+info-hash covers) and drops a peer that sends bad blocks, and the caller then re-hashes every file
+against the signed manifest before it installs anything.
+
+Peers are a speed-up, never a dependency. The origin (``origin``) is read for a piece that failed
+its hash check, that no delivering peer holds, or that is late (``watch``: no new block for
+``PIECE_DEADLINE_S``); a peer that owes us blocks and sends nothing for ``PEER_DEADLINE_S`` is
+stalled and dropped for the pull, and once no connected peer is left delivering, the origin reads
+at full concurrency. So with the origin up, silent, frozen and lying peers cost at most those
+deadlines: the bound the README states. The torrent by info-hash waits for the peers only while the
+store cannot be reached; a store that answers but lost its torrent gets ``METADATA_WAIT_S`` of
+peers, then ``NoTorrent`` (the caller pulls from the origin alone). No byte from anywhere for
+``stall_s``: exit 75, and the verified pieces stay in staging for the next pull (libtorrent
+re-checks them when it starts). A write that fails for want of space is ``OSError(ENOSPC)``,
+which the caller turns into exit 75 with staging dropped, as the origin path does.
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import random
 import time
 from collections.abc import Callable
@@ -25,9 +35,11 @@ from pathlib import Path
 from quantgate.artifact import MANIFEST, Manifest
 from quantgate.errors import QuantgateError, RegistryUnavailableError
 from quantgate.fleet import torrent as torrents
-from quantgate.fleet.node import Node
+from quantgate.fleet.node import Node, closed_flags
 from quantgate.fleet.order import load_order
 from quantgate.fleet.origin import RangeReader
+from quantgate.fleet.pieces import complete, held, want, wanted_pieces
+from quantgate.fleet.watch import PEER_DEADLINE_S, PeerWatch, PieceWatch, endpoint
 from quantgate.progress import SILENT, Progress
 
 SIGNATURE = "manifest.sig"
@@ -42,10 +54,16 @@ ORIGIN_WITH_PEERS = 2  # origin reads in flight while peers are connected (they 
 ORIGIN_WINDOW = 64  # origin reads pick at random among this many missing pieces, in load order
 ORIGIN_BACKOFF_S = (0.5, 8.0)  # after a failed origin read, wait (doubling) before the next
 ORIGIN_BAD_PIECES = 2  # the origin's bytes failed a piece's hash this often: the store is damaged
+# the store answers but holds no torrent: the peers have this long to send it by its info-hash
+METADATA_WAIT_S = ORIGIN_AFTER_S + PEER_DEADLINE_S
 
 
 class TorrentRefused(ValueError):
     """The swarm's torrent or the origin's bytes are not what the signed info-hash says."""
+
+
+class NoTorrent(Exception):
+    """No peer sent the torrent by its info-hash within the wait given: the origin alone, then."""
 
 
 @dataclass
@@ -56,12 +74,16 @@ class Transfer:
     origin_bytes: int = 0  # read from the store as pieces
     bad_pieces: int = 0  # pieces that failed their hash check (a bad peer's, or the origin's)
     peers: int = 0  # peers connected at some point
+    stalled: int = 0  # peers dropped: owing blocks past PEER_DEADLINE_S, or a block that failed its hash
+    late_pieces: int = 0  # pieces read from the origin because no peer delivered them in time
 
     def describe(self) -> str:
         """One line for the pull's report."""
         return (
             f"{self.peer_bytes:,} bytes from {self.peers} peer(s), {self.origin_bytes:,} from the origin"
             + (f", {self.bad_pieces} bad piece(s) caught and fetched again" if self.bad_pieces else "")
+            + (f", {self.stalled} stalled or lying peer(s) dropped" if self.stalled else "")
+            + (f", {self.late_pieces} late piece(s) read from the origin" if self.late_pieces else "")
         )
 
 
@@ -93,12 +115,24 @@ class _Swarm:
         self.answered: set[tuple[str, int]] = set()  # listed peers that connected or refused
         self.handshaken: dict[tuple[str, int], float] = {}
         self.added: dict[int, float] = {}  # piece -> when the origin's bytes were handed over
+        self.peer_watch, self.piece_watch = PeerWatch(), PieceWatch()
+        self.late: set[int] = set()
 
     # -- the loop ------------------------------------------------------------------------------
-    def until(self, done: Callable[[], bool], wanted: list[int], on_bytes: Callable[[int], None]) -> None:
+    def until(
+        self,
+        done: Callable[[], bool],
+        wanted: list[int],
+        on_bytes: Callable[[int], None],
+        give_up_s: float | None = None,
+    ) -> None:
         """Run until ``done()``: peers connected, alerts read, origin reads for ``wanted`` pieces
-        (in order) that no peer has; RegistryUnavailableError after ``stall_s`` without a byte."""
+        (in order) that no delivering peer has or that are late; RegistryUnavailableError after
+        ``stall_s`` without a byte; ``NoTorrent`` after ``give_up_s`` when given."""
+        given_up = None if give_up_s is None else time.monotonic() + give_up_s
         while not done():
+            if given_up is not None and time.monotonic() > given_up:
+                raise NoTorrent(f"no peer sent the torrent within {give_up_s:.0f} s")
             self.node.connect_peers(self.handle)
             self._alerts()
             self._origin(wanted)
@@ -127,7 +161,13 @@ class _Swarm:
         while time.monotonic() < deadline:
             self.node.session.wait_for_alert(int(TICK_S * 1000))
             for alert in self.node.session.pop_alerts():
-                if isinstance(alert, lt.cache_flushed_alert) and alert.handle == self.handle:
+                if not isinstance(alert, lt.torrent_alert) or alert.handle != self.handle:
+                    continue
+                # a piece counts as done once hashed, before it is written: a write that fails
+                # (a full disk) is told here, and must end the pull as one (it left the file short)
+                if isinstance(alert, lt.file_error_alert | lt.torrent_error_alert):
+                    raise _disk_error(alert, self.where)
+                if isinstance(alert, lt.cache_flushed_alert):
                     return
         raise OSError(f"{self.where}: the pieces were not written to disk within {FLUSH_S:.0f} s")
 
@@ -150,10 +190,12 @@ class _Swarm:
             elif isinstance(alert, lt.piece_finished_alert):
                 self.from_origin.pop(alert.piece_index, None)
                 self.failed.discard(alert.piece_index)
+            elif isinstance(alert, lt.peer_ban_alert):  # libtorrent caught it lying: gone for the pull
+                self._drop((str(alert.endpoint[0]), int(alert.endpoint[1])))
             elif isinstance(alert, lt.peer_error_alert | lt.peer_disconnected_alert):
                 self.answered.add((str(alert.endpoint[0]), int(alert.endpoint[1])))
-            elif isinstance(alert, lt.torrent_error_alert):
-                raise OSError(f"{self.where}: {alert.message()}")
+            elif isinstance(alert, lt.file_error_alert | lt.torrent_error_alert):
+                raise _disk_error(alert, self.where)
 
     # -- the origin ----------------------------------------------------------------------------
     def _origin(self, wanted: list[int]) -> None:
@@ -179,31 +221,32 @@ class _Swarm:
                 self.handle.add_piece(piece, data, lt.torrent_handle.overwrite_existing)
         now = time.monotonic()
         peers = self.handle.get_peer_info()
-        self.seen |= {(str(p.ip[0]), int(p.ip[1])) for p in peers if p.total_download}
+        self.seen |= {endpoint(p) for p in peers if p.total_download}
         pending = lt.peer_info.handshake | lt.peer_info.connecting
-        for p in peers:  # a peer has answered once it said what it holds (or had time to)
-            endpoint = (str(p.ip[0]), int(p.ip[1]))
-            if not p.flags & pending:
-                since = self.handshaken.setdefault(endpoint, now)
-                if p.flags & lt.peer_info.seed or p.num_pieces or now - since >= HAVE_WAIT_S:
-                    self.answered.add(endpoint)
+        talking = [p for p in peers if not p.flags & pending]
+        for p in talking:  # a peer has answered once it said what it holds (or had time to)
+            since = self.handshaken.setdefault(endpoint(p), now)
+            if p.flags & lt.peer_info.seed or p.num_pieces or now - since >= HAVE_WAIT_S:
+                self.answered.add(endpoint(p))
+        for stalled in self.peer_watch.update(talking, now):
+            self._drop(stalled)
+        # the peers that count: answered, and not stalled (a dropped peer may linger, connected)
+        delivering = [p for p in talking if endpoint(p) not in self.peer_watch.stalled]
         waiting = now - self.started < ORIGIN_AFTER_S and not self.node.listed() <= self.answered
         if self.reader is None or now < self.backoff_until or waiting:
             return
-        seeds = sum(1 for p in peers if p.flags & lt.peer_info.seed)
-        limit = self.concurrency if not peers else ORIGIN_WITH_PEERS
+        limit = self.concurrency if not delivering else ORIGIN_WITH_PEERS
         if len(self.inflight) >= limit:
             return
-        availability = self.handle.piece_availability()
-        queued = {q["piece_index"] for q in self.handle.get_download_queue()}
+        late = self.piece_watch.late(self.handle.get_download_queue(), now)
         recent = {p for p, at in self.added.items() if now - at < ORIGIN_RETRY_S}
         busy = set(self.inflight) | (set(self.from_origin) & recent)  # read, or added and being checked
+        holding = held(delivering)
 
-        def from_origin(p: int) -> bool:  # a piece that failed its hash, or one no peer has
+        def from_origin(p: int) -> bool:  # failed its hash, late, or no delivering peer holds it
             if p in busy or self.handle.have_piece(p):
                 return False
-            # a piece in libtorrent's queue is a peer's to send, unless no peer is left to send it
-            return p in self.failed or (not seeds and not availability[p] and (p not in queued or not peers))
+            return p in self.failed or p in late or (holding is not None and p not in holding)
 
         missing = [p for p in wanted if from_origin(p)]
         # this node's share first (piece % nodes == its place in the sorted list): nodes listed
@@ -213,7 +256,17 @@ class _Swarm:
         window = [p for p in missing if p % others != share][:ORIGIN_WINDOW]
         random.shuffle(window)
         for piece in (own + window)[: limit - len(self.inflight)]:
+            if piece in late and piece not in self.late:
+                self.late.add(piece)
+                self.transfer.late_pieces += 1
             self.inflight[piece] = self.pool.submit(self._read_piece, piece)
+
+    def _drop(self, peer: tuple[str, int]) -> None:
+        """``peer`` stalled or lied: its pieces go to the other peers or the origin from now on."""
+        if peer not in self.node.dropped:
+            self.peer_watch.stalled.add(peer)
+            self.node.drop(peer)
+            self.transfer.stalled += 1
 
     def plan(self, found: torrents.Torrent, pieces: list[int]) -> None:
         """Where each of ``pieces`` lies in the files (read here, in the engine's thread: the
@@ -242,20 +295,15 @@ class _Swarm:
         self.pool.shutdown(wait=False, cancel_futures=True)
 
 
-def _pieces(info, index: int, size: int) -> list[int]:
-    if size == 0:
-        return []
-    first = info.map_file(index, 0, 0).piece
-    last = info.map_file(index, size - 1, 0).piece
-    return list(range(first, last + 1))
-
-
-def _complete(handle, indices: list[int], sizes: list[int]) -> Callable[[], bool]:
-    def done() -> bool:
-        progress = handle.file_progress(1)  # piece granularity: complete files are exact
-        return all(progress[i] >= s for i, s in zip(indices, sizes, strict=True))
-
-    return done
+def _disk_error(alert, where: str) -> OSError:
+    """libtorrent's failed write or read as an OSError carrying its errno (ENOSPC: exit 75 with
+    staging dropped, as the origin path does) and the file it names."""
+    code = alert.error
+    number = code.value() if code.category().name() in ("system", "generic") else 0
+    filename = alert.filename() if hasattr(alert, "filename") else None
+    if number in (errno.ENOSPC, errno.EDQUOT):
+        return OSError(number, "no space left on device", filename or where)
+    return OSError(number or errno.EIO, f"{where}: {alert.message()}", filename)
 
 
 def fetch(
@@ -270,40 +318,45 @@ def fetch(
     concurrency: int,
     where: str,
     progress: Progress = SILENT,
+    metadata_wait_s: float | None = None,
 ) -> tuple[Manifest, bytes, bytes | None, Transfer]:
     """The version's files into ``save_path/name`` (its staging directory).
 
     Returns the manifest ``verify_manifest(manifest path, signature)`` accepted, the signature,
-    the torrent's bytes (the node keeps them to seed the entry; None when it cannot) and the
-    ``Transfer``.
-    ``TorrentRefused`` when the swarm's torrent does not describe the signed manifest.
+    the torrent's bytes (its signed part: the node keeps them to seed the entry; None when it
+    cannot) and the ``Transfer``.
+    ``TorrentRefused`` when the swarm's torrent does not describe the signed manifest;
+    ``NoTorrent`` when ``torrent_data`` is None and no peer sent it within ``metadata_wait_s``
+    (None: as long as bytes may come, ``stall_s``).
     """
     import libtorrent as lt
 
     params = lt.add_torrent_params()
-    if torrent_data is not None:
+    if torrent_data is not None:  # libtorrent gets the signed part alone: no tracker, no web seed
+        torrent_data = torrents.signed_part(torrent_data)
         params.ti = lt.torrent_info(torrent_data)
-    else:
+    else:  # ut_metadata sends the info dictionary alone
         params.info_hashes = lt.info_hash_t(lt.sha256_hash(bytes.fromhex(info_hash)))
     params.save_path = str(save_path)
     if torrent_data is not None:  # priorities are set below; by info-hash, every file stays wanted so
         # that the torrent is never finished with nothing wanted, when libtorrent drops its seeds
         params.flags |= lt.torrent_flags.default_dont_download
     params.flags &= ~(lt.torrent_flags.auto_managed | lt.torrent_flags.paused)
+    params.flags |= closed_flags()
     handle = node.session.add_torrent(params)
     swarm = _Swarm(node, handle, reader, concurrency, node.fleet.stall_s, where)
     try:
-        swarm.until(lambda: handle.status().has_metadata, [], lambda n: None)
+        swarm.until(lambda: handle.status().has_metadata, [], lambda n: None, metadata_wait_s)
         try:
             found = torrents.parsed(handle.torrent_file(), info_hash, name)
         except ValueError as exc:
             raise TorrentRefused(str(exc)) from None
         first = [r for r in (MANIFEST, SIGNATURE) if r in found.files]
-        _want(handle, found, first)
-        pieces = _wanted_pieces(found, first)
+        want(handle, found, first)
+        pieces = wanted_pieces(found, first)
         swarm.plan(found, pieces)
         swarm.until(
-            _complete(handle, [found.files[r][0] for r in first], [found.files[r][1] for r in first]),
+            complete(handle, [found.files[r][0] for r in first], [found.files[r][1] for r in first]),
             pieces,
             lambda n: None,
         )
@@ -311,18 +364,18 @@ def fetch(
         signature = (staging / SIGNATURE).read_bytes() if SIGNATURE in found.files else b""
         manifest = verify_manifest(staging / MANIFEST, signature)
         expected = {rel: e.bytes for rel, e in manifest.files.items()} | {MANIFEST: found.files[MANIFEST][1]}
-        held = {rel: size for rel, (_, size) in found.files.items() if rel != SIGNATURE}
-        if held != expected:
-            extra = sorted(set(held) ^ set(expected)) or sorted(r for r in held if held[r] != expected[r])
+        sizes = {rel: size for rel, (_, size) in found.files.items() if rel != SIGNATURE}
+        if sizes != expected:
+            extra = sorted(set(sizes) ^ set(expected)) or sorted(r for r in sizes if sizes[r] != expected[r])
             raise TorrentRefused(f"does not hold the signed manifest's files ({extra[0]!r} differs)")
         order = load_order(list(manifest.files), staging)
-        _want(handle, found, first + order)
+        want(handle, found, first + order)
         handle.set_flags(lt.torrent_flags.sequential_download)  # from peers too: load order
         rest = [found.files[r] for r in order]
-        pieces = _wanted_pieces(found, order)
+        pieces = wanted_pieces(found, order)
         swarm.plan(found, pieces)
         with progress.task(f"pull {name[:12]} from peers", sum(s for _, s in rest)) as bar:
-            swarm.until(_complete(handle, [i for i, _ in rest], [s for _, s in rest]), pieces, bar.advance)
+            swarm.until(complete(handle, [i for i, _ in rest], [s for _, s in rest]), pieces, bar.advance)
         torrent_bytes = torrent_data if torrent_data is not None else _bencoded(found, staging)
         status = handle.status()
         swarm.transfer.peer_bytes = int(status.total_payload_download)
@@ -333,24 +386,6 @@ def fetch(
         _remove(node, handle)
         with contextlib.suppress(OSError):
             (save_path / f".{info_hash[:40]}.parts").unlink()
-
-
-def _want(handle, found: torrents.Torrent, rels: list[str]) -> None:
-    """``rels`` first (the manifest and its signature highest), then every other file at the
-    lowest priority: wanted, so the torrent never counts as finished between the steps (libtorrent
-    drops its connections to seeds then), and peers may send them, which the merkle tree checks."""
-    priorities = [1] * found.info.num_files()
-    for rank, rel in enumerate(rels):
-        priorities[found.files[rel][0]] = 7 if rank < 2 else 4
-    handle.prioritize_files(priorities)
-
-
-def _wanted_pieces(found: torrents.Torrent, rels: list[str]) -> list[int]:
-    ordered: list[int] = []
-    for rel in rels:
-        index, size = found.files[rel]
-        ordered += _pieces(found.info, index, size)
-    return list(dict.fromkeys(ordered))
 
 
 def _bencoded(found: torrents.Torrent, staging: Path) -> bytes | None:

@@ -22,7 +22,7 @@ from typing import Any, Protocol
 from quantgate.artifact import MANIFEST
 from quantgate.atomic import write_bytes
 from quantgate.fleet import torrent as torrents
-from quantgate.fleet.node import Node
+from quantgate.fleet.node import Node, closed_flags
 
 RESCAN_S = 2.0
 SIGNATURE = "manifest.sig"
@@ -78,7 +78,7 @@ class Seeder:
 
         record = self.cache.record(entry) or {}
         signature = record.get("signature")
-        try:
+        try:  # its signed part alone (an entry kept by an older quantgate may name trackers)
             data = self.cache.torrent_path(entry).read_bytes()
             found = torrents.load(data, torrents.info_hash(data), entry)
         except (OSError, ValueError):
@@ -88,7 +88,7 @@ class Seeder:
         params = lt.add_torrent_params()
         params.ti = found.info
         params.save_path = str(self.cache.root)
-        params.flags |= lt.torrent_flags.seed_mode
+        params.flags |= lt.torrent_flags.seed_mode | closed_flags()
         params.flags &= ~(lt.torrent_flags.auto_managed | lt.torrent_flags.paused)
         if SIGNATURE in found.files:  # the signature lives in the install record, not the entry
             sig = self.cache.signature_path(entry)

@@ -8,6 +8,16 @@ it, and every file starts on a piece boundary, so a piece maps to one file. The 
 (SHA-256 of the info dictionary) goes into the version's signed approval; the torrent itself is
 stored beside the manifest (``manifest.torrent``) and, on nodes, beside the cache entry's install
 record. Whatever carries it, a torrent whose info-hash is not the signed one is refused.
+
+Only the signed part is used (``signed_part``): the info dictionary, whose SHA-256 is the signed
+info-hash, and the piece layers, which are the merkle trees' middle layers and are checked by
+libtorrent against each file's root in the info dictionary (a layer that does not hash to its
+root is refused). Everything else a .torrent file may carry sits outside the info dictionary and
+so outside the signature: ``announce`` and ``announce-list`` (trackers), ``url-list`` and
+``httpseeds`` (web seeds), ``nodes`` (DHT), a comment of any size. A store able to add them made
+every pulling node announce itself to a tracker of the writer's choosing and fetch from a web
+seed, and kept a 60 MB comment beside each cache entry; they are dropped on every load, and the
+re-encoded signed part is what libtorrent gets and what a node keeps to seed.
 """
 
 from __future__ import annotations
@@ -60,17 +70,34 @@ def make(name: str, files: dict[str, Path]) -> bytes:
 
 @dataclass(frozen=True)
 class Torrent:
-    """A parsed torrent whose v2 info-hash was checked: its files (name -> index, bytes)."""
+    """A parsed torrent whose v2 info-hash was checked: its files (name -> index, bytes), and the
+    bytes of its signed part (what a node keeps, ``signed_part``)."""
 
     info: Any  # libtorrent.torrent_info
     info_hash: str
     name: str
     files: dict[str, tuple[int, int]]
+    data: bytes = b""
+
+
+SIGNED_KEYS = (b"info", b"piece layers")
+
+
+def signed_part(data: bytes) -> bytes:
+    """The bencoded torrent of ``data``'s info dictionary and piece layers alone (see the module
+    docstring); ValueError when ``data`` is not a bencoded dictionary with an info dictionary."""
+    import libtorrent as lt
+
+    decoded: Any = lt.bdecode(data)
+    kept = {key: decoded[key] for key in SIGNED_KEYS if key in decoded} if isinstance(decoded, dict) else {}
+    if b"info" not in kept or not isinstance(kept[b"info"], dict):
+        raise ValueError("not a torrent (no info dictionary)")
+    return bytes(lt.bencode(kept))
 
 
 def info_hash(data: bytes) -> str:
     """The v2 info-hash (hex) of a bencoded torrent; ValueError when it is not a v2 torrent."""
-    return str(_parse(data).info_hashes().v2)
+    return str(_parse(signed_part(data)).info_hashes().v2)
 
 
 def _parse(data: bytes):
@@ -85,7 +112,7 @@ def _parse(data: bytes):
     return info
 
 
-def parsed(info, expected_hash: str, name: str) -> Torrent:
+def parsed(info, expected_hash: str, name: str, data: bytes = b"") -> Torrent:
     """``info`` (a ``torrent_info``, from bytes or from peers) as a ``Torrent``, once its v2
     info-hash is ``expected_hash`` and every file is a safe name under ``name``; ValueError
     saying why otherwise."""
@@ -106,9 +133,10 @@ def parsed(info, expected_hash: str, name: str) -> Torrent:
         files[rel] = (index, layout.file_size(index))
     if MANIFEST not in files:
         raise ValueError(f"does not hold {MANIFEST}")
-    return Torrent(info, found, name, files)
+    return Torrent(info, found, name, files, data)
 
 
 def load(data: bytes, expected_hash: str, name: str) -> Torrent:
-    """A bencoded torrent, checked as ``parsed`` does."""
-    return parsed(_parse(data), expected_hash, name)
+    """A bencoded torrent's signed part, checked as ``parsed`` does."""
+    kept = signed_part(data)
+    return parsed(_parse(kept), expected_hash, name, kept)

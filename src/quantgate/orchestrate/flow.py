@@ -19,6 +19,7 @@ import contextlib
 import json
 import re
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -30,8 +31,9 @@ from prefect.futures import as_completed
 from prefect.runtime import flow_run
 from prefect.states import Completed, Failed, State
 
+from quantgate import errors
 from quantgate.atomic import write_json
-from quantgate.errors import TransientError
+from quantgate.errors import InputError, TransientError
 from quantgate.evaluate import DEFAULT as SEQUENTIAL_DEFAULT
 from quantgate.orchestrate import heavy_slots, out_lock
 from quantgate.orchestrate.plan import RUN_ID_ENV, RunPlan, digest, make_plan
@@ -102,9 +104,33 @@ def _eval_args(plan: RunPlan, out: Path) -> list[str]:
     ]
 
 
+@dataclass(frozen=True)
+class PlanRefused:
+    """Bad input found while planning, as the plan task's result rather than its exception: a
+    raised one was Prefect's traceback on the console, twice (the task's and the flow's), before
+    the command line's one error line (issue 44). ``quantgate run`` raises ``error()``."""
+
+    kind: str  # the InputError subclass's name (quantgate.errors)
+    path: str | None
+    problem: str
+    fix: str
+
+    @classmethod
+    def of(cls, exc: InputError) -> PlanRefused:
+        """The refusal of ``exc``."""
+        return cls(type(exc).__name__, exc.path, exc.problem, exc.fix)
+
+    def error(self) -> InputError:
+        """The refusal as the error it was (exit 2)."""
+        kind = getattr(errors, self.kind, InputError)
+        made = kind(self.path, self.problem, self.fix) if issubclass(kind, InputError) else None
+        return made if isinstance(made, InputError) else InputError(self.path, self.problem, self.fix)
+
+
 @task(name="plan", retries=_RETRIES, retry_condition_fn=_only_transient)
-def plan_run(options: dict[str, Any]) -> RunPlan:
-    """Fetch (s3://), intake (validate, hash, classify) and plan; bad input fails here, before any build.
+def plan_run(options: dict[str, Any]) -> RunPlan | PlanRefused:
+    """Fetch (s3://), intake (validate, hash, classify) and plan; bad input is refused here, before
+    any build (``PlanRefused``).
 
     The run's one intake; ``logs/plan.log`` records it, as every heavy step's log records its step.
     """
@@ -114,8 +140,11 @@ def plan_run(options: dict[str, Any]) -> RunPlan:
     progress = LogProgress(
         Path(options["out"]).resolve() / "logs" / "plan.log", on_line=get_run_logger().info
     )
-    local = local_checkpoint(uri, options["cache"]) if uri else None
-    return make_plan(**{**options, "checkpoint": local, "progress": progress})
+    try:
+        local = local_checkpoint(uri, options["cache"]) if uri else None
+        return make_plan(**{**options, "checkpoint": local, "progress": progress})
+    except InputError as exc:
+        return PlanRefused.of(exc)
 
 
 @task(
@@ -399,6 +428,8 @@ def build_and_gate(
     with out_lock.held(Path(out), run_id):  # the run owns --out from before it plans to its outcome
         (Path(out) / OUTCOME).unlink(missing_ok=True)  # only this run's outcome may be reported
         plan = plan_run(options)
+        if isinstance(plan, PlanRefused):
+            return Failed(message=f"refused: {plan.problem}", data=plan)
         heavy_slots.ensure_limit(max_heavy)
         heavy_slots.reclaim_expired(get_run_logger().info)
         with _steps_stopped_on_signal():

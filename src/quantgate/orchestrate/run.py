@@ -18,7 +18,7 @@ from typing import Any
 
 from quantgate.errors import QuantgateError
 from quantgate.orchestrate import heavy_slots, out_lock, reaper
-from quantgate.orchestrate.flow import OUTCOME, build_and_gate
+from quantgate.orchestrate.flow import OUTCOME, PlanRefused, build_and_gate
 
 
 def task_runner(dask_workers: int = 0, dask_address: str | None = None):
@@ -43,6 +43,7 @@ def run_flow(*, dask_workers: int = 0, dask_address: str | None = None, **parame
     """
     _stop_cleanly()
     out = Path(parameters.get("out", "runs")).resolve()
+    logs_before = (out / "logs").exists()
     # held before anything is removed or started: another run on this --out is refused here (exit 2),
     # and the outcome read at the end is this run's (the flow takes the same lock again)
     with out_lock.held(out):
@@ -57,10 +58,23 @@ def run_flow(*, dask_workers: int = 0, dask_address: str | None = None, **parame
         outcome_path = out / OUTCOME
         if outcome_path.exists():
             return json.loads(outcome_path.read_text()), state
-    error = state.result(raise_on_failure=False)
+        error = state.result(raise_on_failure=False)
+        if isinstance(error, PlanRefused):  # bad input: nothing of this run stays in --out
+            _forget_plan_log(out, logs_before)
+    if isinstance(error, PlanRefused):
+        raise error.error()
     if isinstance(error, QuantgateError):
         raise error
     return None, state
+
+
+def _forget_plan_log(out: Path, logs_before: bool) -> None:
+    """Remove the plan's log of a refused run (and ``logs/`` when this run made it): the lock's
+    release then removes an ``--out`` the run created, left empty."""
+    with contextlib.suppress(OSError):
+        (out / "logs" / "plan.log").unlink(missing_ok=True)
+        if not logs_before:
+            (out / "logs").rmdir()
 
 
 EPHEMERAL_STARTUP_S = 120

@@ -5,13 +5,18 @@ Called only after a version exists, and a version exists only once its upload wa
 points elsewhere moves it; a tenant that now fails this exact version loses its alias (an
 approval withdrawn), while its alias on another version is left alone. Every move is
 announced (``events``) so the fleet can pull the new version.
+
+With the report's digest as ``evidence`` (publish holds the signing key), every approval and
+every withdrawal is also a signed release record (``release``) with the next sequence number,
+written before the alias moves: a pull installs only what the newest record releases, so an
+alias put back after a withdrawal, with the old records, is a replay the fleet refuses.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from quantgate.publish import events, naming
+from quantgate.publish import events, naming, release
 from quantgate.publish.config import RegistryConfig
 
 
@@ -24,16 +29,38 @@ class AliasChanges:
 
 
 def apply(
-    mlflow_client, cfg: RegistryConfig, name: str, version, approved: list[str], failed: list[str]
+    mlflow_client,
+    cfg: RegistryConfig,
+    name: str,
+    version,
+    approved: list[str],
+    failed: list[str],
+    evidence: str | None = None,
 ) -> AliasChanges:
     """Point ``approved-<tenant>`` at ``version`` for each approved tenant; take it off for each
-    failed tenant whose alias points here. Every move is announced."""
+    failed tenant whose alias points here. Every move is announced. With ``evidence`` (a digest:
+    the gate report's), each approved tenant gets a release record releasing ``version`` and each
+    failed tenant whose alias or own record points here one releasing nothing (``release``)."""
     changes = AliasChanges()
-    current = {alias: str(v) for alias, v in (mlflow_client.get_registered_model(name).aliases or {}).items()}
+    model = mlflow_client.get_registered_model(name)
+    current = {alias: str(v) for alias, v in (model.aliases or {}).items()}
+    tags = dict(model.tags or {})
     target = str(version.version)
     content = version.tags.get(naming.CONTENT_HASH, "")
+    manifest = version.tags.get(naming.MANIFEST_SHA256) or None
     for tenant in approved:
         alias = naming.alias_for(tenant)
+        if evidence is not None:  # the record first: a node then sees no alias ahead of its record
+            release.issue(
+                mlflow_client,
+                cfg,
+                name,
+                tenant,
+                event="approved",
+                version=target,
+                manifest_sha256=manifest,
+                evidence_sha256=evidence,
+            )
         before = current.get(alias)
         if before != target:
             mlflow_client.set_registered_model_alias(name, alias, target)
@@ -41,7 +68,21 @@ def apply(
         changes.set.append(alias)
     for tenant in failed:
         alias = naming.alias_for(tenant)
-        if current.get(alias) == target:
+        here = current.get(alias) == target
+        if evidence is not None:
+            recorded = release.own(tags, tenant, cfg)
+            if here or (recorded is not None and recorded.version == target):
+                release.issue(
+                    mlflow_client,
+                    cfg,
+                    name,
+                    tenant,
+                    event="withdrawn",
+                    version=None,
+                    manifest_sha256=None,
+                    evidence_sha256=evidence,
+                )
+        if here:
             mlflow_client.delete_registered_model_alias(name, alias)
             events.alias_moved(cfg, name, alias, None, target, content)
             changes.removed.append(alias)

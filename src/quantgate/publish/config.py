@@ -37,6 +37,8 @@ PUBLIC_KEY = "publisher.pub"
 # compare each file's size, mtime, ctime and inode with the install record). Measured in
 # artifacts_registry/README.md: a few tenths of a second per 300 MB artifact on one core.
 PullVerify = Literal["always", "offline"]
+RELEASE_TTL_HOURS = 7 * 24.0  # TUF's default for a snapshot; a daily renewal job can make it 24
+MAX_RELEASE_TTL_HOURS = 366 * 24.0
 
 
 class TransferSettings(Frozen):
@@ -74,6 +76,9 @@ class RegistrySettings(Frozen):
     signing_key: Path | None = None
     trusted_keys: list[Path] | None = None
     fleet: FleetSettings = FleetSettings()  # peers to pull from and seed to (quantgate.fleet)
+    # how long a signed release record is valid (publish.release): a replayed or frozen record is
+    # refused by every node past it; `quantgate release --renew` re-signs before then
+    release_ttl_hours: float = Field(default=RELEASE_TTL_HOURS, gt=0, le=MAX_RELEASE_TTL_HOURS)
 
 
 # environment variable -> the field of registry.yaml it overrides (validated as the file's value is)
@@ -85,6 +90,7 @@ ENV_SETTINGS = {
     "QUANTGATE_FLEET_PEERS": ("fleet", "peers"),
     "QUANTGATE_FLEET_LISTEN": ("fleet", "listen"),
     "QUANTGATE_FLEET_UPLOAD_MB_S": ("fleet", "upload_mb_s"),
+    "QUANTGATE_RELEASE_TTL_HOURS": ("release_ttl_hours",),
 }
 
 
@@ -97,6 +103,7 @@ class _Overrides(TypedDict, total=False):
     cache_max_bytes: int
     pull_verify: PullVerify
     fleet: FleetSettings
+    release_ttl_hours: float
 
 
 class RegistryConfig(Frozen):
@@ -117,6 +124,7 @@ class RegistryConfig(Frozen):
     trusted_keys: tuple[Path, ...] = ()  # PEM public keys whose signatures pull accepts
     generate_signing_key: bool = False  # make signing_key (and its .pub) on first publish if absent
     fleet: FleetSettings = FleetSettings()  # empty peers: every byte from the origin
+    release_ttl_hours: float = Field(default=RELEASE_TTL_HOURS, gt=0, le=MAX_RELEASE_TTL_HOURS)
 
     @property
     def model_registry_uri(self) -> str:
@@ -142,8 +150,8 @@ class RegistryConfig(Frozen):
         (e.g. ``s3://bucket/prefix``), ``MLFLOW_S3_ENDPOINT_URL`` (any S3-compatible endpoint;
         boto3 itself also honours ``AWS_ENDPOINT_URL_S3``), ``QUANTGATE_PULL_CACHE_MAX_GB``,
         ``QUANTGATE_TRANSFER_CONCURRENCY``, ``QUANTGATE_S3_MAX_ATTEMPTS``, ``QUANTGATE_PULL_VERIFY``,
-        ``QUANTGATE_FLEET_PEERS``, ``QUANTGATE_FLEET_LISTEN``, ``QUANTGATE_FLEET_UPLOAD_MB_S``
-        (``ENV_SETTINGS``: each validated as its registry.yaml field is, a bad value is one line
+        ``QUANTGATE_FLEET_PEERS``, ``QUANTGATE_FLEET_LISTEN``, ``QUANTGATE_FLEET_UPLOAD_MB_S``,
+        ``QUANTGATE_RELEASE_TTL_HOURS`` (``ENV_SETTINGS``: each validated as its registry.yaml field is, a bad value is one line
         naming the variable, exit 2), ``QUANTGATE_SIGNING_KEY``, ``QUANTGATE_TRUSTED_KEYS``.
         Credentials are boto3's usual chain and are never read or stored here. The MLflow client's retries are MLflow's own
         ``MLFLOW_HTTP_REQUEST_MAX_RETRIES``, ``MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR`` and
@@ -163,6 +171,7 @@ class RegistryConfig(Frozen):
             "cache_max_bytes": max(1, round(settings.pull_cache_max_gb * GB)),
             "pull_verify": settings.pull_verify,
             "fleet": settings.fleet,
+            "release_ttl_hours": settings.release_ttl_hours,
         }
         keys = _configured_keys(root, settings, env)
         if tracking is None:  # the embedded registry; an explicit artifact URI still wins

@@ -14,9 +14,10 @@ then register the version, with its lineage tags in the same call. Two publishes
 content racing past the first check each register a version; the one with the higher number then
 sees the lower one and deletes its own, so one version remains. Last, once every version of the
 report exists: per version the gate's signed approval (``approval``: verdicts per tenant, bound to
-model, target, version, source, build key and manifest), then its aliases, only for tenants the
-gate approved, so no alias can ever point at a version whose bytes were not verified or whose
-approval was not signed, and a transient failure part-way leaves no alias moved.
+model, target, version, source, build key and manifest), then per tenant a signed release record
+(``release``: the next sequence number, an expiry, the version released or none) and its alias,
+only for tenants the gate approved, so no alias can ever point at a version whose bytes were not
+verified or whose approval was not signed, and a transient failure part-way leaves no alias moved.
 
 SIGTERM during ``quantgate publish`` (a cancelled CI job) ends it as an exception, so the
 temporary copies it was writing are removed (``local_store``); SIGKILL's are removed by the re-run.
@@ -287,7 +288,13 @@ def _approve(job: _Job, version, created: bool, mlflow_client, cfg: RegistryConf
     for key, value in approval.sign(signed, cfg).items():  # before any alias points here
         mlflow_client.set_model_version_tag(job.name, version.version, key, value)
     moved = aliases.apply(
-        mlflow_client, cfg, job.name, version, job.approved, job.report.failed_tenants(job.artifact)
+        mlflow_client,
+        cfg,
+        job.name,
+        version,
+        job.approved,
+        job.report.failed_tenants(job.artifact),
+        evidence=job.report_sha256,
     )
     gate_tags = {
         **_parent_version(mlflow_client, job),
@@ -517,7 +524,8 @@ def withdraw_failed(report_json: Path, artifacts_dir: Path, cfg: RegistryConfig)
                     _withdraw_approval(
                         mlflow_client, cfg, name, version, failed, sha256_file(report_json).sha256
                     )
-                moved = aliases.apply(mlflow_client, cfg, name, version, [], failed)
+                evidence = sha256_file(report_json).sha256 if can_sign else None
+                moved = aliases.apply(mlflow_client, cfg, name, version, [], failed, evidence=evidence)
                 if moved.removed:
                     removed.setdefault(name, []).extend(moved.removed)
     return removed

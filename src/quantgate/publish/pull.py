@@ -34,29 +34,17 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
-from pydantic import ValidationError
-
-from quantgate.artifact import MANIFEST, MAX_MANIFEST_BYTES, Manifest
+from quantgate.artifact import MANIFEST, Manifest
 from quantgate.errors import (
     DiskFullError,
     QuantgateError,
-    RegistryUnavailableError,
     SignatureError,
     TamperedArtifactError,
     UnapprovedVersionError,
-    UnsafePathError,
     UsageError,
 )
-from quantgate.fleet import (
-    MAX_TORRENT_BYTES,
-    TORRENT,
-    RangeReader,
-    TorrentRefused,
-    fetch_version,
-    load_torrent,
-    open_node,
-)
-from quantgate.hashing import FileEntry, content_hash, file_problem, per_file, sha256_file
+from quantgate.fleet import TORRENT
+from quantgate.hashing import content_hash
 from quantgate.paths import cache_dir as default_cache_dir
 from quantgate.progress import SILENT, Progress
 from quantgate.publish import approval, naming, signing, tracking
@@ -64,9 +52,11 @@ from quantgate.publish.approval import Approval
 from quantgate.publish.cache import ENTRY, PullCache
 from quantgate.publish.config import RegistryConfig
 from quantgate.publish.dest import materialize
+from quantgate.publish.pull_fleet import fetch_from_fleet
+from quantgate.publish.pull_release import ReleaseCheck
+from quantgate.publish.pull_store import file_problem_or_missing, store_manifest, store_torrent, tampered
 from quantgate.publish.resolve import Resolved, resolve
 from quantgate.publish.store import ArtifactStore, open_store, range_reader
-from quantgate.safe_path import safe_relpath
 
 HASH_THREADS = 2  # hashing overlaps the downloads still in flight
 
@@ -94,15 +84,25 @@ def pull(
     cache = PullCache(Path(cache_dir or default_cache_dir()) / "pull", cfg.cache_max_bytes)
     key = f"{cfg.model_registry_uri} {name} {version or naming.alias_for(tenant)}"
     asked = _Asked(name, model, target, tenant, allow_unapproved)
+    released = ReleaseCheck(name, tenant, cfg, cache.root)
     with _disk_full(cache, name):
         if offline:
-            path = _offline(cache, key, asked, cfg)
+            path = _offline(cache, key, asked, cfg, released)
         else:
             with tracking.registry_errors(cfg):
-                resolved = resolve(tracking.client(cfg), name, tenant, version, allow_unapproved)
+                resolved = resolve(
+                    tracking.client(cfg),
+                    name,
+                    tenant,
+                    version,
+                    allow_unapproved,
+                    on_model=None if allow_unapproved else released,
+                )
             if not ENTRY.match(resolved.content_hash):
-                raise _tampered(MANIFEST, resolved, "has a content hash tag that is not a sha256")
+                raise tampered(MANIFEST, resolved, "has a content hash tag that is not a sha256")
             signed = _approved(resolved, asked, cfg)
+            if not allow_unapproved:
+                released.agrees(signed, resolved.version, resolved.where)
             cache.remember(
                 key,
                 {
@@ -111,6 +111,7 @@ def pull(
                     "approved": str(resolved.approved and signed.approves(tenant)).lower(),
                     naming.APPROVAL: resolved.tags[naming.APPROVAL],
                     naming.APPROVAL_SIGNATURE: resolved.tags[naming.APPROVAL_SIGNATURE],
+                    **released.remembered,
                 },
             )
             hit = _checked_hit(cache, signed, cfg, cfg.pull_verify == "always", progress)
@@ -152,14 +153,14 @@ def _approved(resolved: Resolved, asked: _Asked, cfg: RegistryConfig) -> Approva
     signed = approval.from_tags(resolved.tags, resolved.where, cfg)
     _check(signed, asked, resolved.version, resolved.where)
     if (signed.content_hash, signed.manifest_sha256) != (resolved.content_hash, resolved.manifest_sha256):
-        raise _tampered(
+        raise tampered(
             MANIFEST, resolved, "is not the manifest the signed approval names (registry tags altered)"
         )
     if not ENTRY.match(signed.manifest_sha256):
-        raise _tampered(MANIFEST, resolved, "has a manifest sha256 in its approval that is not a sha256")
+        raise tampered(MANIFEST, resolved, "has a manifest sha256 in its approval that is not a sha256")
     tagged = resolved.tags.get(naming.TORRENT)
     if tagged is not None and tagged != signed.torrent:
-        raise _tampered(
+        raise tampered(
             TORRENT,
             resolved,
             f"is named by a torrent info-hash ({tagged[:16]}...) that the signed approval "
@@ -234,7 +235,7 @@ def _damage(cache: PullCache, signed: Approval, cfg: RegistryConfig, rehash: boo
     return (MANIFEST, problem) if problem is not None else None
 
 
-def _offline(cache: PullCache, key: str, asked: _Asked, cfg: RegistryConfig) -> Path:
+def _offline(cache: PullCache, key: str, asked: _Asked, cfg: RegistryConfig, released: ReleaseCheck) -> Path:
     record = cache.index().get(key)
     entry = record.get("manifest_sha256") if isinstance(record, dict) else None
     path = cache.entry(entry) if isinstance(entry, str) and ENTRY.match(entry) else None
@@ -267,6 +268,8 @@ def _offline(cache: PullCache, key: str, asked: _Asked, cfg: RegistryConfig) -> 
             "pass --allow-unapproved, or pull online",
         )
     _check(signed, asked, version, where)
+    if not asked.allow_unapproved:  # the remembered release, against the newest this node verified
+        released.offline(record, version, signed, where)
     damage = _damage(cache, signed, cfg, rehash=True)  # offline: always by content
     if damage is not None:
         cache.remove(entry)
@@ -279,95 +282,6 @@ def _offline(cache: PullCache, key: str, asked: _Asked, cfg: RegistryConfig) -> 
     return path
 
 
-def _tampered(rel: str, resolved: Resolved, problem: str) -> TamperedArtifactError:
-    return TamperedArtifactError(
-        f"{resolved.source}/{rel}",
-        f"{problem} (version {resolved.version} of {resolved.registered_model})",
-        "the store's copy was altered or damaged: re-publish the artifact from its build and "
-        "its gate report; nothing was installed",
-    )
-
-
-def _bounded_download(store: ArtifactStore, rel: str, staging: Path, limit: int, resolved: Resolved) -> bool:
-    """Download ``rel`` into ``staging`` unless the store holds none (False); refused by its size,
-    before a byte of it is read, past ``limit`` (asked of the store, then checked on disk)."""
-    size = store.size(rel)
-    if size is None:
-        return False
-    if size <= limit:
-        try:
-            store.download({rel: size}, staging, lambda r, path: None, lambda n: None)
-        except FileNotFoundError:
-            return False
-        size = (staging / rel).stat().st_size
-    if size > limit:
-        (staging / rel).unlink(missing_ok=True)
-        if rel == signing.SIGNATURE:
-            raise signing.too_large(f"{resolved.source}/{rel}", size)
-        raise _tampered(rel, resolved, f"is {size:,} bytes, over the {limit:,}-byte limit; it was not read")
-    return True
-
-
-def _manifest(
-    store: ArtifactStore, staging: Path, resolved: Resolved, signed: Approval, cfg: RegistryConfig
-) -> tuple[Manifest, bytes]:
-    """The manifest from the store and its signature, trusted only if it is the one the signed
-    approval names, signed by a trusted key, about the approved target, source and build key,
-    and every file name in it is safe."""
-    signing.trusted_keys(cfg)  # refused before a byte is downloaded when none are configured
-    if not _bounded_download(store, MANIFEST, staging, MAX_MANIFEST_BYTES, resolved):
-        raise _tampered(MANIFEST, resolved, "missing from the store")
-    if sha256_file(staging / MANIFEST).sha256 != signed.manifest_sha256:
-        raise _tampered(MANIFEST, resolved, "differs from the manifest registered at publish")
-    signature = None
-    try:
-        if _bounded_download(store, signing.SIGNATURE, staging, signing.MAX_SIGNATURE_BYTES, resolved):
-            signature = (staging / signing.SIGNATURE).read_bytes()
-    finally:
-        (staging / signing.SIGNATURE).unlink(missing_ok=True)  # kept in the install record only
-    return _checked_manifest(staging, signature, resolved, signed, cfg), signature or b""
-
-
-def _checked_manifest(
-    staging: Path, signature: bytes | None, resolved: Resolved, signed: Approval, cfg: RegistryConfig
-) -> Manifest:
-    """``staging/manifest.json`` (from the store or the swarm) once it is the approved one, signed
-    by a trusted key, valid, and about the approved artifact (see ``_manifest``)."""
-    if sha256_file(staging / MANIFEST).sha256 != signed.manifest_sha256:
-        raise _tampered(MANIFEST, resolved, "differs from the manifest registered at publish")
-    signing.verify(staging / MANIFEST, signature, cfg, f"{resolved.source}/{MANIFEST}")
-    assert signature is not None  # verify refuses an unsigned manifest
-    try:
-        manifest = Manifest.model_validate_json((staging / MANIFEST).read_text())
-    except ValidationError:
-        raise _tampered(MANIFEST, resolved, "is not a valid manifest") from None
-    for rel in manifest.files:  # a bad name from the store is tampering, not the caller's input
-        try:
-            safe_relpath(rel, f"{resolved.source}/{MANIFEST}")
-        except UnsafePathError as exc:
-            raise _tampered(MANIFEST, resolved, exc.problem) from None
-        if rel in (MANIFEST, signing.SIGNATURE, TORRENT):
-            raise _tampered(MANIFEST, resolved, f"file name {rel!r} is reserved")
-    if content_hash(manifest.files) != signed.content_hash:
-        raise _tampered(MANIFEST, resolved, "does not match the version's content hash")
-    if (problem := approval.manifest_problem(manifest, signed)) is not None:
-        raise _tampered(MANIFEST, resolved, problem)
-    # the tokenizer and templates must be the source's, as the build recorded them; each file is
-    # then checked against manifest.files, so the bytes installed are the source's
-    for rel, source_sha in sorted((manifest.source_files or {}).items()):
-        entry = manifest.files.get(rel)
-        if entry is None or entry.sha256 != source_sha:
-            found = f"sha256 {entry.sha256}" if entry else "absent"
-            raise _tampered(
-                rel, resolved, f"is not the source's ({found}, the source's is sha256 {source_sha})"
-            )
-    return manifest
-
-
-def _problem(path: Path, entry: FileEntry) -> str | None:
-    return "missing after download" if not path.is_file() else file_problem(path, entry)
-
-
 def _fetch(
     resolved: Resolved, signed: Approval, cache: PullCache, cfg: RegistryConfig, progress: Progress
 ) -> Path:
@@ -376,132 +290,65 @@ def _fetch(
         hit = _checked_hit(cache, signed, cfg, False, progress)  # a concurrent pull's
         if hit is not None:
             return hit
-        staging = cache.staging(entry)
         store = open_store(resolved.source, cfg)
         reader = range_reader(store) if signed.torrent and cfg.fleet.peers else None
         if reader is not None and signed.torrent is not None:  # peers first, the origin last
-            return _fetch_from_fleet(resolved, signed, signed.torrent, cache, cfg, store, reader, progress)
-        manifest, signature = _manifest(store, staging, resolved, signed, cfg)
-        for stray in [p for p in staging.rglob("*") if p.is_file() or p.is_symlink()]:
-            if stray.is_symlink() or stray.relative_to(staging).as_posix() not in {*manifest.files, MANIFEST}:
-                stray.unlink()
-        cache.evict(keep=entry, incoming=manifest.total_bytes)  # room first
-        # files verified by an interrupted pull stay; only the rest is downloaded
-        todo = {rel: e.bytes for rel, e in manifest.files.items() if _problem(staging / rel, e) is not None}
-        checks: dict[str, Future] = {}
-        total = sum(todo.values())
-        with (
-            ThreadPoolExecutor(HASH_THREADS) as hashers,
-            progress.task(f"pull {resolved.registered_model} v{resolved.version}", total) as bar,
-        ):
-
-            def hash_later(rel: str, path: Path) -> None:
-                checks[rel] = hashers.submit(_problem, path, manifest.files[rel])
-
-            try:
-                store.download(todo, staging, hash_later, bar.advance)
-            except FileNotFoundError as exc:  # stores raise it with the relative path
-                raise _tampered(str(exc.args[0]), resolved, "missing from the store") from None
-            problems = {rel: f.result() for rel, f in checks.items()}
-        bad = {rel: problem for rel, problem in problems.items() if problem}
-        if bad:
-            for rel in bad:
-                (staging / rel).unlink(missing_ok=True)
-            rel, problem = next(iter(sorted(bad.items())))
-            more = f"; {len(bad) - 1} more file(s) too" if len(bad) > 1 else ""
-            raise _tampered(rel, resolved, problem + more)
-        path = cache.install(entry, staging, {"signature": signature.decode()})
-        if signed.torrent is not None:  # kept for `quantgate seed`, once the store's copy is the signed one
-            # (best effort: the artifact is installed; a store that fails now only means no seeding)
-            with contextlib.suppress(QuantgateError, OSError):
-                torrent_data = _store_torrent(store, cache.staging(entry), resolved, signed.torrent)
-                if torrent_data is not None:
-                    cache.keep_torrent(entry, torrent_data)
-            cache.discard_staging(entry)
-        return path
+            path = fetch_from_fleet(resolved, signed, signed.torrent, cache, cfg, store, reader, progress)
+            if path is not None:
+                return path
+        return _from_origin(resolved, signed, cache, cfg, store, progress)
 
 
-def _store_torrent(store: ArtifactStore, staging: Path, resolved: Resolved, info_hash: str) -> bytes | None:
-    """The version's torrent from the store, checked against the signed info-hash (exit 2
-    otherwise); None when the store cannot be reached or lost it (the peers have it then)."""
-    try:
-        found = _bounded_download(store, TORRENT, staging, MAX_TORRENT_BYTES, resolved)
-    except RegistryUnavailableError:
-        return None
-    if not found:
-        return None
-    data = (staging / TORRENT).read_bytes()
-    (staging / TORRENT).unlink()
-    try:
-        load_torrent(data, info_hash, staging.name)
-    except ValueError as exc:
-        raise _tampered(TORRENT, resolved, f"is not the signed torrent: it {exc}") from None
-    return data
-
-
-def _fetch_from_fleet(
+def _from_origin(
     resolved: Resolved,
     signed: Approval,
-    info_hash: str,
     cache: PullCache,
     cfg: RegistryConfig,
     store: ArtifactStore,
-    reader: RangeReader,
     progress: Progress,
 ) -> Path:
-    """``_fetch`` through the fleet (``quantgate.fleet.fetch``): the same checks of the manifest
-    and of every file before the same install; the bytes from peers first, the origin last."""
+    """Every file from the store (the origin), each re-hashed against the checked manifest."""
     entry = signed.manifest_sha256
     staging = cache.staging(entry)
-    signing.trusted_keys(cfg)  # refused before a byte is fetched when none are configured
-    torrent_data = _store_torrent(store, staging, resolved, info_hash)
-
-    def verify(path: Path, signature: bytes) -> Manifest:
-        manifest = _checked_manifest(path.parent, signature or None, resolved, signed, cfg)
-        cache.evict(keep=entry, incoming=manifest.total_bytes)  # room first
-        return manifest
-
-    try:
-        with open_node(cfg.fleet) as node:
-            manifest, signature, torrent_data, transfer = fetch_version(
-                node,
-                info_hash=info_hash,
-                name=entry,
-                save_path=staging.parent,
-                torrent_data=torrent_data,
-                reader=reader,
-                verify_manifest=verify,
-                concurrency=cfg.transfer.concurrency,
-                where=resolved.source,
-                progress=progress,
-            )
-    except TorrentRefused as exc:
-        raise _tampered(TORRENT, resolved, f"swarm refused: it {exc}") from None
-    (staging / signing.SIGNATURE).unlink(missing_ok=True)  # kept in the install record only
+    manifest, signature = store_manifest(store, staging, resolved, signed, cfg)
     for stray in [p for p in staging.rglob("*") if p.is_file() or p.is_symlink()]:
         if stray.is_symlink() or stray.relative_to(staging).as_posix() not in {*manifest.files, MANIFEST}:
             stray.unlink()
-    rels = sorted(manifest.files)
-    found = per_file(lambda rel: _problem(staging / rel, manifest.files[rel]), rels, "verify")
-    bad = {rel: problem for rel, problem in zip(rels, found, strict=True) if problem}
-    if bad:  # the merkle tree and the manifest disagree: the publish made them from other bytes
+    cache.evict(keep=entry, incoming=manifest.total_bytes)  # room first
+    # files verified by an interrupted pull stay; only the rest is downloaded
+    todo = {
+        rel: e.bytes
+        for rel, e in manifest.files.items()
+        if file_problem_or_missing(staging / rel, e) is not None
+    }
+    checks: dict[str, Future] = {}
+    total = sum(todo.values())
+    with (
+        ThreadPoolExecutor(HASH_THREADS) as hashers,
+        progress.task(f"pull {resolved.registered_model} v{resolved.version}", total) as bar,
+    ):
+
+        def hash_later(rel: str, path: Path) -> None:
+            checks[rel] = hashers.submit(file_problem_or_missing, path, manifest.files[rel])
+
+        try:
+            store.download(todo, staging, hash_later, bar.advance)
+        except FileNotFoundError as exc:  # stores raise it with the relative path
+            raise tampered(str(exc.args[0]), resolved, "missing from the store") from None
+        problems = {rel: f.result() for rel, f in checks.items()}
+    bad = {rel: problem for rel, problem in problems.items() if problem}
+    if bad:
         for rel in bad:
             (staging / rel).unlink(missing_ok=True)
         rel, problem = next(iter(sorted(bad.items())))
-        raise _tampered(
-            rel, resolved, problem + (f"; {len(bad) - 1} more file(s) too" if len(bad) > 1 else "")
-        )
-    progress.log(f"{resolved.registered_model} version {resolved.version}: {transfer.describe()}")
-    path = cache.install(
-        entry,
-        staging,
-        {
-            "signature": signature.decode(),
-            "peer_bytes": str(transfer.peer_bytes),
-            "origin_bytes": str(transfer.origin_bytes),
-            "bad_pieces": str(transfer.bad_pieces),
-        },
-    )
-    if torrent_data is not None:
-        cache.keep_torrent(entry, torrent_data)
+        more = f"; {len(bad) - 1} more file(s) too" if len(bad) > 1 else ""
+        raise tampered(rel, resolved, problem + more)
+    path = cache.install(entry, staging, {"signature": signature.decode()})
+    if signed.torrent is not None:  # kept for `quantgate seed`, once the store's copy is the signed one
+        # (best effort: the artifact is installed; a store that fails now only means no seeding)
+        with contextlib.suppress(QuantgateError, OSError):
+            torrent_data, _ = store_torrent(store, cache.staging(entry), resolved, signed.torrent)
+            if torrent_data is not None:
+                cache.keep_torrent(entry, torrent_data)
+        cache.discard_staging(entry)
     return path

@@ -10,8 +10,10 @@ the gate report it was published with (refused past ``MAX_REPORT_BYTES`` before 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from quantgate.errors import UnapprovedVersionError, UnknownModelError
 from quantgate.publish import naming, tracking
@@ -58,10 +60,19 @@ def _latest_complete(mlflow_client, name: str):
     return found[0] if found else None
 
 
-def resolve(mlflow_client, name: str, tenant: str, version: str | None, allow_unapproved: bool) -> Resolved:
+def resolve(
+    mlflow_client,
+    name: str,
+    tenant: str,
+    version: str | None,
+    allow_unapproved: bool,
+    on_model: Callable[[Any], None] | None = None,
+) -> Resolved:
     """The version of ``name`` that ``tenant`` may load: the one its alias points at, or
     ``version`` if that is the one (or ``allow_unapproved``, which without a version takes the
-    latest completely uploaded); UnknownModelError or UnapprovedVersionError otherwise."""
+    latest completely uploaded); UnknownModelError or UnapprovedVersionError otherwise.
+    ``on_model``: called with the registered model as read, before its alias is looked at (pull
+    checks the tenant's signed release record there)."""
     from mlflow.exceptions import MlflowException
 
     alias = naming.alias_for(tenant)
@@ -71,6 +82,8 @@ def resolve(mlflow_client, name: str, tenant: str, version: str | None, allow_un
         if tracking.not_found(exc):
             raise _unknown_model(mlflow_client, name) from None
         raise
+    if on_model is not None:
+        on_model(model)
     approved_version = (model.aliases or {}).get(alias)
     wanted = version or approved_version
     if wanted is None:

@@ -4,6 +4,12 @@ Each attack is what someone who can write the registry (not the signing key) did
 attack round, and got exit 0 and an installed artifact: an alias moved to a version the gate
 failed, another model's signed artifact registered under this name, a build of another target
 registered as this one, and a cache hit whose manifest was another version's.
+
+Since issue 44 each of these is refused first by the tenant's signed release record (the alias
+no longer points where the newest record says, or no record releases the version at all). The
+approval is the check behind it: each test then has the pipeline's key release the attacked
+version anyway (``_released_anyway``, as a mistaken ``release.issue`` would) and asserts the
+approval's own refusal, so both layers stay tested.
 """
 
 from __future__ import annotations
@@ -15,8 +21,13 @@ import pytest
 from mlflow import MlflowClient
 
 from quantgate.artifact import read_manifest
-from quantgate.errors import SignatureError, TamperedArtifactError, UnapprovedVersionError
-from quantgate.publish import naming, publish_report, pull, withdraw_failed
+from quantgate.errors import (
+    SignatureError,
+    StaleReleaseError,
+    TamperedArtifactError,
+    UnapprovedVersionError,
+)
+from quantgate.publish import naming, publish_report, pull, release, withdraw_failed
 from support.artifacts import MODEL, installed_entries, write_artifact, write_report
 
 pytestmark = pytest.mark.unit
@@ -40,6 +51,30 @@ def _register_copy(cfg, name: str, of_name: str, of_version: str) -> str:
     return str(mine.version)
 
 
+def _released_anyway(cfg, name: str, tenant: str, version: str) -> None:
+    """A release record for ``version``, signed with the pipeline's key: the release layer
+    bypassed, so that what is asserted next is the signed approval's own refusal."""
+    client = _client(cfg)
+    manifest = client.get_model_version(name, version).tags[naming.MANIFEST_SHA256]
+    release.issue(
+        client,
+        cfg,
+        name,
+        tenant,
+        event="rollback",
+        version=str(version),
+        manifest_sha256=manifest,
+        evidence_sha256="00" * 32,
+    )
+
+
+def _refused_by_the_release_record(pull_call, pull_cache) -> None:
+    with pytest.raises((StaleReleaseError, UnapprovedVersionError), match="release record") as err:
+        pull_call()
+    _one_line_exit_2(err)
+    assert installed_entries(pull_cache) == []
+
+
 def test_an_alias_moved_to_a_version_the_gate_failed_is_refused(artifacts, report, registry, pull_cache):
     """draft-int4 failed every tenant: registered for audit, signed, no alias. Someone points
     approved-chat at it; before the fix the pull installed it (exit 0)."""
@@ -47,6 +82,10 @@ def test_an_alias_moved_to_a_version_the_gate_failed_is_refused(artifacts, repor
         a for a in publish_report(report, artifacts, registry).artifacts if a.artifact == "draft-int4"
     )
     _client(registry).set_registered_model_alias(draft.registered_model, "approved-chat", draft.version)
+    _refused_by_the_release_record(
+        lambda: pull(MODEL, "draft-int4", "chat", registry, cache_dir=pull_cache), pull_cache
+    )
+    _released_anyway(registry, draft.registered_model, "chat", draft.version)
     with pytest.raises(UnapprovedVersionError, match="the gate did not approve version 1") as err:
         pull(MODEL, "draft-int4", "chat", registry, cache_dir=pull_cache)
     _one_line_exit_2(err)
@@ -67,7 +106,11 @@ def test_a_version_holding_another_models_signed_artifact_is_refused(
     assert ours.artifacts[0].aliases == ["approved-chat"]
     name = naming.registered_model_name(MODEL, "hopper-fp8")
     _client(registry).create_registered_model(name)
-    _register_copy(registry, name, theirs.registered_model, theirs.version)
+    mine = _register_copy(registry, name, theirs.registered_model, theirs.version)
+    _refused_by_the_release_record(
+        lambda: pull(MODEL, "hopper-fp8", "chat", registry, cache_dir=pull_cache), pull_cache
+    )
+    _released_anyway(registry, name, "chat", mine)
     with pytest.raises(TamperedArtifactError, match="registered model 'other-model.hopper-fp8'") as err:
         pull(MODEL, "hopper-fp8", "chat", registry, cache_dir=pull_cache)
     _one_line_exit_2(err)
@@ -93,7 +136,11 @@ def test_a_version_whose_manifest_is_another_targets_is_refused(registry, pull_c
         ).artifacts
     }
     rocm, hopper = by["rocm-cdna3-fp8"], by["hopper-fp8"]
-    _register_copy(registry, rocm.registered_model, hopper.registered_model, hopper.version)
+    mine = _register_copy(registry, rocm.registered_model, hopper.registered_model, hopper.version)
+    _refused_by_the_release_record(
+        lambda: pull(MODEL, "rocm-cdna3-fp8", "chat", registry, cache_dir=pull_cache), pull_cache
+    )
+    _released_anyway(registry, rocm.registered_model, "chat", mine)
     with pytest.raises(TamperedArtifactError, match="registered model 'tiny-model.hopper-fp8'") as err:
         pull(MODEL, "rocm-cdna3-fp8", "chat", registry, cache_dir=pull_cache)
     _one_line_exit_2(err)
@@ -120,6 +167,10 @@ def test_a_manifest_tag_pointed_at_another_targets_manifest_is_refused(registry,
         rocm.registered_model, source=theirs.source, run_id=theirs.run_id, tags=tags
     )
     client.set_registered_model_alias(rocm.registered_model, "approved-chat", mine.version)
+    _refused_by_the_release_record(
+        lambda: pull(MODEL, "rocm-cdna3-fp8", "chat", registry, cache_dir=pull_cache), pull_cache
+    )
+    _released_anyway(registry, rocm.registered_model, "chat", mine.version)
     with pytest.raises(TamperedArtifactError) as err:
         pull(MODEL, "rocm-cdna3-fp8", "chat", registry, cache_dir=pull_cache)
     _one_line_exit_2(err)
@@ -149,6 +200,10 @@ def test_an_edited_approval_does_not_verify(published, registry, pull_cache):
         published.registered_model, published.version, naming.APPROVAL, json.dumps(statement)
     )
     client.set_registered_model_alias(published.registered_model, "approved-code", published.version)
+    _refused_by_the_release_record(
+        lambda: pull(MODEL, "hopper-fp8", "code", registry, cache_dir=pull_cache), pull_cache
+    )
+    _released_anyway(registry, published.registered_model, "code", published.version)
     with pytest.raises(SignatureError, match="does not verify") as err:
         pull(MODEL, "hopper-fp8", "code", registry, cache_dir=pull_cache)
     _one_line_exit_2(err)
@@ -184,10 +239,14 @@ def test_a_report_gating_other_tenants_keeps_the_earlier_approvals(published, ar
     assert withdraw_failed(failing, artifacts, registry) == {published.registered_model: ["approved-chat"]}
     tags = _client(registry).get_model_version(published.registered_model, published.version).tags
     assert approval.Approval.model_validate_json(tags[naming.APPROVAL]).tenants == ["code"]
-    # moving the alias back is not enough: the signed approval says chat failed
+    # moving the alias back is not enough: the newest release record withdrew it, and behind that
+    # the signed approval says chat failed
     _client(registry).set_registered_model_alias(
         published.registered_model, "approved-chat", published.version
     )
+    with pytest.raises(UnapprovedVersionError, match="approval was withdrawn"):
+        pull(MODEL, "hopper-fp8", "chat", registry, cache_dir=tmp_path / "cache")
+    _released_anyway(registry, published.registered_model, "chat", published.version)
     with pytest.raises(UnapprovedVersionError, match="it failed"):
         pull(MODEL, "hopper-fp8", "chat", registry, cache_dir=tmp_path / "cache")
 

@@ -19,7 +19,7 @@ from quantgate.errors import (
 )
 from quantgate.fleet import TORRENT
 from quantgate.hashing import FileEntry, content_hash, sha256_file
-from quantgate.publish import RegistryConfig, approval, naming, publish_report, pull
+from quantgate.publish import RegistryConfig, approval, naming, publish_report, pull, release
 from quantgate.publish.local_store import local_path
 from quantgate.publish.signing import SIGNATURE, generate_key_pair, sign, verify
 from support.artifacts import MODEL, installed_entries, write_artifact, write_report
@@ -122,6 +122,16 @@ def test_a_store_manifest_with_a_hostile_name_is_tampering_even_when_signed(
     )
     for key, value in approval.sign(statement, registry).items():  # the approval re-signed too
         client.set_model_version_tag(published.registered_model, published.version, key, value)
+    release.issue(  # and the tenant's release record (issue 44)
+        client,
+        registry,
+        published.registered_model,
+        "chat",
+        event="approved",
+        version=published.version,
+        manifest_sha256=statement.manifest_sha256,
+        evidence_sha256="00" * 32,
+    )
     with pytest.raises(TamperedArtifactError, match="manifest.json: is not a valid manifest") as err:
         pull(MODEL, "hopper-fp8", "chat", registry, cache_dir=pull_cache)
     assert err.value.exit_code == 2

@@ -26,7 +26,9 @@ from support.builds import build_targets
 pytestmark = pytest.mark.unit
 
 
-def test_the_source_is_scored_again_and_the_gate_pairs_losses_with_its_own(tiny_llama, tmp_path, catalog, repo_root):
+def test_the_source_is_scored_again_and_the_gate_pairs_losses_with_its_own(
+    tiny_llama, tmp_path, catalog, repo_root
+):
     policy = load_gates(repo_root / "gates.yaml", catalog)
     record = intake(tiny_llama, policy)
     calibration = build_set(load_spec(repo_root / "calibration_sets" / "default.yaml"))
@@ -34,7 +36,10 @@ def test_the_source_is_scored_again_and_the_gate_pairs_losses_with_its_own(tiny_
     suite_dir = tmp_path / "suites"
     suite_dir.mkdir()
     (suite_dir / "qa.jsonl").write_text(
-        "\n".join(json.dumps({"prompt": f"Say {w}.", "reference": w}) for w in ("yes", "no", "red", "blue", "one", "two"))
+        "\n".join(
+            json.dumps({"prompt": f"Say {w}.", "reference": w})
+            for w in ("yes", "no", "red", "blue", "one", "two")
+        )
     )
     (suite_dir / "qa.yaml").write_text(
         "name: qa\nkind: domain\ndescription: t\ntenant: support\ndata: qa.jsonl\nmetric: contains\nprompt_format: raw\n"
@@ -45,7 +50,9 @@ def test_the_source_is_scored_again_and_the_gate_pairs_losses_with_its_own(tiny_
     plain = EvalContext("smoke", DataDir((tmp_path,)), repo_root, tmp_path / "cache")
     again = EvalContext("smoke", DataDir((tmp_path,)), repo_root, tmp_path / "cache", rerun_source=True)
     # the re-evaluated reference is its own cache entry: a device's noise is not mixed into the CPU's
-    assert reference_path(plain, suite, record.content_hash) != reference_path(again, suite, record.content_hash)
+    assert reference_path(plain, suite, record.content_hash) != reference_path(
+        again, suite, record.content_hash
+    )
     evaluate(Path(record.path), record.content_hash, tmp_path / "artifacts", tmp_path / "E", [suite], again)
     source = json.loads((tmp_path / "E" / "source" / "qa.json").read_text())
     artifact = json.loads((tmp_path / "E" / "hopper-fp8" / "qa.json").read_text())

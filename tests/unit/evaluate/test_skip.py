@@ -53,7 +53,9 @@ def world(tiny_llama, tmp_path, catalog, repo_root):
     (suites / "tiny-text.yaml").write_text(TEXT)
     # 64 items for perplexity: the betting test's floor of 50 % needs about 44 before a copy can pass
     for metric, metrics, items in (("contains", "accuracy, flip_rate", 8), ("perplexity", "perplexity", 64)):
-        (suites / f"tiny-{metric}.yaml").write_text(DOMAIN.format(metric=metric, metrics=metrics, items=items))
+        (suites / f"tiny-{metric}.yaml").write_text(
+            DOMAIN.format(metric=metric, metrics=metrics, items=items)
+        )
     (suites / "questions.jsonl").write_text(
         "".join(
             json.dumps({"prompt": f"Name the {i}th prime.", "reference": f"zq{i}x"}) + "\n" for i in range(64)

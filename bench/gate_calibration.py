@@ -354,14 +354,17 @@ def events_population(kind: str, family: str, factor: float, rng, real: Real | N
     """gsm8k-shaped floors on 0/1 answers, the source solving half the items: flip_loss_rate max L and
     accuracy min_recovery 1 - L (L the family's rate). ``noisy``: the evaluation itself flips a solved
     answer 5 times in 24 (the GPU-against-CPU flips measured on support-domain), so an identical copy
-    loses answers too."""
+    loses answers too, and the source's records carry its own re-evaluation on that device, which
+    the gate pairs the artifact's losses with."""
     rate = float(family.split("@")[1])
     solved = rng.random(POP) < 0.5
     ids = np.flatnonzero(solved)
     lost = np.zeros(POP, dtype=bool)
     lost[ids[: round(min(factor * rate, 1.0) * len(ids))]] = True
-    if family.startswith("noisy"):
+    rerun = None
+    if family.startswith("noisy"):  # the artifact and the source's re-evaluation flip independently
         lost |= solved & (rng.random(POP) < 5 / 24)
+        rerun = solved & ~(rng.random(POP) < 5 / 24)
     correct = solved & ~lost
     floor = (
         {"metric": "flip_loss_rate", "max": rate}
@@ -369,13 +372,14 @@ def events_population(kind: str, family: str, factor: float, rng, real: Real | N
         else {"metric": "accuracy", "min_recovery": 1.0 - rate}
     )
 
-    def records(c) -> list[dict]:
-        return [
-            {"item": i, "correct_flexible-extract": bool(c[i]), "correct_strict-match": bool(c[i])}
-            for i in range(POP)
-        ]
+    def record(c, i) -> dict:
+        return {"item": i, "correct_flexible-extract": bool(c[i]), "correct_strict-match": bool(c[i])}
 
-    return Population("gsm8k", floor, records(solved), records(correct))
+    source = [record(solved, i) for i in range(POP)]
+    if rerun is not None:  # the source's records carry its re-evaluation, as the evaluation writes them
+        for i, r in enumerate(source):
+            r["rerun"] = record(rerun, i)  # metrics.RERUN
+    return Population("gsm8k", floor, source, [record(correct, i) for i in range(POP)])
 
 
 _TAILS = ("lognormal0.5", "lognormal1", "lognormal1.5", "lognormal2", "pareto1.5", "pareto2", "pareto3")
@@ -422,10 +426,11 @@ class Columns:
 
     @classmethod
     def of(cls, suite, pop: Population) -> Columns:
+        from quantgate.metrics import record_columns
         from quantgate.stats.sequence import ordered_columns
 
         return cls(
-            ordered_columns(suite, pop.source),
+            ordered_columns(suite, pop.source, record_columns),
             ordered_columns(suite, pop.artifact),
             ordered_columns(suite, pop.old) if pop.old is not None else None,
         )
@@ -658,6 +663,43 @@ def table(rows: list[dict], before: list[dict] | None = None) -> str:
     return "\n".join(lines)
 
 
+def summary(rows: list[dict], before: list[dict] | None = None) -> str:
+    """Markdown, one row per floor kind and class: the worst false-pass % at the floor over every
+    family, n and design (with its Monte-Carlo error and where), the cells above 5 % by more than two
+    errors, and the worst false-fail % of an identical copy; ``before``: the same for an older gate
+    on the cells it ran. ``noisy`` at the floor is left out: on a device that flips answers its
+    excess loss over the source's own re-evaluation is below the floor (power, not a false pass)."""
+
+    def worst(cells: list[dict], key: str) -> str:
+        if not cells:
+            return "—"
+        r = max(cells, key=lambda c: c[key])
+        return f"{100 * r[key]:.1f} ± {100 * r['mc_error']:.1f} ({r['family']}, n = {r['n']}, {r['design']})"
+
+    def over(cells: list[dict]) -> int:
+        return sum(c["pass"] > 1 - CONFIDENCE + 2 * c["mc_error"] for c in cells)
+
+    lines = [
+        "| floor kind | class | cells | worst false pass % | cells over 5 % | worst false fail of a copy % |",
+        "| --- | --- | --- | --- | --- | --- |",
+    ]
+    for gate, data in (("now", rows), ("before", before or [])):
+        for kind in [k for k in KINDS if any(r["kind"] == k for r in data)]:
+            mine = [r for r in data if r["kind"] == kind]
+            at = [r for r in mine if r["truth"] == "floor" and not r["family"].startswith("noisy")]
+            copies = [r for r in mine if r["truth"] == "copy"]
+            for klass in ("in", "out"):
+                cells = [r for r in at if in_class(r["family"], r["beyond"]) == (klass == "in")]
+                if not cells:
+                    continue
+                tag = f"{kind} ({gate})" if before else kind
+                copy = worst(copies, "fail") if klass == "in" else ""
+                lines.append(
+                    f"| {tag} | {klass} | {len(cells)} | {worst(cells, 'pass')} | {over(cells)} | {copy} |"
+                )
+    return "\n".join(lines)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--gate", choices=("new", "before"), default="new")
@@ -679,10 +721,14 @@ def main() -> None:
         default=None,
         help="print the table of a result JSON (then an older one)",
     )
+    parser.add_argument(
+        "--summary", action="store_true", help="with --table: one row per floor kind and class"
+    )
     args = parser.parse_args()
     if args.table:
         results = [json.loads(p.read_text())["cells"] for p in args.table]
-        print(table(results[0], results[1] if len(results) > 1 else None))
+        show = summary if args.summary else table
+        print(show(results[0], results[1] if len(results) > 1 else None))
         return
     grid = cells(
         args.kinds.split(","),

@@ -341,6 +341,7 @@ def evaluate(
 
 def _sequential(ctx: EvalContext, suite: LoadedSuite, loaded, reference, source: SuiteResult, watches):
     """One suite of one artifact, sequentially: its result over the items used, and the design block."""
+    from quantgate.metrics import record_columns
     from quantgate.stats.sequence import ordered_columns
 
     runner = suite.runner
@@ -356,7 +357,7 @@ def _sequential(ctx: EvalContext, suite: LoadedSuite, loaded, reference, source:
     metrics: dict[str, float | None] = {}
     try:
         a = ordered_columns(runner, samples)
-        s = ordered_columns(runner, [by_item[str(r["item"])] for r in samples])
+        s = ordered_columns(runner, [by_item[str(r["item"])] for r in samples], record_columns)
     except KeyError:  # items not evaluated: the records say why, the gate reports them
         a = s = {}
     for metric, measure in runner.metrics().items():

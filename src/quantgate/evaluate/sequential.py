@@ -74,6 +74,7 @@ def undecided(
     when the others were decided: unless its tenant has already failed on a floor decided here,
     when nothing it shows can change that tenant's verdict.
     """
+    from quantgate.metrics import record_columns
     from quantgate.stats import sequence
 
     design = source.sampling or {}
@@ -89,6 +90,7 @@ def undecided(
             population=design.get("population"),
             weights=design.get("weights"),
             ends=False,
+            columns=record_columns,
         )
         if isinstance(got, str) or got.decision == "undecided":
             open_floors.append(w)

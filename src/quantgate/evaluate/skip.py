@@ -32,6 +32,7 @@ from quantgate.results import SuiteResultFile
 def decidable(watch: Watch, suite: LoadedSuite, source: SuiteResult) -> bool:
     """Whether scoring an artifact on ``suite`` could change ``watch``'s effect on its verdict."""
     from quantgate.gate import can_change_verdict, plan
+    from quantgate.metrics import record_columns
     from quantgate.stats.sequence import ordered_columns
 
     floor = watch.floor
@@ -39,7 +40,7 @@ def decidable(watch: Watch, suite: LoadedSuite, source: SuiteResult) -> bool:
     if measure is None or floor.kind == "max_regression":
         return True
     try:
-        s = ordered_columns(suite.runner, source.samples)
+        s = ordered_columns(suite.runner, source.samples, record_columns)
         p = plan(floor, measure, s, confidence=watch.confidence)
     except KeyError:  # items the source could not be evaluated on: the gate reports the error
         return True

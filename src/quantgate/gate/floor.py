@@ -41,7 +41,7 @@ from quantgate.metrics import Events, Metric
 from quantgate.results import SampleDesign
 from quantgate.stats import betting, bounds, forms
 from quantgate.stats.bounds import Interval
-from quantgate.stats.linear import Caps, ItemRange
+from quantgate.stats.linear import ItemRange
 
 Family = Literal["events", "mean"]
 Columns = dict[str, np.ndarray]
@@ -88,6 +88,9 @@ class Plan:
     can_fail: bool = True  # whether any artifact's items could establish a violation
     # a regression against a reported value: (sign, value), the quantity is sign * (metric - value)
     shift: tuple[float, float | None] = (1.0, None)
+    # the evaluation itself varies (a device that flips answers): an artifact not shown within is
+    # not shown worse, since an identical copy misses too; it fails only where the floor is crossed
+    noisy: bool = False
 
     @property
     def tolerance(self) -> float:
@@ -162,7 +165,7 @@ def plan(
     if events is not None:
         if not np.any(events.eligible(source)):  # no answer can be lost where none was right
             return f"the source's {floor.metric} {measure.uninformative}"
-        if events.noise is not None and _has_rerun(source):
+        if events.noise is not None and _has_rerun(source) and not events.count:
             return _noisy_plan(events, floor, measure, source, alpha, sampling, describe)
         return _events_plan(
             events, source, floor.value, upper=kind == "max", alpha=alpha, recovery=kind == "min_recovery"
@@ -289,48 +292,52 @@ def _noisy_plan(
     there): the artifact's losses in excess of the source's own, paired item by item. Per eligible
     item, (artifact lost) - (re-evaluation lost) lies in [-1, 1] with mean 0 for an identical copy,
     so the betting test bounds its mean against the floor's rate with no assumption beyond it."""
+    form = forms.events_form(ev, floor.kind, floor.value, s)
+    if isinstance(form, str):
+        return form
     eligible = np.asarray(ev.eligible(s), dtype=bool)
     m = int(eligible.sum())
-    scale = float(m) if ev.count else 1.0
-    if ev.sign > 0 and floor.kind == "min" or ev.sign < 0 and floor.kind == "max":
-        return "a paired comparison with the source's re-evaluation bounds lost answers only"
     assert ev.noise is not None
     noise = np.asarray(ev.noise(s), dtype=float)
-
-    @forms.fixed
-    def values(a: Columns, s_: Columns, o_: Columns | None):
-        lost = np.asarray(ev.bad(a, s_), dtype=float)
-        return np.where(eligible, lost - noise, 0.0), eligible.astype(float)
-
-    def to_quantity(u: float) -> float:
-        return ev.offset + ev.sign * scale * u
-
-    form = forms.Form(
-        floor.value,
-        values,
-        lambda q: (q - ev.offset) / (ev.sign * scale),
-        to_quantity,
-        Caps(-1.0, 1.0),  # a difference of two 0/1 events: its own range, no class assumed
-        1.0,
-        (to_quantity(-1.0), to_quantity(1.0)),
-        "an item's loss minus the source's own re-evaluation loss",
-        None,
-        0.0,
-        sign=1.0,
-        natural_bad=True,
-    )
     flips = int(np.sum(noise[eligible]))
-    p = _mean_plan(form, floor.value, floor.kind == "max", measure, s, None, alpha, sampling, None, describe)
+    p = _mean_plan(
+        form,
+        floor.value,
+        floor.kind == "max",
+        measure,
+        s,
+        None,
+        alpha,
+        sampling,
+        None,
+        describe,
+        copy=_flipping_copy(s, eligible),
+    )
     if isinstance(p, str):
         return p
     return replace(
         p,
+        noisy=True,
         quantity=f"lost answers beyond the source's own re-evaluation ({flips} of its {m} solved flipped)",
         coverage=(
             f"the {ev.what} as independent draws; paired with the source re-evaluated on the same device "
             f"(it flipped {flips} of {m}); a betting bound on the difference, no other assumption"
         ),
     )
+
+
+def _flipping_copy(s: Columns, eligible: np.ndarray) -> Columns:
+    """An identical copy as a device that flips answers shows it, for the power check: each column
+    the source re-evaluated (``x`` and ``x_rerun``) takes the re-evaluation's values, the eligible
+    items' rolled by half their number, so the copy flips as many answers as the re-evaluation did
+    but on other items (the source against itself would flip none and look certain)."""
+    copy = dict(s)
+    where = np.flatnonzero(eligible)
+    for name in [c for c in s if c.endswith("_rerun")]:
+        again = np.array(s[name], copy=True)
+        again[where] = np.roll(again[where], len(where) // 2)
+        copy[name.removesuffix("_rerun")] = again
+    return copy
 
 
 def _mean_plan(
@@ -344,18 +351,17 @@ def _mean_plan(
     sampling: SampleDesign,
     estimate_of: Callable[[Columns, Columns, Columns | None], float] | None,
     describe: bool = True,
+    copy: Columns | None = None,
 ) -> Plan | str:
     """A floor as a bounded mean (``stats.forms``): its class, and its power, from the source (or the
-    approved version) taken as the artifact."""
+    approved version; ``copy``: an identical copy's columns where the source against itself is
+    not one) taken as the artifact."""
     if isinstance(form, str):
         return form
-    unchanged = form.linear(old if old is not None else s, s, old)
+    as_artifact = copy if copy is not None else old if old is not None else s
+    unchanged = form.linear(as_artifact, s, old)
     items = int(np.sum(unchanged.w > 0))
-    no_change = (
-        estimate_of(old if old is not None else s, s, old)
-        if estimate_of is not None
-        else _weighted(unchanged, form)
-    )
+    no_change = estimate_of(as_artifact, s, old) if estimate_of is not None else _weighted(unchanged, form)
     powered = unchanged.first_pass(alpha) is not None
     end = unchanged.ends(alpha)[0] if powered and describe else math.nan
     z, t0 = unchanged.scaled()
@@ -571,12 +577,13 @@ def _clearly_beyond(p: Plan, x: float) -> bool:
 def decide(p: Plan, m: Measured, *, advisory: bool) -> Decision:
     """The status of a measured quantity against its plan (module docstring, rules 1-4)."""
     within, established = m.within, m.established
-    beyond = _beyond(p, m.estimate) or bool(m.beyond)
+    # on a noisy evaluation an estimate past the floor may be the device's flips: only the other end
+    beyond = (established if p.noisy else _beyond(p, m.estimate)) or bool(m.beyond)
     if within and p.powered:
         status = "pass"
     elif beyond:
         status = "fail" if (not advisory or p.powered or established) else "violation"
-    elif p.powered:
+    elif p.powered and not p.noisy:
         status = "fail"
     else:
         status = "insufficient_evidence"

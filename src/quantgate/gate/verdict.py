@@ -193,6 +193,11 @@ def _describe(
             f"{shown}: VIOLATION (the estimate is beyond the floor, but {p.evidence} cannot establish it "
             f"at {pct}; {how})"
         )
+    elif p.noisy and p.powered:
+        reason = (
+            f"insufficient evidence: {shown}; the evaluation flips answers by itself, and on these items "
+            f"the artifact is neither shown within the floor nor beyond it ({power}; {how})"
+        )
     else:
         reason = (
             f"insufficient evidence: {shown}; an artifact equal to the source would not pass on these "

@@ -362,6 +362,58 @@ def _expm1(x: float) -> float:
         return math.inf
 
 
+def events_form(events, kind: str, limit: float, s: Columns, *, population: int | None = None) -> Form | str:
+    """A rate of 0/1 events among the items the source makes eligible (``metrics.Events``: lost
+    answers, a recovery counting them) as a bounded mean within the events' own range [0, 1]: no
+    class is assumed, an event is never "beyond" it. Where the source's columns carry its own
+    re-evaluation (``*_rerun``, a device that flips answers), an item's value is its loss minus the
+    re-evaluation's, in [-1, 1], mean 0 for an identical copy.
+
+    ``population``: the items the sample was drawn from; the eligible ones among them are known only
+    when the sample is the whole population (then their count), else the test is the with-replacement
+    one. A string: why the floor has no such form (a count of events; a floor on gains)."""
+    if events.count:
+        return "a count of events is bounded by the fixed design's exact interval"
+    if (events.sign > 0) != (kind == "max"):
+        return "a bound on lost answers decides a floor on losses only"
+    eligible = np.asarray(events.eligible(s), dtype=bool)
+    m = int(eligible.sum())
+    if m == 0:
+        return f"no {events.what}"
+    noisy = events.noise is not None and any(name.endswith("_rerun") for name in s)
+
+    @fixed
+    def values(a: Columns, s_: Columns, o_: Columns | None):
+        ok = np.asarray(events.eligible(s_), dtype=bool)
+        lost = np.asarray(events.bad(a, s_), dtype=float)
+        if noisy:
+            lost = lost - np.asarray(events.noise(s_), dtype=float)
+        return np.where(ok, lost, 0.0), ok.astype(float)
+
+    def to_u(q: float) -> float:
+        return (q - events.offset) / events.sign
+
+    def to_quantity(u: float) -> float:
+        return events.offset + events.sign * u
+
+    caps = Caps(-1.0, 1.0) if noisy else Caps(0.0, 1.0)
+    return Form(
+        limit,
+        values,
+        to_u,
+        to_quantity,
+        caps,
+        1.0,
+        (to_quantity(caps.good), to_quantity(caps.bad)),
+        "an item's loss minus the source's own re-evaluation loss"
+        if noisy
+        else f"a lost answer among the {events.what}",
+        population=m if population is not None and population == len(eligible) else None,
+        sign=1.0,
+        natural_bad=True,
+    )
+
+
 def floor_form(
     kind: str,
     limit: float,
@@ -377,6 +429,11 @@ def floor_form(
     ``max`` on a metric that declares one, else its ratio of sums. ``weights``: the heaviest weight
     per column the evaluation declares (a mapping), if any."""
     weights = weights or {}
+    events = (
+        measure.recovery if kind == "min_recovery" else measure.events if kind in ("max", "min") else None
+    )
+    if events is not None:
+        return events_form(events, kind, limit, s, population=population)
     if measure.exceeds is not None and kind == "max":
         return exceedance_form(
             limit,

@@ -75,9 +75,11 @@ def decide(form: forms.Form, a: dict, s: dict, alpha: float, *, ends: bool = Tru
     return Sequential("undecided", n, None, conservative, other, note)
 
 
-def ordered_columns(suite, samples: list[dict]) -> dict[str, np.ndarray]:
-    """Per-item records as numeric columns, in the order given (the evaluation order)."""
-    rows = [suite.columns(r) for r in samples]
+def ordered_columns(suite, samples: list[dict], columns=None) -> dict[str, np.ndarray]:
+    """Per-item records as numeric columns, in the order given (the evaluation order). ``columns``:
+    (suite, record) -> its columns (default: the suite kind's own; ``metrics.record_columns`` adds a
+    source's re-evaluation, which this module does not know about)."""
+    rows = [columns(suite, r) if columns is not None else suite.columns(r) for r in samples]
     names = list(rows[0]) if rows else []
     out: dict[str, np.ndarray] = {}
     for c in names:
@@ -103,6 +105,7 @@ def check(
     population: int | None = None,
     weights=None,
     ends: bool = True,
+    columns=None,
 ) -> Sequential | str:
     """One floor after the artifact's ``samples`` so far (in evaluation order), against the source's
     per-item records (``source``: of the same items and, for the class, of every item): the
@@ -116,8 +119,8 @@ def check(
     by_item = {str(r["item"]): r for r in source}
     try:
         paired = [by_item[str(r["item"])] for r in samples]
-        a, s = ordered_columns(suite, samples), ordered_columns(suite, paired)
-        s_all = ordered_columns(suite, list(by_item.values()))
+        a, s = ordered_columns(suite, samples, columns), ordered_columns(suite, paired, columns)
+        s_all = ordered_columns(suite, list(by_item.values()), columns)
         form = forms.floor_form(
             floor.kind,
             floor.value,

@@ -192,6 +192,60 @@ def test_an_identical_copy_on_a_device_that_flips_answers_passes_its_loss_floor(
     assert sum(c.status == "pass" for c in at_floor) <= 4
 
 
+def test_a_copy_on_a_flipping_device_with_few_items_is_never_failed():
+    """An identical copy on a device that flips 5 of 24 solved answers, with too few items to tell its
+    flips from the floor's: insufficient evidence (or a pass), never a fail. Failing it took only
+    an estimate past the floor, which 3 flips among 8 solved items give; the power check took the
+    source against itself (no flips) as the copy and called 64 items enough."""
+    from gate_builders import gsm8k_result
+
+    floor = Floor(suite="gsm8k", metric="flip_loss_rate", max=0.25)
+    statuses = []
+    for seed in range(60):
+        rng = np.random.default_rng(seed)
+        n = 16 if seed % 2 else 64
+        solved = rng.random(n) < 0.5
+        copy, again = (list(solved & ~(rng.random(n) < 5 / 24)) for _ in range(2))
+        src = gsm8k_result(list(solved), list(solved))
+        for record, c in zip(src["samples"], again, strict=True):
+            record["rerun"] = {**record, "correct_flexible-extract": c, "correct_strict-match": c}
+        result = evaluate_floor(floor, GSM8K, src, gsm8k_result(copy, list(solved)))
+        statuses.append(result.status)
+        if result.status == "insufficient_evidence" and result.powered:
+            assert "flips answers by itself" in result.reason
+    assert "fail" not in statuses, statuses
+    assert statuses.count("insufficient_evidence") > 40
+
+
+def test_an_early_look_at_lost_answers_holds_the_level_and_a_lost_answer_is_not_beyond_a_class():
+    """The sequential design's early look at a recovery floor on 0/1 answers: the class of a mean
+    (10 tolerances) called every lost answer "beyond the class" and bet on the rest within caps
+    that answers do not have, passing 11.6 % of artifacts exactly at the floor at 256 items
+    (bench/results/gate_issue43). Answers are bounded by their own range [0, 1]."""
+    from quantgate.stats import sequence
+
+    rng = np.random.default_rng(3)
+    pop = calibration.events_population("recovery", "0/1@0.05", 1.0, rng, None)
+    floor = Floor(suite="gsm8k", **pop.floor)
+    runner = GSM8K
+    passed = 0
+    for _ in range(RUNS):
+        idx = rng.choice(len(pop.artifact), 256, replace=False)
+        src = [{**pop.source[j], "item": i} for i, j in enumerate(idx)]
+        art = [{**pop.artifact[j], "item": i} for i, j in enumerate(idx)]
+        got = sequence.check(floor, runner, src, art, 0.95)
+        assert not isinstance(got, str), got
+        passed += got.decision == "pass"
+    assert passed / RUNS <= ALLOWED, passed / RUNS
+    solved = [{"item": i, "correct_flexible-extract": True, "correct_strict-match": True} for i in range(64)]
+    one_lost = [
+        {**r, "correct_flexible-extract": False, "correct_strict-match": False} if r["item"] == 0 else r
+        for r in solved
+    ]
+    first = sequence.check(floor, runner, solved, one_lost[:8], 0.95)
+    assert not isinstance(first, str) and first.decision != "fail"
+
+
 def test_status_is_monotone_in_damage_on_every_damage_path():
     """Finding 7: at 8 windows 3-8 % of damage paths had a more damaged artifact pass where a less
     damaged one failed. Every step of a path adds damage to one window."""

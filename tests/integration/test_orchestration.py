@@ -406,3 +406,31 @@ def test_regating_against_tightened_floors_takes_the_withdrawn_alias_off(
         state = regate(out=str(out), gates=str(impossible), return_state=True)
     assert state.is_failed() and "report" in state.message
     assert _aliases(env["MLFLOW_TRACKING_URI"], first["model"], TARGETS) == {t: set() for t in TARGETS}
+
+
+def test_an_edit_to_an_included_tenants_file_is_a_new_verdict_on_the_same_cache(
+    prefect_api, scenario, first_run
+):
+    """Identity from content (issue 45): gates.yaml includes its tenants from another file; an edit
+    there is a new gate key, so ``quantgate run`` on the same cache gates again and the verdict
+    moves. Before, the key hashed gates.yaml's own bytes and the cached verdict came back."""
+    base = scenario["base"]
+    head, tenants = GATES.split("tenants:\n", 1)
+    included = base / "tenants-included.yaml"
+    included.write_text("tenants:\n" + tenants)
+    gates = base / "gates-include.yaml"
+    gates.write_text("include: [tenants-included.yaml]\n" + head)
+    env = _env(prefect_api, base, "registry-include")
+    out = base / "run-include"
+    first = _quantgate_run({**scenario, "gates": gates}, env, out)
+    assert first.returncode == 0, first.stderr[-3000:]
+    assert "lenient" in json.loads((out / "report" / "report.json").read_text())["approvals"]["hopper-fp8"]
+
+    included.write_text(included.read_text().replace("max: 10.0}", "max: 1.0e-12}", 1))
+    again = _quantgate_run({**scenario, "gates": gates}, env, out)
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert (
+        "lenient" not in json.loads((out / "report" / "report.json").read_text())["approvals"]["hopper-fp8"]
+    )
+    states = _task_states(prefect_api, json.loads((out / "outcome.json").read_text())["flow_run_id"])
+    assert [s for n, s in states.items() if n.startswith("gate")] == ["Completed"]

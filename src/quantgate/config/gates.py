@@ -10,7 +10,6 @@ from the suite kinds (``quantgate.evaluate.suites``), never from a list here.
 
 from __future__ import annotations
 
-import hashlib
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
@@ -23,8 +22,8 @@ from pydantic import (
     model_validator,
 )
 
-from quantgate.config.bounded_yaml import read_bytes
-from quantgate.config.loader import load_model
+from quantgate.config.identity import content_digest
+from quantgate.config.loader import load_model, read_yaml
 from quantgate.config.suites import PROFILES
 from quantgate.config.targets import Catalog, KVCache
 from quantgate.errors import ConfigFileError, UsageError
@@ -362,14 +361,15 @@ _VALIDATED: dict[tuple[str, ...], Gates] = {}
 
 
 def _fingerprint(path: Path, catalog: Catalog) -> tuple[str, ...] | None:
-    """What validation depends on: the file's bytes, the suites' bytes and the target names."""
+    """What validation depends on: the file's content and the suites' (includes merged: an edit to
+    an included file is a new entry) and the target names."""
     try:  # bounded reads: a FIFO or /dev/zero given as --gates is refused here, naming it
-        digest = hashlib.sha256(read_bytes(path))
+        parts: list[object] = [read_yaml(path)[0]]
         for suite in sorted((catalog.root / "eval_suites").glob("*.yaml")):
-            digest.update(suite.name.encode() + b"\0" + read_bytes(suite))
+            parts.append([suite.name, read_yaml(suite)[0]])
     except ConfigFileError:
         return None  # load_gates reports it, naming the file
-    return (str(path.resolve()), str(catalog.root.resolve()), digest.hexdigest(), *catalog.target_names())
+    return (str(path.resolve()), str(catalog.root.resolve()), content_digest(parts), *catalog.target_names())
 
 
 def load_gates(path: str | Path, catalog: Catalog) -> Gates:

@@ -8,14 +8,13 @@ runner that evaluates it. Here so that gates.yaml can be checked against the pro
 
 from __future__ import annotations
 
-import hashlib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import yaml
 from pydantic import Field
 
+from quantgate.config.identity import content_digest
 from quantgate.config.loader import load_model, read_yaml
 from quantgate.errors import ConfigFileError, UsageError
 from quantgate.extensions import SUITE_KINDS
@@ -55,7 +54,7 @@ class LoadedSuite:
     spec: SuiteSpec
     path: Path
     runner: SuiteKind
-    spec_hash: str  # sha256 of the validated spec: the reference cache key's suite part
+    spec_hash: str  # sha256 of the validated spec and what it reads: the reference cache key's suite part
 
 
 def load_suite(path: Path) -> LoadedSuite:
@@ -70,8 +69,8 @@ def load_suite(path: Path) -> LoadedSuite:
         raise ConfigFileError(
             path, f"name '{spec.name}' differs from the file name", f"set name: {path.stem}"
         )
-    canonical = yaml.safe_dump(spec.model_dump(mode="json"), sort_keys=True)
-    return LoadedSuite(spec, path, cls(spec, path), hashlib.sha256(canonical.encode()).hexdigest())
+    runner = cls(spec, path)
+    return LoadedSuite(spec, path, runner, content_digest([spec, runner.inputs()]))
 
 
 def suite_names(directory: Path) -> list[str]:

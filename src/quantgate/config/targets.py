@@ -10,14 +10,13 @@ through verbatim so that a recipe is exactly what llm-compressor (or modelopt) w
 
 from __future__ import annotations
 
-import hashlib
 from enum import StrEnum
 from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import Field, PositiveInt, field_validator
 
-from quantgate.config.bounded_yaml import read_bytes
+from quantgate.config.identity import content_digest
 from quantgate.config.loader import load_model
 from quantgate.errors import ConfigFileError, UsageError
 from quantgate.frozen import Frozen
@@ -276,5 +275,6 @@ class Catalog:
         return recipe
 
     def recipe_hash(self, name: str) -> str:
-        """sha256 of the recipe file's bytes: any edit to a recipe changes every build key."""
-        return hashlib.sha256(read_bytes(self.recipe_path(name))).hexdigest()
+        """sha256 of the validated recipe (``identity.content_digest``), includes and all: any edit
+        that changes what the recipe says changes every build key; a comment does not."""
+        return content_digest(self.recipe(name))

@@ -35,6 +35,7 @@ from pydantic import Field, ValidationError
 from quantgate.artifact import tool_versions
 from quantgate.atomic import write_text
 from quantgate.config import Catalog, Frozen
+from quantgate.config.identity import content_digest
 from quantgate.errors import InputError, UsageError
 from quantgate.evaluate import DEFAULT as SEQUENTIAL_DEFAULT
 from quantgate.evaluate import numerics_switches
@@ -384,7 +385,7 @@ def resolve_plan(
         max_heavy=max_heavy,
         target_hashes={
             b.target.name: digest(
-                (catalog.targets_dir / f"{b.target.name}.yaml").read_bytes().hex(),
+                content_digest(b.target),
                 b.recipe_sha256,
                 calib.sha256 if calib and b.needs_calibration else None,
                 b.kv_cache.value,
@@ -392,7 +393,7 @@ def resolve_plan(
             for b in builds
         },
         suites_hash=digest({s.spec.name: s.spec_hash for s in loaded}),
-        gates_hash=hashlib.sha256(Path(gates).read_bytes()).hexdigest(),
+        gates_hash=content_digest(policy),
         tools_hash=digest(tool_versions()),
         eval_env=numerics_switches(),
         device=device,

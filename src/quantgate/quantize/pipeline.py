@@ -136,7 +136,7 @@ class PlannedBuild(Frozen):
 
     target: Target
     recipe: Recipe
-    recipe_sha256: str  # the recipe file's bytes when planned: the build key's recipe part
+    recipe_sha256: str  # the validated recipe's content when planned: the build key's recipe part
     kv_cache: KVCache  # the policy's decision (kv_calibration.kv_decisions), not re-derived by a step
     repair: RepairRef | None = None  # a repaired variant (quantgate.repair): recorded in its manifest
 

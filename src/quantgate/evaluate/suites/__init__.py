@@ -116,6 +116,12 @@ class SuiteKind(ABC):
     def metrics(self) -> dict[str, Metric]:
         """Every metric a gate floor may name on this suite, as this suite's spec configures it."""
 
+    def inputs(self) -> list[str]:
+        """Digests of what this suite reads besides its YAML and pinned data sets (a file of items
+        beside it, the traffic it samples): the suite's identity, and so the reference cache key,
+        covers them (``config.suites.load_suite``). The default reads nothing else."""
+        return []
+
     def cost(self, profile: str) -> float:
         """What scoring one model on this suite costs at ``profile``, in prefilled-token equivalents
         (a generated token counts ``DECODE`` of them): evaluation runs an artifact's suites cheapest

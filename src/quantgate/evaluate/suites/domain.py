@@ -17,6 +17,7 @@ from typing import Any, Literal
 
 from pydantic import Field, PositiveInt
 
+from quantgate.config.identity import file_digest
 from quantgate.errors import ConfigFileError
 from quantgate.evaluate.paired import flip_metrics
 from quantgate.evaluate.suites import DECODE, EvalContext, SuiteKind, SuiteResult, SuiteSpec, register
@@ -90,6 +91,10 @@ class DomainSuite(SuiteKind):
         if self.spec.metric == "perplexity":
             return {"nll": float(sample["nll"]), "tokens": float(sample["tokens"])}
         return {"correct": float(bool(sample["correct"]))}
+
+    def inputs(self) -> list[str]:
+        """The items file's bytes: an edited question is a new suite."""
+        return [file_digest((self.path.parent / self.spec.data).resolve())]
 
     def _records(self, ctx: EvalContext) -> list[dict]:
         path = (self.path.parent / self.spec.data).resolve()

@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, Any, Literal
 import numpy as np
 from pydantic import Field, NonNegativeInt, PositiveInt, model_validator
 
+from quantgate.config.identity import file_digest
 from quantgate.errors import ConfigFileError
 from quantgate.evaluate.data import DataSource, load_text
 from quantgate.evaluate.suites import EvalContext, SuiteKind, SuiteResult, SuiteSpec, register
@@ -241,6 +242,20 @@ class TextSuite(SuiteKind):
         """Windows drawn: ``tokens // seq_len``."""
         sizes = self.spec.sizes(profile)
         return sizes.tokens // sizes.seq_len
+
+    def inputs(self) -> list[str]:
+        """The traffic corpus: the calibration spec's content and its log's bytes (the set it
+        holds out depends on both). A pinned data file is already in the spec (its sha256)."""
+        if self.spec.traffic is None:
+            return []
+        from quantgate.calibration import cache_key, load_spec
+
+        where = (self.path.parent / self.spec.traffic.calibration_spec).resolve()
+        try:
+            calib = load_spec(where)
+            return [cache_key(calib, Path(calib.traffic_log).read_bytes())]
+        except (ConfigFileError, OSError):  # the evaluation reports it, naming the file
+            return [file_digest(where)]
 
     spec: TextSpec
 

@@ -1,0 +1,34 @@
+"""Identity from content: the digest a cache or build key takes of validated configuration.
+
+Why not a file's bytes: a config may ``include:`` others, and a key over the top file alone stays
+the same when an included file changes, so a run would serve a stale artifact or verdict from the
+cache. The loader's validated model holds everything every file contributed (includes merged,
+defaults filled), and comments or key order, which change nothing, change no key.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from typing import Any
+
+from pydantic import BaseModel
+
+
+def content_digest(value: BaseModel | Any) -> str:
+    """sha256 of a validated model's content (or of JSON-able data), canonical: keys sorted."""
+    data = value.model_dump(mode="json") if isinstance(value, BaseModel) else value
+    text = json.dumps(data, sort_keys=True, separators=(",", ":"), default=str)
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def file_digest(path) -> str:
+    """sha256 of a data file a config points at (a suite's items), or of its absence: a file the
+    key names is part of what was read."""
+    from pathlib import Path
+
+    p = Path(path)
+    try:
+        return hashlib.sha256(p.read_bytes()).hexdigest()
+    except OSError:
+        return f"unreadable:{p}"

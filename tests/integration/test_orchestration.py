@@ -118,7 +118,7 @@ def _env(prefect_api: str | None, base: Path, registry: str) -> dict[str, str]:
     return env
 
 
-def _quantgate_run(scenario, env, out: Path, *extra: str) -> subprocess.CompletedProcess:
+def _quantgate_run(scenario, env, out: Path, *extra: str, targets=TARGETS) -> subprocess.CompletedProcess:
     args = [
         "run",
         "--checkpoint",
@@ -128,7 +128,7 @@ def _quantgate_run(scenario, env, out: Path, *extra: str) -> subprocess.Complete
         "--suites",
         "wikitext",
         "--targets",
-        ",".join(TARGETS),
+        ",".join(targets),
         "--out",
         str(out),
         *extra,
@@ -413,7 +413,8 @@ def test_an_edit_to_an_included_tenants_file_is_a_new_verdict_on_the_same_cache(
 ):
     """Identity from content (issue 45): gates.yaml includes its tenants from another file; an edit
     there is a new gate key, so ``quantgate run`` on the same cache gates again and the verdict
-    moves. Before, the key hashed gates.yaml's own bytes and the cached verdict came back."""
+    moves (before, the key hashed gates.yaml's own bytes and the cached verdict came back). The
+    targets are twins (one recipe): one build step builds hopper-fp8 and links rocm-cdna3-fp8."""
     base = scenario["base"]
     head, tenants = GATES.split("tenants:\n", 1)
     included = base / "tenants-included.yaml"
@@ -422,12 +423,21 @@ def test_an_edit_to_an_included_tenants_file_is_a_new_verdict_on_the_same_cache(
     gates.write_text("include: [tenants-included.yaml]\n" + head)
     env = _env(prefect_api, base, "registry-include")
     out = base / "run-include"
-    first = _quantgate_run({**scenario, "gates": gates}, env, out)
+    twins = ["hopper-fp8", "rocm-cdna3-fp8"]
+    first = _quantgate_run({**scenario, "gates": gates}, env, out, targets=twins)
     assert first.returncode == 0, first.stderr[-3000:]
     assert "lenient" in json.loads((out / "report" / "report.json").read_text())["approvals"]["hopper-fp8"]
+    outcome = json.loads((out / "outcome.json").read_text())
+    states = _task_states(prefect_api, outcome["flow_run_id"])
+    assert states["build-hopper-fp8+rocm-cdna3-fp8"] in ("Completed", "Cached")
+    assert not any(name in states for name in ("build-hopper-fp8", "build-rocm-cdna3-fp8"))
+    rocm = json.loads((out / "artifacts" / "rocm-cdna3-fp8" / "manifest.json").read_text())
+    assert rocm["build"]["linked_from"] == "hopper-fp8"
+    weights = next((out / "artifacts" / "rocm-cdna3-fp8").glob("*.safetensors"))
+    assert weights.stat().st_ino == (out / "artifacts" / "hopper-fp8" / weights.name).stat().st_ino
 
     included.write_text(included.read_text().replace("max: 10.0}", "max: 1.0e-12}", 1))
-    again = _quantgate_run({**scenario, "gates": gates}, env, out)
+    again = _quantgate_run({**scenario, "gates": gates}, env, out, targets=twins)
     assert again.returncode == 0, again.stderr[-3000:]
     assert (
         "lenient" not in json.loads((out / "report" / "report.json").read_text())["approvals"]["hopper-fp8"]

@@ -149,30 +149,39 @@ def plan_run(options: dict[str, Any]) -> RunPlan | PlanRefused:
 
 @task(
     name="build",
-    task_run_name="build-{target}",
-    cache_key_fn=_keyed("build", lambda p: [p["plan"].source_hash, p["plan"].target_hashes[p["target"]]]),
+    task_run_name="build-{name}",
+    cache_key_fn=_keyed(
+        "build", lambda p: [p["plan"].source_hash, *(p["plan"].target_hashes[t] for t in p["targets"])]
+    ),
     persist_result=True,
     retries=_RETRIES,
     retry_condition_fn=_only_transient,
 )
-def build_artifact(plan: RunPlan, target: str) -> dict[str, Any]:
-    """Build one target (``quantgate build --plan``); its manifest's build key, file digest and size."""
+def build_artifacts(plan: RunPlan, targets: list[str], name: str) -> list[dict[str, Any]]:
+    """Build one group of twin targets (``RunPlan.build_groups``) in one ``quantgate build --plan``,
+    which builds the first and links the others; each manifest's build key, file digest and size."""
     from quantgate.artifact import require_manifest
 
     _step(
         plan,
-        f"build-{target}",
-        ["build", "--plan", str(plan.file), "--targets", target, "--out", str(plan.artifacts_dir)],
+        f"build-{name}",
+        ["build", "--plan", str(plan.file), "--targets", ",".join(targets), "--out", str(plan.artifacts_dir)],
     )
-    manifest = require_manifest(plan.artifacts_dir / target)
-    files = {rel: entry.sha256 for rel, entry in manifest.files.items()}
-    return {
-        "target": target,
-        "build_key": manifest.build_key,
-        "files": digest(files),
-        "bytes": manifest.total_bytes,
-        "ran_in": _where(),
-    }
+    built = []
+    for target in targets:
+        manifest = require_manifest(plan.artifacts_dir / target)
+        files = {rel: entry.sha256 for rel, entry in manifest.files.items()}
+        built.append(
+            {
+                "target": target,
+                "build_key": manifest.build_key,
+                "files": digest(files),
+                "bytes": manifest.total_bytes,
+                "linked_from": manifest.build.linked_from,
+                "ran_in": _where(),
+            }
+        )
+    return built
 
 
 @task(
@@ -449,19 +458,22 @@ def _pipeline(plan: RunPlan, publish: bool, repair: bool = False) -> State[Any]:
         plan.file,
     )
 
-    builds = {t: build_artifact.submit(plan, t) for t in plan.targets}
+    groups = plan.build_groups
+    builds = [build_artifacts.submit(plan, group, "+".join(group)) for group in groups]
     reference = evaluate_reference.submit(plan)
     evaluations, build_failures, built_results = [], {}, []
-    for future in as_completed(list(builds.values())):
-        target = next(t for t, f in builds.items() if f is future)
+    for future in as_completed(builds):
+        group = groups[next(i for i, f in enumerate(builds) if f is future)]
         future.wait()  # as_completed yields on completion; the future's state is read after wait
         if future.state.is_completed():
-            built_results.append(future.result())
-            evaluations.append(
-                evaluate_artifact.submit(plan, built_results[-1], wait_for=[reference], return_state=False)
-            )
+            for built in future.result():
+                built_results.append(built)
+                evaluations.append(
+                    evaluate_artifact.submit(plan, built, wait_for=[reference], return_state=False)
+                )
         else:
-            build_failures[target] = future.state.message or "build failed"
+            for target in group:
+                build_failures[target] = future.state.message or "build failed"
     parts = [reference.result()]  # a failed reference fails the flow: nothing can be gated
     eval_failures = {}
     for future in evaluations:

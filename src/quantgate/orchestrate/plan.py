@@ -142,6 +142,17 @@ class RunPlan(Frozen):
         return [b.target.name for b in self.builds]
 
     @property
+    def build_groups(self) -> list[list[str]]:
+        """The targets by build key, in build order: each group is one build step, its first target
+        built and the others (twins: hopper-fp8 and rocm-cdna3-fp8 share a recipe) hard-linked to
+        it, as one ``quantgate build`` does for every twin it is given."""
+        calibration = self.calibration.sha256 if self.calibration else None
+        groups: dict[str, list[str]] = {}
+        for b in self.builds:
+            groups.setdefault(digest(b.build_inputs(calibration)), []).append(b.target.name)
+        return list(groups.values())
+
+    @property
     def suite_names(self) -> list[str]:
         """The planned suites' names."""
         return [s.spec["name"] for s in self.suites]

@@ -145,6 +145,15 @@ class PlannedBuild(Frozen):
         """A calibrated recipe, or a data-free one whose FP8 KV scales are calibrated."""
         return self.recipe.calibration.required or self.kv_cache == KVCache.FP8_E4M3
 
+    def build_inputs(self, calibration_sha256: str | None) -> list:
+        """What this build's key holds besides the source and the tools (``artifact.build_key``):
+        targets equal here are twins, built once and the other linked (``_build_all``)."""
+        return [
+            self.recipe_sha256,
+            calibration_sha256 if self.needs_calibration else None,
+            kv_calibration.key_part(self.kv_cache),
+        ]
+
 
 def plan(
     catalog: Catalog, target_names: list[str], kv_cache: dict[str, KVCache] | None = None

@@ -12,7 +12,7 @@ import pytest
 def _share_the_cores() -> None:
     """Under pytest-xdist, each worker (and every process it starts: the CLI commands under test)
     computes on its share of the cores, never more threads than cores in all. Measured on 2 cores
-    (bench/omp_oversubscription.py, BENCHMARKS.md): a decode-sized loop took 2.08 s alone, 26.1 s
+    (bench/house/omp_oversubscription.py, BENCHMARKS.md): a decode-sized loop took 2.08 s alone, 26.1 s
     in each of two 2-thread processes at once (idle OpenMP threads spin for the cores the other
     needs), 4.7 s in each at 1 thread. An
     ``OMP_NUM_THREADS`` already set is kept. Evaluations key their caches by thread count

@@ -2,7 +2,7 @@
 own cache and port (support.fleet), the origin a real moto S3 server, the registry a real SQLite
 MLflow; peers that freeze (issue 44) are a real `quantgate seed` stopped with SIGSTOP and raw
 peers that handshake as seeds and then say nothing or lie (support.fleet.RawPeer). Every wait
-is bounded; nothing here measures speed (bench/fleet_pull.py does)."""
+is bounded; nothing here measures speed (bench/fleet/fleet_pull.py does)."""
 
 from __future__ import annotations
 

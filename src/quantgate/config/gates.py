@@ -224,7 +224,7 @@ class Gates(Frozen):
     numerics_spread: dict[str, dict[str, dict[str, NonNegativeFloat]]] = Field(
         default_factory=dict,
         description="per evaluation profile (smoke, full; 'any' for every profile), per floor kind, "
-        "'<suite>.<metric>' -> how far its bound moves between machines (bench/numerics_spread.py), "
+        "'<suite>.<metric>' -> how far its bound moves between machines (bench/gate/numerics_spread.py), "
         "in the floor's units: a bound this close to its floor is marginal. A mapping of floor kinds "
         "alone applies to every profile",
     )

@@ -3,7 +3,7 @@
 Why: a decoding step of a batch is one token per row, so it is bound by the host launching
 kernels, not by the GPU. At 8B on an H200 (batch 32, five-shot GSM8K prompts) transformers'
 eager step launched about 2,000 kernels and took 26-35 ms where the GPU's own work was about
-10 ms and reading the weights 3.7 ms (``bench/gpu_lmeval_generation.py``, BENCHMARKS.md).
+10 ms and reading the weights 3.7 ms (``bench/gpu/gpu_lmeval_generation.py``, BENCHMARKS.md).
 ``torch.compile`` of the step (transformers' static-cache path) compiled for 37-60 s per shape
 and still ran at 14.5 ms. A CUDA graph records the eager step's kernels once (the cost of one
 step) and replays them with one launch; the kernels, and so the numbers, are the eager step's.

@@ -3,7 +3,7 @@
 Why: lm-eval's ``MultiTokenEOSCriteria`` decodes the last tokens of every row on the host, once
 per stop sequence and per step (gsm8k has three), and answers for the whole batch at once. At 8B
 on an H200 (batch 32, five-shot GSM8K prompts) that check was 3.3 ms of a 36.6 ms step
-(``bench/gpu_lmeval_generation.py``, BENCHMARKS.md).
+(``bench/gpu/gpu_lmeval_generation.py``, BENCHMARKS.md).
 
 What changes is only when a stop is noticed, not what is generated or returned: greedy tokens
 do not depend on when a row is declared done, lm-eval cuts each continuation at its first stop

@@ -6,7 +6,7 @@ of a small model's projections do (profiled on the default model: 0.86 s of atte
 1.1 s of matmuls for 4,096 tokens). Splitting the queries into blocks lets every block attend
 only to the keys at or before its last position, so the blocks above the diagonal are never
 computed, and each block's scores (heads x block x keys, float32) stay in cache. Measured in
-``bench/eval_throughput.py`` (BENCHMARKS.md).
+``bench/eval/eval_throughput.py`` (BENCHMARKS.md).
 
 What it computes is sdpa's contract, term for term: the same mask semantics (boolean "may
 attend" or additive float), grouped-query heads, scaling, float32 softmax. Its rounding is a
@@ -24,7 +24,7 @@ sdpa path passes K and V to torch's kernel with the heads grouped only when ther
 with one, it first copies the whole cache ``heads / kv_heads`` times (``repeat_kv``), every
 layer, every step. Profiled at 8B on an H200 (batch 32, five-shot GSM8K prompts, lm-eval's own
 generation): that copy was 38 % of the GPU's time, and a step took 29.8 ms padded against
-21.4 ms unpadded (``bench/gpu_lmeval_generation.py``, BENCHMARKS.md). A single query attends to
+21.4 ms unpadded (``bench/gpu/gpu_lmeval_generation.py``, BENCHMARKS.md). A single query attends to
 every key its mask allows, so stacking a group's queries as rows changes no term of the sum.
 
 Registered with transformers as ``quantgate_tiled`` (with sdpa's mask function), so models load

@@ -1,4 +1,4 @@
-"""The gate's error rates, measured (issues 24 and 43): a reduced grid of bench/gate_calibration.py in CI.
+"""The gate's error rates, measured (issues 24 and 43): a reduced grid of bench/gate/gate_calibration.py in CI.
 
 For every floor kind and a family of damage shapes each (rare modes, correlated windows drawn at
 random, heavy tails, uneven windows, weights going with disagreement; all within the stated class),
@@ -22,7 +22,7 @@ import pytest
 pytestmark = [pytest.mark.unit, pytest.mark.slow]
 
 RUNS = 300
-BENCH = Path(__file__).resolve().parents[3] / "bench" / "gate_calibration.py"
+BENCH = Path(__file__).resolve().parents[3] / "bench" / "gate" / "gate_calibration.py"
 _spec = importlib.util.spec_from_file_location("gate_calibration", BENCH)
 assert _spec is not None and _spec.loader is not None
 calibration = importlib.util.module_from_spec(_spec)

@@ -34,7 +34,7 @@ def _source(n: int, tokens=None) -> dict:
     return text_result(np.zeros(n), agree=np.ones(n), tokens=tokens)
 
 
-_BENCH = Path(__file__).resolve().parents[3] / "bench" / "gate_calibration.py"
+_BENCH = Path(__file__).resolve().parents[3] / "bench" / "gate" / "gate_calibration.py"
 _spec = importlib.util.spec_from_file_location("gate_calibration_for_validity", _BENCH)
 assert _spec is not None and _spec.loader is not None
 calibration = importlib.util.module_from_spec(_spec)
@@ -44,7 +44,7 @@ _spec.loader.exec_module(calibration)
 
 def _false_pass(kind: str, family: str, n: int, runs: int = RUNS) -> float:
     """How often ``evaluate_floor`` passes n items drawn from the bench's population of ``family``
-    whose true value sits exactly at the floor (``bench/gate_calibration.py``)."""
+    whose true value sits exactly at the floor (``bench/gate/gate_calibration.py``)."""
     rng = np.random.default_rng(11)
     pop = calibration.KINDS[kind][0](kind, family, 1.0, rng, None)
     suite = {"wikitext": TEXT, "long-chain": CHAIN}[pop.suite]

@@ -1,0 +1,186 @@
+"""How well src/quantgate keeps the layers docs/ARCHITECTURE.md draws (issue 26's figures).
+
+Usage:  .venv/bin/python bench/house/architecture_scan.py [--root TREE] [--list]
+
+Reads the source as text (``ast``; nothing is imported, so any checkout can be measured, e.g. a
+worktree of an older commit) and prints one line per figure:
+
+- cross-stage private imports: an import that runs (at any depth of a module, function-local
+  ones included; not those under ``if TYPE_CHECKING:``, which name types and never run), by one stage or by a top-level module of another stage's module or of a name its
+  ``__init__`` does not list in ``__all__``. A stage is a package directly under
+  ``src/quantgate``; ``config`` counts as one like the others, ``stats`` does not (a library of
+  public modules, ``bounds`` and ``sequence``, below every stage). pyproject's import-linter
+  contracts check the same rule (tests/unit/test_layers.py); this script counts, for a table.
+- cycles: the strongly connected groups of the stage graph (top-level modules are one node each)
+  of the same imports, and the stage pairs that import each other.
+- functions over 80 lines (``def`` to its last line) and the largest module.
+
+``--list`` prints every private import and every long function as well.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+from collections import defaultdict
+from pathlib import Path
+
+PACKAGE = "quantgate"
+
+
+def modules(src: Path) -> dict[str, Path]:
+    """Dotted module name -> file, for every module of the package."""
+    out = {}
+    for path in sorted((src / PACKAGE).rglob("*.py")):
+        parts = list(path.relative_to(src).with_suffix("").parts)
+        if parts[-1] == "__init__":
+            parts = parts[:-1]
+        out[".".join(parts)] = path
+    return out
+
+
+def exported(mods: dict[str, Path], package: str) -> set[str]:
+    """The names a package's ``__init__`` lists in ``__all__``."""
+    path = mods.get(package)
+    if path is None or path.name != "__init__.py":
+        return set()
+    for node in ast.parse(path.read_text()).body:
+        if isinstance(node, ast.Assign) and any(getattr(t, "id", "") == "__all__" for t in node.targets):
+            return {e.value for e in getattr(node.value, "elts", []) if isinstance(e, ast.Constant)}
+    return set()
+
+
+def node_of(module: str) -> str:
+    """The stage (``quantgate.<package>``) a module belongs to, or the module itself at top level."""
+    parts = module.split(".")
+    return ".".join(parts[:2])
+
+
+def runtime_nodes(tree: ast.AST) -> list[ast.AST]:
+    """Every node of ``tree`` except what lies under ``if TYPE_CHECKING:``."""
+    out, stack = [], [tree]
+    while stack:
+        node = stack.pop()
+        out.append(node)
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+            stack.extend(node.orelse)
+            continue
+        stack.extend(ast.iter_child_nodes(node))
+    return out
+
+
+def imports(mods: dict[str, Path], module: str) -> list[tuple[str, str | None, int]]:
+    """(imported module, imported name or None, line) for every quantgate import of a module that runs."""
+    tree = ast.parse(mods[module].read_text())
+    is_package = mods[module].name == "__init__.py"
+    out: list[tuple[str, str | None, int]] = []
+    for node in runtime_nodes(tree):
+        if isinstance(node, ast.Import):
+            out += [(a.name, None, node.lineno) for a in node.names if a.name.split(".")[0] == PACKAGE]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = module.split(".")[: len(module.split(".")) - node.level + (1 if is_package else 0)]
+                base = ".".join(anchor + ([base] if base else []))
+            if base.split(".")[0] != PACKAGE:
+                continue
+            for alias in node.names:
+                sub = f"{base}.{alias.name}"
+                out.append((sub, None, node.lineno) if sub in mods else (base, alias.name, node.lineno))
+    return out
+
+
+def private_imports(mods: dict[str, Path]) -> list[str]:
+    """Every import of another stage's module, or of a name its ``__init__`` does not export."""
+    stages = {m for m in mods if m.count(".") == 1 and mods[m].name == "__init__.py"} - {"quantgate.stats"}
+    found = []
+    for module, path in mods.items():
+        for target, name, line in imports(mods, module):
+            stage = node_of(target)
+            if stage not in stages or stage == node_of(module):
+                continue
+            public = target == stage and (name is None or name in exported(mods, stage))
+            if not public:
+                what = target + (f".{name}" if name else "")
+                found.append(f"{path}:{line}: {module} -> {what}")
+    return found
+
+
+def stage_graph(mods: dict[str, Path]) -> dict[str, set[str]]:
+    """Stage (or top-level module) -> the stages and top-level modules it imports."""
+    graph: dict[str, set[str]] = defaultdict(set)
+    for module in mods:
+        src = node_of(module)
+        graph[src] |= {node_of(t) for t, _, _ in imports(mods, module) if node_of(t) not in (src, PACKAGE)}
+    return graph
+
+
+def strongly_connected(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Tarjan's groups of more than one node."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    groups: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        for w in graph.get(v, ()):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            group = []
+            while True:
+                w = stack.pop()
+                group.append(w)
+                if w == v:
+                    break
+            if len(group) > 1:
+                groups.append(sorted(group))
+
+    for v in list(graph):
+        if v not in index:
+            visit(v)
+    return groups
+
+
+def long_functions(mods: dict[str, Path], limit: int = 80) -> list[str]:
+    """Every function or method longer than ``limit`` lines."""
+    found = []
+    for module, path in mods.items():
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+                length = (node.end_lineno or node.lineno) - node.lineno + 1
+                if length > limit:
+                    found.append(f"{module}.{node.name} ({length} lines)")
+    return found
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--root", type=Path, default=Path(__file__).resolve().parents[2])
+    parser.add_argument("--list", action="store_true")
+    args = parser.parse_args()
+    mods = modules(args.root / "src")
+    private = private_imports(mods)
+    graph = stage_graph(mods)
+    groups = strongly_connected(graph)
+    pairs = sorted({tuple(sorted((a, b))) for a in graph for b in graph[a] if a in graph.get(b, ())})
+    longs = long_functions(mods)
+    largest = max(mods.items(), key=lambda kv: len(kv[1].read_text().splitlines()))
+    print(f"cross-stage private imports: {len(private)}")
+    print(f"cycles (groups of stages): {len(groups)} {[' '.join(g) for g in groups]}")
+    print(f"mutually importing pairs: {len(pairs)} {[' <-> '.join(p) for p in pairs]}")
+    print(f"functions over 80 lines: {len(longs)}")
+    print(
+        f"largest module: {largest[1].relative_to(args.root)} ({len(largest[1].read_text().splitlines())} lines)"
+    )
+    if args.list:
+        print("\n".join(["", *private, "", *longs]))
+
+
+if __name__ == "__main__":
+    main()

@@ -81,7 +81,7 @@ def pull(
             )
         cfg = cfg.model_copy(update={"pull_verify": verify})
     if seed:  # it will listen there once pulled: refused now, before the pull, when it cannot
-        from quantgate.fleet.node import check_listen
+        from quantgate.fleet import check_listen
 
         check_listen(cfg.fleet)
     with RichProgress() as progress:

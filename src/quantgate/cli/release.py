@@ -33,20 +33,21 @@ def release(
     root: RootOpt = None,
 ) -> None:
     """Roll a tenant back to an approved version, or renew its release, as a new signed record."""
+    from quantgate import publish
     from quantgate.escape import visible
-    from quantgate.publish import RegistryConfig, naming, operator
+    from quantgate.publish import RegistryConfig, alias_for, registered_model_name
 
     if renew == (version is not None):
         raise UsageError("--version", "give either --version N (a rollback) or --renew", "pass exactly one")
     if version is not None and reason is None:
         raise UsageError("--reason", "a rollback needs a reason", "pass --reason TEXT")
-    name = naming.registered_model_name(model, target)
-    naming.alias_for(tenant)
+    name = registered_model_name(model, target)
+    alias_for(tenant)
     cfg = RegistryConfig.from_env((root or project_root()).resolve())
     if version is not None:
-        record = operator.roll_back(cfg, name, tenant, version, reason or "")
+        record = publish.roll_back(cfg, name, tenant, version, reason or "")
     else:
-        record = operator.renew(cfg, name, tenant)
+        record = publish.renew(cfg, name, tenant)
     print(
         visible(
             f"{name} {tenant}: release record {record.sequence} ({record.event}) releases "

@@ -17,8 +17,7 @@ from quantgate.paths import cache_dir, project_root
 
 def serve(cache: Path, root: Path | None) -> None:
     """Seed the pull cache under ``cache`` until a signal (pull's ``--seed`` ends here too)."""
-    from quantgate.fleet import open_node, seed_cache
-    from quantgate.fleet.node import check_listen
+    from quantgate.fleet import check_listen, open_node, seed_cache
     from quantgate.publish import PullCache, RegistryConfig
 
     cfg = RegistryConfig.from_env((root or project_root()).resolve())

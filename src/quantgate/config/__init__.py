@@ -22,6 +22,7 @@ if TYPE_CHECKING:
         project_suites,
         resolve_targets,
     )
+    from quantgate.config.identity import content_digest, file_digest
     from quantgate.config.loader import load_model, project_of
     from quantgate.config.suites import PROFILES, LoadedSuite, SuiteSpec, load_suite, load_suites, suite_names
     from quantgate.config.targets import (
@@ -53,7 +54,9 @@ __all__ = [
     "Tenant",
     "WeightNumerics",
     "check_target_names",
+    "content_digest",
     "expanded",
+    "file_digest",
     "load_gates",
     "load_model",
     "load_suite",
@@ -71,6 +74,8 @@ __getattr__ = lazy_exports(
     {
         "ActivationNumerics": "targets",
         "Catalog": "targets",
+        "content_digest": "identity",
+        "file_digest": "identity",
         "Floor": "gates",
         "Frozen": "targets",
         "Gates": "gates",

@@ -19,9 +19,9 @@ from typing import TYPE_CHECKING
 from quantgate.exports import lazy_exports
 
 if TYPE_CHECKING:
-    from quantgate.fleet.fetch import TorrentRefused
+    from quantgate.fleet.fetch import METADATA_WAIT_S, NoTorrent, TorrentRefused
     from quantgate.fleet.fetch import fetch as fetch_version
-    from quantgate.fleet.node import Node
+    from quantgate.fleet.node import Node, check_listen
     from quantgate.fleet.node import node as open_node
     from quantgate.fleet.origin import RangeReader
     from quantgate.fleet.seed import SeedableCache, Seeder
@@ -34,13 +34,16 @@ if TYPE_CHECKING:
 
 __all__ = [
     "MAX_TORRENT_BYTES",
+    "METADATA_WAIT_S",
     "TORRENT",
     "FleetSettings",
+    "NoTorrent",
     "Node",
     "RangeReader",
     "SeedableCache",
     "Seeder",
     "TorrentRefused",
+    "check_listen",
     "fetch_version",
     "load_torrent",
     "make_torrent",
@@ -52,6 +55,9 @@ __getattr__ = lazy_exports(
     __name__,
     {
         "MAX_TORRENT_BYTES": "torrent",
+        "METADATA_WAIT_S": "fetch",
+        "NoTorrent": "fetch",
+        "check_listen": "node",
         "TORRENT": "torrent",
         "FleetSettings": "settings",
         "Node": "node",

@@ -34,8 +34,7 @@ from pydantic import Field, ValidationError
 
 from quantgate.artifact import tool_versions
 from quantgate.atomic import write_text
-from quantgate.config import Catalog, Frozen
-from quantgate.config.identity import content_digest
+from quantgate.config import Catalog, Frozen, content_digest
 from quantgate.errors import InputError, UsageError
 from quantgate.evaluate import DEFAULT as SEQUENTIAL_DEFAULT
 from quantgate.evaluate import numerics_switches

@@ -19,7 +19,8 @@ from quantgate.publish.pull import pull
 if TYPE_CHECKING:
     from quantgate.publish.cache import ENTRY, PullCache
     from quantgate.publish.local_store import LocalStore
-    from quantgate.publish.naming import registered_model_name
+    from quantgate.publish.naming import alias_for, registered_model_name
+    from quantgate.publish.operator import renew, roll_back
     from quantgate.publish.pull import pull as pull_artifact
     from quantgate.publish.resolve import approved_versions
     from quantgate.publish.s3_store import S3Store, s3_errors
@@ -36,6 +37,7 @@ __all__ = [
     "PullCache",
     "RegistryConfig",
     "S3Store",
+    "alias_for",
     "approved_versions",
     "publish_report",
     "pull",
@@ -43,6 +45,8 @@ __all__ = [
     "registered_model_name",
     "registry_client",
     "registry_errors",
+    "renew",
+    "roll_back",
     "s3_errors",
     "withdraw_failed",
 ]
@@ -51,6 +55,9 @@ __getattr__ = lazy_exports(
     {
         "pull_artifact": "pull:pull",
         "registered_model_name": "naming",
+        "alias_for": "naming",
+        "renew": "operator",
+        "roll_back": "operator",
         "registry_client": "tracking:client",
         "registry_errors": "tracking",
         "ArtifactStore": "store",

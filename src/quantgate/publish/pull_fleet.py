@@ -13,8 +13,15 @@ from __future__ import annotations
 from pathlib import Path
 
 from quantgate.artifact import MANIFEST, Manifest
-from quantgate.fleet import TORRENT, RangeReader, TorrentRefused, fetch_version, open_node
-from quantgate.fleet.fetch import METADATA_WAIT_S, NoTorrent
+from quantgate.fleet import (
+    METADATA_WAIT_S,
+    TORRENT,
+    NoTorrent,
+    RangeReader,
+    TorrentRefused,
+    fetch_version,
+    open_node,
+)
 from quantgate.hashing import per_file
 from quantgate.progress import Progress
 from quantgate.publish import signing

@@ -127,7 +127,10 @@ def test_changed_recipe_or_damaged_artifact_rebuilds(tiny_llama, tmp_path, catal
     for part in ("targets", "recipes"):
         shutil.copytree(repo_root / part, project / part)
     recipe = project / "recipes" / "fp8-dynamic.yaml"
-    recipe.write_text(recipe.read_text() + "\n# an edit changes the recipe hash\n")
+    # a comment says nothing: the key is the validated recipe's content (config.identity)
+    recipe.write_text(recipe.read_text() + "\n# reviewed, unchanged\n")
+    assert build_targets(record, ["hopper-fp8"], out, Catalog(project), calibration)[0].status == "reused"
+    recipe.write_text(recipe.read_text().replace("num_samples: 16", "num_samples: 32"))
     rebuilt = build_targets(record, ["hopper-fp8"], out, Catalog(project), calibration)[0]
     assert rebuilt.status == "built"
     assert rebuilt.manifest.recipe.sha256 != built.manifest.recipe.sha256

@@ -17,7 +17,7 @@ from typing import Any, Literal
 
 from pydantic import Field, PositiveInt
 
-from quantgate.config.identity import file_digest
+from quantgate.config import file_digest
 from quantgate.errors import ConfigFileError
 from quantgate.evaluate.paired import flip_metrics
 from quantgate.evaluate.suites import DECODE, EvalContext, SuiteKind, SuiteResult, SuiteSpec, register

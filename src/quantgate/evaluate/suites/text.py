@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Any, Literal
 import numpy as np
 from pydantic import Field, NonNegativeInt, PositiveInt, model_validator
 
-from quantgate.config.identity import file_digest
+from quantgate.config import file_digest
 from quantgate.errors import ConfigFileError
 from quantgate.evaluate.data import DataSource, load_text
 from quantgate.evaluate.suites import EvalContext, SuiteKind, SuiteResult, SuiteSpec, register

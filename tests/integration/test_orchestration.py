@@ -191,6 +191,21 @@ def test_quantgate_run_prints_the_summary_and_publishes_exactly_the_gates_aliase
     assert _aliases(env["MLFLOW_TRACKING_URI"], outcome["model"], TARGETS) == expected
 
 
+def test_the_console_shows_each_stage_and_leaves_the_tables_to_the_step_logs(first_run):
+    """Issue 45, item 8: the console says when each stage started and how it ended, not every
+    line of every step (the metric tables), which the step logs keep."""
+    _, out, _, result = first_run
+    shown = result.stderr  # Prefect's console handler writes to stderr
+    for target in TARGETS:
+        assert f"build {target}: started (log: {out / 'logs' / f'build-{target}.log'})" in shown
+        assert f"build {target}: built in " in shown and f"evaluate {target}: 1 suite in " in shown
+    assert "plan: planned in " in shown and "evaluate source: 1 suite in " in shown
+    assert "gate: judged in " in shown and "publish: registered in " in shown
+    assert "kld_mean" not in shown + result.stdout and "Finished in state Completed()" not in shown
+    for step in ("eval-source", *(f"eval-{t}" for t in TARGETS)):
+        assert "wikitext.kld_mean" in (out / "logs" / f"{step}.log").read_text(), step
+
+
 def test_the_source_is_taken_in_once_per_run_and_every_step_reads_the_plan(first_run):
     """Intake runs in the plan step only: its one ``intake:`` line is in logs/plan.log, and each
     build and evaluation (a process of its own, its output in logs/<step>.log, where a step
@@ -218,6 +233,9 @@ def test_a_second_run_with_unchanged_inputs_is_served_from_cache(prefect_api, sc
 
     again = _quantgate_run(scenario, env, out)
     assert again.returncode == 0, again.stderr[-3000:]
+    for target in TARGETS:  # no stage ran, and the console says why
+        assert f"build {target}: from the cache" in again.stderr
+        assert f"evaluate {target}: from the cache" in again.stderr
     second = json.loads((out / "outcome.json").read_text())
     assert second["flow_run_id"] != first["flow_run_id"]
     states = _task_states(prefect_api, second["flow_run_id"])

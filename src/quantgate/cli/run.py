@@ -73,6 +73,15 @@ RepairOpt = Annotated[
         "the smallest mixed-precision variant that passes it; chosen variants are published too.",
     ),
 ]
+VerboseOpt = Annotated[
+    bool,
+    typer.Option(
+        "--verbose",
+        "-v",
+        help="Relay every line each step prints (its tables) and Prefect's line per task to the console. "
+        "Default: a few lines per stage; every step's whole output is in <out>/logs/<step>.log either way.",
+    ),
+]
 
 
 def run(
@@ -97,6 +106,7 @@ def run(
     device: DeviceOpt = "auto",
     devices: DevicesOpt = "all",
     max_memory: MaxMemoryOpt = None,
+    verbose: VerboseOpt = False,
 ) -> None:
     """Build, evaluate, gate and publish in one Prefect flow run (ephemeral, or PREFECT_API_URL's server)."""
     from quantgate.devices import resolve
@@ -139,6 +149,7 @@ def run(
         device=where,
         devices=devices,
         max_memory=max_memory,
+        verbose=verbose,
     )
     if outcome is None:
         typer.secho(
@@ -178,7 +189,9 @@ def _print_outcome(outcome: dict[str, Any], flow_run: str) -> None:
                 )
             )
     for target, message in outcome["build_failures"].items():
-        typer.secho(visible(f"build failed: {target}: {message}"), fg=typer.colors.RED, err=True)
+        # the first line names the step and its log; the log's tail was on the console when it failed
+        first = message.split("\n", 1)[0].rstrip(":")
+        typer.secho(visible(f"build failed: {target}: {first}"), fg=typer.colors.RED, err=True)
     for kind in ("md", "html", "json"):
         if kind in outcome["reports"]:
             print(f"report: {visible(outcome['reports'][kind])}")

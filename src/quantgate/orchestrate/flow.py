@@ -18,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import json
 import re
+from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -35,10 +36,11 @@ from quantgate import errors
 from quantgate.atomic import write_json
 from quantgate.errors import InputError, TransientError
 from quantgate.evaluate import DEFAULT as SEQUENTIAL_DEFAULT
-from quantgate.orchestrate import heavy_slots, out_lock
+from quantgate.orchestrate import console, heavy_slots, out_lock
 from quantgate.orchestrate.plan import RUN_ID_ENV, RunPlan, digest, make_plan
 from quantgate.orchestrate.steps import LogProgress, run_step, stop_all
 from quantgate.results import read_summary
+from quantgate.units import format_bytes
 
 OUTCOME = "outcome.json"
 _RETRIES = 2
@@ -80,12 +82,23 @@ def _steps_stopped_on_signal() -> Iterator[None]:
         raise
 
 
-def _step(plan: RunPlan, name: str, args: list[str]) -> None:
-    logger = get_run_logger()
-    with heavy_slots.held(plan.max_heavy, logger.info):
-        logger.info("running quantgate %s (log: %s)", args[0], plan.log(name))
-        env = {RUN_ID_ENV: plan.run_id} if plan.run_id else None  # the step refuses another run's plan
-        run_step(name, args, plan.log(name), plan.step_timeout_s, env=env, on_line=logger.info)
+@contextlib.contextmanager
+def _heavy_stage(plan: RunPlan, label: str, name: str) -> Iterator[console.Stage]:
+    """A heavy step's stage on the console: its slot is held first, so the stage's lines (start,
+    heartbeat, duration) count running, not waiting for a slot, which is said when it lasts."""
+    say = console.run_logger()
+    console.quiet_prefect(plan.verbose)  # in this process: a Dask worker's too
+    with heavy_slots.held(plan.max_heavy, say.info), console.Stage(say, label, plan.log(name)) as stage:
+        yield stage
+
+
+def _step(plan: RunPlan, stage: console.Stage, name: str, args: list[str]) -> None:
+    """Run ``quantgate <args>`` as step ``name`` (its log: ``plan.log(name)``): warnings and errors
+    it prints reach the console through ``stage``; with ``--verbose`` every stdout line too, on the
+    task's run logger as before."""
+    env = {RUN_ID_ENV: plan.run_id} if plan.run_id else None  # the step refuses another run's plan
+    output = console.step_output(stage, get_run_logger().info if plan.verbose else None)
+    run_step(name, args, plan.log(name), plan.step_timeout_s, env=env, **output)
 
 
 def _eval_args(plan: RunPlan, out: Path) -> list[str]:
@@ -137,14 +150,26 @@ def plan_run(options: dict[str, Any]) -> RunPlan | PlanRefused:
     from quantgate.orchestrate.checkpoint_uri import local_checkpoint
 
     uri = options["checkpoint"]
-    progress = LogProgress(
-        Path(options["out"]).resolve() / "logs" / "plan.log", on_line=get_run_logger().info
+    log = Path(options["out"]).resolve() / "logs" / "plan.log"
+    progress = LogProgress(log, on_line=get_run_logger().info if options["verbose"] else None)
+    with console.Stage(console.run_logger(), "plan", log) as stage:
+        try:
+            local = local_checkpoint(uri, options["cache"]) if uri else None
+            plan = make_plan(**{**options, "checkpoint": local, "progress": progress})
+        except InputError as exc:
+            stage.done("refused")
+            return PlanRefused.of(exc)
+        stage.done("planned", _planned(plan))
+    return plan
+
+
+def _planned(plan: RunPlan) -> str:
+    """The plan's key result: the targets, the build steps they take, the suites."""
+    steps, suites = len(plan.build_groups), len(plan.suites)
+    return (
+        f"{len(plan.targets)} targets in {steps} build step{'s' * (steps != 1)}, "
+        f"{suites} suite{'s' * (suites != 1)}"
     )
-    try:
-        local = local_checkpoint(uri, options["cache"]) if uri else None
-        return make_plan(**{**options, "checkpoint": local, "progress": progress})
-    except InputError as exc:
-        return PlanRefused.of(exc)
 
 
 @task(
@@ -162,26 +187,41 @@ def build_artifacts(plan: RunPlan, targets: list[str], name: str) -> list[dict[s
     which builds the first and links the others; each manifest's build key, file digest and size."""
     from quantgate.artifact import require_manifest
 
-    _step(
-        plan,
-        f"build-{name}",
-        ["build", "--plan", str(plan.file), "--targets", ",".join(targets), "--out", str(plan.artifacts_dir)],
-    )
-    built = []
-    for target in targets:
-        manifest = require_manifest(plan.artifacts_dir / target)
-        files = {rel: entry.sha256 for rel, entry in manifest.files.items()}
-        built.append(
-            {
-                "target": target,
-                "build_key": manifest.build_key,
-                "files": digest(files),
-                "bytes": manifest.total_bytes,
-                "linked_from": manifest.build.linked_from,
-                "ran_in": _where(),
-            }
-        )
+    args = [
+        "build",
+        "--plan",
+        str(plan.file),
+        "--targets",
+        ",".join(targets),
+        "--out",
+        str(plan.artifacts_dir),
+    ]
+    with _heavy_stage(plan, f"build {name}", f"build-{name}") as stage:
+        _step(plan, stage, f"build-{name}", args)
+        built = []
+        for target in targets:
+            manifest = require_manifest(plan.artifacts_dir / target)
+            files = {rel: entry.sha256 for rel, entry in manifest.files.items()}
+            built.append(
+                {
+                    "target": target,
+                    "build_key": manifest.build_key,
+                    "files": digest(files),
+                    "bytes": manifest.total_bytes,
+                    "linked_from": manifest.build.linked_from,
+                    "ran_in": _where(),
+                }
+            )
+        stage.done("built", _built(built))
     return built
+
+
+def _built(built: list[dict[str, Any]]) -> str:
+    """A build step's key result: each artifact's size, or that it is a twin's link."""
+    return ", ".join(
+        f"{b['target']} linked" if b["linked_from"] else f"{b['target']} {format_bytes(b['bytes'])}"
+        for b in built
+    )
 
 
 @task(
@@ -204,13 +244,22 @@ def build_artifacts(plan: RunPlan, targets: list[str], name: str) -> list[dict[s
 def evaluate_reference(plan: RunPlan) -> dict[str, Any]:
     """The source, once: fills the reference cache every artifact evaluation then reads."""
     out = plan.eval_part("source")
-    _step(plan, "eval-source", [*_eval_args(plan, out), "--reference-only"])
+    with _heavy_stage(plan, "evaluate source", "eval-source") as stage:
+        _step(plan, stage, "eval-source", [*_eval_args(plan, out), "--reference-only"])
+        summary = read_summary(out)
+        stage.done(_suites(summary, "source"), "the reference every artifact is compared with")
     return {
         "name": "source",
         "dir": str(out),
-        "summary": read_summary(out),
+        "summary": summary,
         "ran_in": _where(),
     }
+
+
+def _suites(summary: dict[str, dict[str, Any]], model: str) -> str:
+    """'3 suites': how many suites an evaluation step has results of for ``model``."""
+    count = len({key.split(".", 1)[0] for key in summary.get(model, {})})
+    return f"{count} suite{'s' * (count != 1)}"
 
 
 @task(
@@ -238,11 +287,14 @@ def evaluate_artifact(plan: RunPlan, built: dict[str, Any]) -> dict[str, Any]:
     """Evaluate one built artifact against the cached reference (``quantgate eval --plan``)."""
     target = built["target"]
     out = plan.eval_part(target)
-    _step(plan, f"eval-{target}", [*_eval_args(plan, out), "--targets", target])
+    with _heavy_stage(plan, f"evaluate {target}", f"eval-{target}") as stage:
+        _step(plan, stage, f"eval-{target}", [*_eval_args(plan, out), "--targets", target])
+        summary = read_summary(out)
+        stage.done(_suites(summary, target))
     return {
         "name": target,
         "dir": str(out),
-        "summary": read_summary(out),
+        "summary": summary,
         "ran_in": _where(),
     }
 
@@ -351,13 +403,15 @@ def repair_failed(plan: RunPlan, report_json: str, verdicts: list[dict[str, str]
         "--out",
         str(out),
     ]
-    try:
-        _step(plan, "repair", args)
-    except StepTimeout:
-        raise
-    except StepFailed as exc:  # exit 1: no variant within the budget, which repair.json says
-        if exc.exit_code != 1 or not (out / "repair.json").is_file():
+    with _heavy_stage(plan, "repair", "repair") as stage:
+        try:
+            _step(plan, stage, "repair", args)
+        except StepTimeout:
             raise
+        except StepFailed as exc:  # exit 1: no variant within the budget, which repair.json says
+            if exc.exit_code != 1 or not (out / "repair.json").is_file():
+                raise
+        stage.done("searched", f"results: {out / 'repair.json'}")
     return json.loads((out / "repair.json").read_text())
 
 
@@ -390,6 +444,7 @@ def build_and_gate(
     device: str = "cpu",
     devices: str = "all",
     max_memory: str | None = None,
+    verbose: bool = False,
 ) -> State[Any]:
     """Build, evaluate, gate and publish every target of one source checkpoint.
 
@@ -408,6 +463,8 @@ def build_and_gate(
     the model over ("all" or a count, as ``quantgate eval --devices``). Both are in the plan and
     the evaluation keys. ``max_memory``: what each evaluation may keep on its device, the other
     layers offloaded (``quantgate eval --max-memory``); in the plan, not in the keys.
+    ``verbose``: relay every line each step prints (and Prefect's line per task state) to the
+    console, as ``quantgate run --verbose``; without it, a few lines per stage (``console``).
     """
     from quantgate import paths
 
@@ -433,7 +490,9 @@ def build_and_gate(
         "device": "cuda" if device == "cuda" else "cpu",
         "devices": devices,
         "max_memory": max_memory,
+        "verbose": verbose,
     }
+    console.quiet_prefect(verbose)
     with out_lock.held(Path(out), run_id):  # the run owns --out from before it plans to its outcome
         (Path(out) / OUTCOME).unlink(missing_ok=True)  # only this run's outcome may be reported
         plan = plan_run(options)
@@ -465,6 +524,7 @@ def _pipeline(plan: RunPlan, publish: bool, repair: bool = False) -> State[Any]:
     for future in as_completed(builds):
         group = groups[next(i for i, f in enumerate(builds) if f is future)]
         future.wait()  # as_completed yields on completion; the future's state is read after wait
+        _say_if_cached(future.state, f"build {'+'.join(group)}")
         if future.state.is_completed():
             for built in future.result():
                 built_results.append(built)
@@ -474,17 +534,22 @@ def _pipeline(plan: RunPlan, publish: bool, repair: bool = False) -> State[Any]:
         else:
             for target in group:
                 build_failures[target] = future.state.message or "build failed"
+    reference.wait()
+    _say_if_cached(reference.state, "evaluate source")
     parts = [reference.result()]  # a failed reference fails the flow: nothing can be gated
     eval_failures = {}
-    for future in evaluations:
-        future.wait()
-        if future.state.is_completed():
-            parts.append(future.result())
+    for evaluation, built in zip(evaluations, built_results, strict=True):
+        evaluation.wait()
+        _say_if_cached(evaluation.state, f"evaluate {built['target']}")
+        if evaluation.state.is_completed():
+            parts.append(evaluation.result())
         else:
-            eval_failures[future.task_run_id] = future.state.message or "evaluation failed"
+            eval_failures[evaluation.task_run_id] = evaluation.state.message or "evaluation failed"
     parts = [parts[0], *sorted(parts[1:], key=lambda e: e["name"])]
     baselines = find_baselines(plan.root, plan.model, {b["target"]: b["build_key"] for b in built_results})
-    gated = gate_run(plan, parts, baselines)
+    with console.Stage(console.run_logger(), "gate") as stage:
+        gated = gate_run(plan, parts, baselines)
+        stage.done("judged", _judged(gated["report"]))
     report = gated["report"]
     repaired = None
     if repair:
@@ -496,11 +561,13 @@ def _pipeline(plan: RunPlan, publish: bool, repair: bool = False) -> State[Any]:
     published = None
     if publish and not (failing or build_failures or eval_failures):
         _confirm_built(plan, built_results)
-        published = publish_artifacts(plan.root, gated["paths"]["json"], str(plan.artifacts_dir))
-        published["repaired"] = [
-            publish_artifacts(plan.root, f"{where}/publish/report.json", f"{where}/artifacts")
-            for where in _chosen_variants(repaired)
-        ]
+        with console.Stage(console.run_logger(), "publish") as stage:
+            published = publish_artifacts(plan.root, gated["paths"]["json"], str(plan.artifacts_dir))
+            published["repaired"] = [
+                publish_artifacts(plan.root, f"{where}/publish/report.json", f"{where}/artifacts")
+                for where in _chosen_variants(repaired)
+            ]
+            stage.done("registered", f"{len(published.get('artifacts', []))} artifacts")
     elif publish:
         logger.warning("not publishing: the run failed its gate")
         published = {
@@ -536,6 +603,19 @@ def _pipeline(plan: RunPlan, publish: bool, repair: bool = False) -> State[Any]:
     return Completed(
         message=f"every required artifact passed (report: {gated['paths'].get('md')})", data=outcome
     )
+
+
+def _say_if_cached(state: State[Any], label: str) -> None:
+    """A task served from Prefect's cache runs no body, so it prints no stage lines: one line says so."""
+    if state.name == "Cached":
+        console.run_logger().info(f"{label}: from the cache (the same inputs as an earlier run)")
+
+
+def _judged(report: dict[str, Any]) -> str:
+    """The gate's key result: how many verdicts, of which kind ('9 verdicts: 6 pass, 3 fail')."""
+    kinds = Counter(v["verdict"] for v in report["verdicts"])
+    counts = ", ".join(f"{n} {verdict}" for verdict, n in kinds.most_common())
+    return f"{len(report['verdicts'])} verdicts: {counts}" if counts else "no verdicts"
 
 
 def _confirm_built(plan: RunPlan, built: list[dict[str, Any]]) -> None:

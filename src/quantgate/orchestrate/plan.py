@@ -99,6 +99,8 @@ class RunPlan(Frozen):
     out: str
     step_timeout_s: float
     max_heavy: int  # heavy steps at once across flow runs on one Prefect server; 0: no limit
+    # the console relays every line of every step (``quantgate run --verbose``); not in any key
+    verbose: bool = False
     # content hashes the cache keys are made of
     target_hashes: dict[str, str]  # target -> sha256(target, recipe, calibration set, KV decision)
     suites_hash: str
@@ -310,6 +312,7 @@ def resolve_plan(
     calibration: Path | None = None,
     step_timeout_s: float = 0.0,
     max_heavy: int = 1,
+    verbose: bool = False,
     progress: Progress = SILENT,
     sequential: bool = SEQUENTIAL_DEFAULT,
     run_id: str = "",
@@ -393,6 +396,7 @@ def resolve_plan(
         out=str(out.resolve()),
         step_timeout_s=step_timeout_s,
         max_heavy=max_heavy,
+        verbose=verbose,
         target_hashes={
             b.target.name: digest(
                 content_digest(b.target),

@@ -60,6 +60,19 @@ def _tokens_scored(eval_dir: Path) -> dict[str, int]:
     return totals
 
 
+def _eval_seconds(out: Path) -> float:
+    """The evaluations' own seconds (loading, the source's references, scoring), from each
+    evaluation step's ``run.json``: the console's wording changes between trees, these records do not."""
+    total = 0.0
+    for path in sorted(out.glob("eval-parts/*/run.json")):
+        try:
+            per_model = json.loads(path.read_text()).get("seconds") or {}
+        except (OSError, ValueError):
+            continue
+        total += sum(float(v) for phases in per_model.values() for v in phases.values())
+    return round(total, 1)
+
+
 def _run(tree: Path, src_first: bool, tmp: Path) -> dict:
     env = cold_env(tmp)
     env["QUANTGATE_DATA"] = env.get("QUANTGATE_DATA", str(ROOT.parent / "shared" / "datasets"))
@@ -85,7 +98,7 @@ def _run(tree: Path, src_first: bool, tmp: Path) -> dict:
     return {
         "seconds": round(seconds, 1),
         "exit": done.returncode,
-        "eval_seconds": round(sum(s for name, s in steps.items() if name.startswith("eval")), 1),
+        "eval_seconds": _eval_seconds(out),
         "tokens_scored": _tokens_scored(out / "eval"),
         "steps": {k: round(v, 1) for k, v in sorted(steps.items())},
         "floors": _floors(report),

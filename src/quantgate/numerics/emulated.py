@@ -4,7 +4,7 @@ It holds the decoded weight exactly (float32 grid values x local scales, see ``w
 quantizes its input with the target's activation format, multiplies in float32 and returns
 the input's dtype. Float32 accumulation is Hopper's precise-accumulation path: measured on
 an H200, ``torch._scaled_mm`` with precise accumulation differs from an exact float64
-emulation only by the bf16 rounding of its output (DESIGN, "How faithful is emulation?").
+emulation only by the bf16 rounding of its output (BENCHMARKS.md, "Native FP8 against the emulation").
 A kernel with fast accumulation drifts further at large K; ``load.py`` says so in the report.
 
 ``compute_dtype=torch.float64`` gives a reference: the same quantized operands, multiplied

@@ -7,7 +7,7 @@ the weights come back as bf16 (``w * scale`` rounded to bf16) and compressed-ten
 fake-quantizes activations, in bf16 arithmetic, which rounds the dynamic scale and the scaled
 value to bf16 before the FP8 cast and so lands one FP8 step away from the kernel's float32
 result in places. Other process states give plain bf16 ``Linear`` modules with no activation
-quantization at all: W8A16 measured for W8A8 (DESIGN). So:
+quantization at all: W8A16 measured for W8A8. So:
 
 1. every module with quantized tensors on disk (``weight_scale``/``weight_packed``) becomes an
    ``EmulatedLinear`` decoded from those raw tensors, read with safetensors, never from a
@@ -76,7 +76,7 @@ from quantgate.numerics.weights import WeightFormat, weight_format
 
 _ACCUMULATION_NOTE = (
     "emulated: precise fp32 accumulation of exactly decoded operands; a serving kernel with fast "
-    "accumulation may differ by up to ~5e-3 relative at large K (DESIGN, emulation fidelity)"
+    "accumulation may differ by up to ~5e-3 relative at large K (BENCHMARKS.md, native FP8 against the emulation)"
 )
 
 

@@ -28,7 +28,7 @@ from quantgate.metrics import Metric, item_error, item_errors
 from quantgate.progress import SILENT, Progress
 
 # a token generated one at a time costs about this many tokens prefilled in one pass (greedy decoding
-# of the default model on 2 CPU cores: 26-195 tokens/s generated against ~1,500 scored; DESIGN.md)
+# of the default model on 2 CPU cores: 26-195 tokens/s generated against ~1,500 scored)
 DECODE = 16.0
 
 

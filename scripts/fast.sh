@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The fast lane: what a contributor runs before every commit. Static checks, then the unit tests
-# that take seconds (tiny random models; `-m "unit and not slow"`), on every core. The full suite
-# (the default model, real servers, the slow repair searches) stays in .ci/run.
+# (tiny random models; `-m "unit and not slow"`), on every core. The full suite (the default model,
+# real servers) stays in .ci/run. Not yet under five minutes (CONTRIBUTING.md says why).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 started=$(date +%s)

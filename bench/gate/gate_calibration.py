@@ -356,6 +356,8 @@ def events_population(kind: str, family: str, factor: float, rng, real: Real | N
     answer 5 times in 24 (the GPU-against-CPU flips measured on support-domain), so an identical copy
     loses answers too, and the source's records carry its own re-evaluation on that device, which
     the gate pairs the artifact's losses with."""
+    from quantgate.metrics import RERUN
+
     rate = float(family.split("@")[1])
     solved = rng.random(POP) < 0.5
     ids = np.flatnonzero(solved)
@@ -378,7 +380,7 @@ def events_population(kind: str, family: str, factor: float, rng, real: Real | N
     source = [record(solved, i) for i in range(POP)]
     if rerun is not None:  # the source's records carry its re-evaluation, as the evaluation writes them
         for i, r in enumerate(source):
-            r["rerun"] = record(rerun, i)  # metrics.RERUN
+            r[RERUN] = record(rerun, i)
     return Population("gsm8k", floor, source, [record(correct, i) for i in range(POP)])
 
 

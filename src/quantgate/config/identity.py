@@ -10,9 +10,12 @@ from __future__ import annotations
 
 import hashlib
 import json
+from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel
+
+from quantgate.hashing import sha256_file
 
 
 def content_digest(value: BaseModel | Any) -> str:
@@ -22,13 +25,10 @@ def content_digest(value: BaseModel | Any) -> str:
     return hashlib.sha256(text.encode()).hexdigest()
 
 
-def file_digest(path) -> str:
+def file_digest(path: Path) -> str:
     """sha256 of a data file a config points at (a suite's items), or of its absence: a file the
     key names is part of what was read."""
-    from pathlib import Path
-
-    p = Path(path)
     try:
-        return hashlib.sha256(p.read_bytes()).hexdigest()
+        return sha256_file(Path(path)).sha256
     except OSError:
-        return f"unreadable:{p}"
+        return f"unreadable:{path}"

@@ -159,13 +159,11 @@ def plan(
     if kind == "max_regression":
         assert before is not None
         return _regression(floor, measure, source, alpha, before, old, cls, sampling, describe)
-    events = (
-        measure.recovery if kind == "min_recovery" else measure.events if kind in ("max", "min") else None
-    )
+    events = forms.floor_events(measure, kind)
     if events is not None:
         if not np.any(events.eligible(source)):  # no answer can be lost where none was right
             return f"the source's {floor.metric} {measure.uninformative}"
-        if events.noise is not None and _has_rerun(source) and not events.count:
+        if events.noise is not None and forms.has_rerun(source) and not events.count:
             return _noisy_plan(events, floor, measure, source, alpha, sampling, describe)
         return _events_plan(
             events, source, floor.value, upper=kind == "max", alpha=alpha, recovery=kind == "min_recovery"
@@ -273,10 +271,6 @@ def _events_plan(
         and worst > rate_limit
         and not math.isclose(worst, rate_limit, rel_tol=1e-9),
     )
-
-
-def _has_rerun(s: Columns) -> bool:
-    return any(name.endswith("_rerun") for name in s)
 
 
 def _noisy_plan(

@@ -362,6 +362,19 @@ def _expm1(x: float) -> float:
         return math.inf
 
 
+def floor_events(measure, kind: str):
+    """The 0/1 events (``metrics.Events``) a floor of ``kind`` on ``measure`` is decided by, or None:
+    a recovery through lost answers for ``min_recovery``, the metric's own events for ``max``/``min``."""
+    if kind == "min_recovery":
+        return measure.recovery
+    return measure.events if kind in ("max", "min") else None
+
+
+def has_rerun(s: Columns) -> bool:
+    """Whether the source's columns carry its own re-evaluation (``*_rerun``: a device that flips)."""
+    return any(name.endswith("_rerun") for name in s)
+
+
 def events_form(events, kind: str, limit: float, s: Columns, *, population: int | None = None) -> Form | str:
     """A rate of 0/1 events among the items the source makes eligible (``metrics.Events``: lost
     answers, a recovery counting them) as a bounded mean within the events' own range [0, 1]: no
@@ -380,7 +393,7 @@ def events_form(events, kind: str, limit: float, s: Columns, *, population: int 
     m = int(eligible.sum())
     if m == 0:
         return f"no {events.what}"
-    noisy = events.noise is not None and any(name.endswith("_rerun") for name in s)
+    noisy = events.noise is not None and has_rerun(s)
 
     @fixed
     def values(a: Columns, s_: Columns, o_: Columns | None):
@@ -429,9 +442,7 @@ def floor_form(
     ``max`` on a metric that declares one, else its ratio of sums. ``weights``: the heaviest weight
     per column the evaluation declares (a mapping), if any."""
     weights = weights or {}
-    events = (
-        measure.recovery if kind == "min_recovery" else measure.events if kind in ("max", "min") else None
-    )
+    events = floor_events(measure, kind)
     if events is not None:
         return events_form(events, kind, limit, s, population=population)
     if measure.exceeds is not None and kind == "max":
@@ -470,9 +481,7 @@ def items_to_fail(kind: str, limit: float, measure, cls: ItemRange, alpha: float
     """
     if kind == "max_regression":
         return None
-    events = (
-        measure.recovery if kind == "min_recovery" else measure.events if kind in ("max", "min") else None
-    )
+    events = floor_events(measure, kind)
     if events is not None:
         for m in range(1, 1 << 16):
             low = alpha ** (1.0 / m)  # Clopper-Pearson's lower end with all m items bad

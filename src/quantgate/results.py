@@ -5,6 +5,9 @@ repair, the reports and bench.
     E/summary.json           {model: {"<suite>.<metric>": value}}: for people and CI logs
     E/run.json               RunInfo: what ran, on which numerics, which design, what was not run
 
+A run evaluates in parts (the source once, then each artifact, each in its own directory):
+``EvaluationPart`` is one part as the flow hands it to the gate, which merges them.
+
 Why a contract: these files were dicts read by string key in six modules, so a renamed field
 broke a reader silently (run.json carried a ``design`` and a ``sequential`` that two readers
 interpreted differently). Now ``read_evaluation`` validates every file once, strictly, and a file
@@ -206,6 +209,28 @@ def write_run_info(out: Path, run: RunInfo) -> Path:
     return path
 
 
-def read_summary(eval_dir: Path) -> dict[str, dict[str, float | None]]:
+Summary = dict[str, dict[str, float | None]]  # summary.json: model -> "<suite>.<metric>" -> value
+
+
+def read_summary(eval_dir: Path) -> Summary:
     """``summary.json``: model -> "<suite>.<metric>" -> value."""
     return json.loads((Path(eval_dir) / SUMMARY_JSON).read_text())
+
+
+class EvaluationPart(FrozenRecord):
+    """One evaluation step's output: the source's references or one artifact's results, in their
+    own directory, with its summary; the gate merges the parts (``evaluate.merge_evaluations``)."""
+
+    name: str  # SOURCE or the artifact's target
+    dir: Path
+    summary: Summary
+
+    @property
+    def suites(self) -> list[str]:
+        """The suites this part has results of for its own model, in summary order."""
+        return list(dict.fromkeys(key.split(".", 1)[0] for key in self.summary.get(self.name, {})))
+
+    @classmethod
+    def read(cls, name: str, eval_dir: Path) -> EvaluationPart:
+        """The part ``name`` that an evaluation wrote in ``eval_dir``."""
+        return cls(name=name, dir=Path(eval_dir), summary=read_summary(eval_dir))

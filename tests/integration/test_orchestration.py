@@ -321,15 +321,12 @@ def test_a_deployment_run_on_a_process_worker_ends_in_the_gates_outcome(prefect_
             "targets": TARGETS,
             "tenants": ["strict"],
         }
-        run = prefect(
+        run = prefect(  # the flow's one parameter, whole (it replaces the deployment's request)
             "deployment",
             "run",
             "build-and-gate/checkpoint-push",
-            *(
-                a
-                for k, v in params.items()
-                for a in ("--param", f"{k}={json.dumps(v) if isinstance(v, list) else v}")
-            ),
+            "--param",
+            f"request={json.dumps({**params, 'profile': 'smoke', 'publish': True})}",
             "--watch",
             "--watch-timeout",
             "600",

@@ -1,15 +1,14 @@
 """``quantgate run``: build, evaluate, gate and publish in one Prefect flow run.
 
 Takes what its steps take (``--root``, ``--cache-dir``, ``--data-dir``, ``--calibration``, ...),
-each meaning what it means for ``build`` and ``eval``; the flow passes them to its plan.
+each meaning what it means for ``build`` and ``eval``. The options become one ``RunRequest``, the
+object a deployment passes too; the flow's ``RunOutcome`` is what is printed and the exit code.
 """
 
 from __future__ import annotations
 
-import json
-import math
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
@@ -34,6 +33,9 @@ from quantgate.cli.options import (
 )
 from quantgate.errors import UsageError
 from quantgate.escape import visible
+
+if TYPE_CHECKING:
+    from quantgate.orchestrate import RunOutcome
 
 # the options only ``run`` takes (the shared ones are in ``options``)
 SourceUriOpt = Annotated[
@@ -109,17 +111,40 @@ def run(
     verbose: VerboseOpt = False,
 ) -> None:
     """Build, evaluate, gate and publish in one Prefect flow run (ephemeral, or PREFECT_API_URL's server)."""
+    from pydantic import ValidationError
+
     from quantgate.devices import resolve
-    from quantgate.orchestrate import run_flow
+    from quantgate.orchestrate import RunRequest, run_flow, usage_error
     from quantgate.sharding import count
 
-    if not math.isfinite(step_timeout) or step_timeout <= 0:  # click reads "inf" and "nan" as floats
-        raise UsageError(
-            "--step-timeout", f"{step_timeout} is not a time limit", "pass a finite number of seconds above 0"
-        )
     where = resolve(device)
     count(devices, where)  # a count that is not one, or more GPUs than there are: refused before the flow
     memory_budget(max_memory, devices, where)  # likewise a budget no evaluation step could take
+    try:
+        request = RunRequest(
+            checkpoint=checkpoint,
+            targets=split(targets),
+            tenants=split(tenants),
+            suites=split(suites),
+            profile=profile or "smoke",
+            publish=publish,
+            out=out,
+            gates=gates,
+            calibration=calibration,
+            data_dir=data_dir,
+            cache_dir=cache,
+            root=root,
+            max_heavy=max_heavy,
+            step_timeout_s=step_timeout,
+            sequential=design(sequential),
+            repair=repair,
+            device=where,
+            devices=devices,
+            max_memory=max_memory,
+            verbose=verbose,
+        )
+    except ValidationError as exc:
+        raise usage_error(exc) from None
     if checkpoint is not None and "://" not in checkpoint and not Path(checkpoint).expanduser().is_dir():
         raise UsageError(  # the cheapest refusal, before Prefect starts (the plan refuses the rest)
             checkpoint,
@@ -127,30 +152,7 @@ def run(
             "pass a directory or an s3://bucket/prefix URI with --checkpoint",
         )
     out_dir(out, "--out")
-    outcome, state = run_flow(
-        checkpoint=checkpoint,
-        targets=split(targets),
-        tenants=split(tenants),
-        profile=profile,
-        publish=publish,
-        out=str(out),
-        suites=split(suites),
-        gates=str(gates) if gates else None,
-        calibration=str(calibration) if calibration else None,
-        data_dir=str(data_dir) if data_dir else None,
-        cache_dir=str(cache) if cache else None,
-        root=str(root) if root else None,
-        max_heavy=max_heavy,
-        step_timeout_s=step_timeout,
-        dask_workers=dask_workers,
-        dask_address=dask_address,
-        sequential=design(sequential),
-        repair=repair,
-        device=where,
-        devices=devices,
-        max_memory=max_memory,
-        verbose=verbose,
-    )
+    outcome, state = run_flow(request, dask_workers=dask_workers, dask_address=dask_address)
     if outcome is None:
         typer.secho(
             f"error: the flow run ended {visible(state.name)}: {visible(state.message)}",
@@ -158,40 +160,37 @@ def run(
             err=True,
         )
         raise typer.Exit(1)
-    _print_outcome(outcome, state.name)
-    raise typer.Exit(outcome["exit_code"])
+    _print_outcome(outcome, state.name or state.type.value)
+    raise typer.Exit(outcome.exit_code)
 
 
-def _print_outcome(outcome: dict[str, Any], flow_run: str) -> None:
+def _print_outcome(outcome: RunOutcome, flow_run: str) -> None:
     """The verdict table, what repair found and published, failed builds, and the report files."""
     from quantgate.report import print_table, verdict_table
+    from quantgate.report_schema import read_report
 
-    report = json.loads(Path(outcome["reports"]["json"]).read_text())
-    aliases = None
-    if outcome.get("published") is not None:
-        aliases = {a["artifact"]: a.get("aliases", []) for a in outcome["published"].get("artifacts", [])}
-    title = f"quantgate run: {outcome['model']} ({outcome['model_class']}), flow run {flow_run}"
+    report = read_report(outcome.reports.json_path)
+    aliases = outcome.published.aliases() if outcome.published else None
+    title = f"quantgate run: {outcome.model} ({outcome.model_class}), flow run {flow_run}"
     print_table(verdict_table(report, title, aliases))
-    for target in (outcome.get("repair") or {}).get("targets", []):
-        for t in target["tenants"]:
-            found = (
-                f"k={t['k']} of {target['units']} groups kept at {target['upgrade']}"
-                if t["k"] is not None
-                else "none"
-            )
-            print(visible(f"repair {target['target']} x {t['tenant']}: {found} ({t['stopped']})"))
-    for published in (outcome.get("published") or {}).get("repaired", []):
-        for a in published["artifacts"]:
+    for searched in outcome.repair.targets if outcome.repair else []:
+        for t in searched.tenants:
+            kept = f"k={t.k} of {searched.units} groups kept at {searched.upgrade}"
             print(
                 visible(
-                    f"repaired: {a['registered_model']} version {a['version']}, "
-                    f"aliases {', '.join(a['aliases']) or 'none'}"
+                    f"repair {searched.target} x {t.tenant}: {kept if t.k is not None else 'none'} ({t.stopped})"
                 )
             )
-    for target, message in outcome["build_failures"].items():
+    for published in outcome.published.repaired if outcome.published else []:
+        for a in published.artifacts:
+            print(
+                visible(
+                    f"repaired: {a.registered_model} version {a.version}, aliases {', '.join(a.aliases) or 'none'}"
+                )
+            )
+    for target, message in outcome.build_failures.items():
         # the first line names the step and its log; the log's tail was on the console when it failed
         first = message.split("\n", 1)[0].rstrip(":")
         typer.secho(visible(f"build failed: {target}: {first}"), fg=typer.colors.RED, err=True)
-    for kind in ("md", "html", "json"):
-        if kind in outcome["reports"]:
-            print(f"report: {visible(outcome['reports'][kind])}")
+    for path in outcome.reports.shown():
+        print(f"report: {visible(str(path))}")

@@ -11,18 +11,20 @@ A run owns its ``--out`` (``out_lock``): the flow holds the directory's lock fro
 until its outcome is written, its plan names its flow run, each step is told that id and refuses
 another run's plan, and the gate and publish check the plan on disk (and publish every artifact
 against what this run built) before they read anything.
+
+Typed end to end: the flow takes one ``RunRequest`` (a deployment's parameters are ``{"request":
+{...}}``, validated by Prefect against it), each task returns its stage's typed result
+(``outcome.py``), and the run ends with a ``RunOutcome`` written to ``<out>/outcome.json``.
 """
 
 from __future__ import annotations
 
 import contextlib
-import json
 import re
-from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from prefect import flow, get_run_logger, task
 from prefect.artifacts import create_link_artifact, create_markdown_artifact, create_table_artifact
@@ -35,14 +37,30 @@ from prefect.states import Completed, Failed, State
 from quantgate import errors
 from quantgate.atomic import write_json
 from quantgate.errors import InputError, TransientError
-from quantgate.evaluate import DEFAULT as SEQUENTIAL_DEFAULT
 from quantgate.orchestrate import console, heavy_slots, out_lock
-from quantgate.orchestrate.plan import RUN_ID_ENV, RunPlan, digest, make_plan
+from quantgate.orchestrate.outcome import (
+    OUTCOME,
+    BuiltArtifact,
+    Evaluated,
+    Gated,
+    Published,
+    ReportPaths,
+    RunOutcome,
+    VerdictRow,
+)
+from quantgate.orchestrate.plan import RUN_ID_ENV, RunPlan, digest, resolve_plan, stamped
+from quantgate.orchestrate.request import RunRequest
 from quantgate.orchestrate.steps import LogProgress, run_step, stop_all
-from quantgate.results import read_summary
+from quantgate.progress import SILENT, Progress
+from quantgate.publish import PublishOutcome
+from quantgate.repair import RepairOutcome
+from quantgate.results import SOURCE
 from quantgate.units import format_bytes
 
-OUTCOME = "outcome.json"
+if TYPE_CHECKING:
+    from quantgate.gate import Baselines
+
+__all__ = ["OUTCOME", "PlanRefused", "build_and_gate", "plan_of", "regate"]
 _RETRIES = 2
 
 
@@ -57,12 +75,13 @@ def _only_transient(_task, _task_run, state) -> bool:
     return False
 
 
-def _keyed(kind: str, key_of):
-    """A ``cache_key_fn`` hashing ``kind`` with the content parts ``key_of(parameters)`` names."""
+def _keyed(kind: str, key_of: Callable[..., list[Any]]):
+    """A ``cache_key_fn`` hashing ``kind`` with the content parts ``key_of`` names; ``key_of`` takes
+    the task's own parameters by their names (a renamed parameter fails at once), ``plan`` first."""
 
     def cache_key(_context, parameters: dict[str, Any]) -> str:
         plan: RunPlan = parameters["plan"]
-        return f"quantgate-{kind}-" + digest(kind, plan.stamp, plan.tools_hash, *key_of(parameters))
+        return f"quantgate-{kind}-" + digest(kind, plan.stamp, plan.tools_hash, *key_of(**parameters))
 
     return cache_key
 
@@ -140,22 +159,55 @@ class PlanRefused:
         return made if isinstance(made, InputError) else InputError(self.path, self.problem, self.fix)
 
 
+def plan_of(request: RunRequest, run_id: str = "", progress: Progress = SILENT) -> RunPlan:
+    """The run's plan, made from ``request`` field by field and written to ``<out>/plan.json``:
+    the checkpoint fetched when it is a URI (``s3://``), the device resolved where the flow runs
+    (a deployment's ``auto`` is its worker's GPU), the evaluation data from ``$QUANTGATE_DATA``
+    when not given, so that every step reads the same directory."""
+    from quantgate.config import path_setting
+    from quantgate.devices import resolve
+    from quantgate.orchestrate.checkpoint_uri import local_checkpoint
+    from quantgate.paths import cache_dir
+
+    cache = (request.cache_dir or cache_dir()).resolve()
+    checkpoint = local_checkpoint(request.checkpoint, cache) if request.checkpoint else None
+    plan = resolve_plan(
+        checkpoint=checkpoint,
+        out=request.out,
+        targets=request.targets,
+        tenants=request.tenants,
+        suites=request.suites,
+        profile=request.profile,
+        root=request.root,
+        gates=request.gates,
+        cache=cache,
+        data_dir=request.data_dir or path_setting("QUANTGATE_DATA"),
+        calibration=request.calibration,
+        step_timeout_s=request.step_timeout_s,
+        max_heavy=request.max_heavy,
+        verbose=request.verbose,
+        progress=progress,
+        sequential=request.sequential,
+        run_id=run_id,
+        device=resolve(request.device),
+        devices=request.devices,
+        max_memory=request.max_memory,
+    )
+    return stamped(plan, progress)
+
+
 @task(name="plan", retries=_RETRIES, retry_condition_fn=_only_transient)
-def plan_run(options: dict[str, Any]) -> RunPlan | PlanRefused:
+def plan_run(request: RunRequest, run_id: str) -> RunPlan | PlanRefused:
     """Fetch (s3://), intake (validate, hash, classify) and plan; bad input is refused here, before
     any build (``PlanRefused``).
 
     The run's one intake; ``logs/plan.log`` records it, as every heavy step's log records its step.
     """
-    from quantgate.orchestrate.checkpoint_uri import local_checkpoint
-
-    uri = options["checkpoint"]
-    log = Path(options["out"]).resolve() / "logs" / "plan.log"
-    progress = LogProgress(log, on_line=get_run_logger().info if options["verbose"] else None)
+    log = request.out.resolve() / "logs" / "plan.log"
+    progress = LogProgress(log, on_line=get_run_logger().info if request.verbose else None)
     with console.Stage(console.run_logger(), "plan", log) as stage:
         try:
-            local = local_checkpoint(uri, options["cache"]) if uri else None
-            plan = make_plan(**{**options, "checkpoint": local, "progress": progress})
+            plan = plan_of(request, run_id, progress)
         except InputError as exc:
             stage.done("refused")
             return PlanRefused.of(exc)
@@ -176,17 +228,15 @@ def _planned(plan: RunPlan) -> str:
     name="build",
     task_run_name="build-{name}",
     cache_key_fn=_keyed(
-        "build", lambda p: [p["plan"].source_hash, *(p["plan"].target_hashes[t] for t in p["targets"])]
+        "build", lambda plan, targets, name: [plan.source_hash, *(plan.target_hashes[t] for t in targets)]
     ),
     persist_result=True,
     retries=_RETRIES,
     retry_condition_fn=_only_transient,
 )
-def build_artifacts(plan: RunPlan, targets: list[str], name: str) -> list[dict[str, Any]]:
+def build_artifacts(plan: RunPlan, targets: list[str], name: str) -> list[BuiltArtifact]:
     """Build one group of twin targets (``RunPlan.build_groups``) in one ``quantgate build --plan``,
     which builds the first and links the others; each manifest's build key, file digest and size."""
-    from quantgate.artifact import require_manifest
-
     args = [
         "build",
         "--plan",
@@ -198,29 +248,30 @@ def build_artifacts(plan: RunPlan, targets: list[str], name: str) -> list[dict[s
     ]
     with _heavy_stage(plan, f"build {name}", f"build-{name}") as stage:
         _step(plan, stage, f"build-{name}", args)
-        built = []
-        for target in targets:
-            manifest = require_manifest(plan.artifacts_dir / target)
-            files = {rel: entry.sha256 for rel, entry in manifest.files.items()}
-            built.append(
-                {
-                    "target": target,
-                    "build_key": manifest.build_key,
-                    "files": digest(files),
-                    "bytes": manifest.total_bytes,
-                    "linked_from": manifest.build.linked_from,
-                    "ran_in": _where(),
-                }
-            )
+        built = [_built_artifact(plan, target) for target in targets]
         stage.done("built", _built(built))
     return built
 
 
-def _built(built: list[dict[str, Any]]) -> str:
+def _built_artifact(plan: RunPlan, target: str) -> BuiltArtifact:
+    """What the manifest of ``target``'s installed artifact says was built."""
+    from quantgate.artifact import require_manifest
+
+    manifest = require_manifest(plan.artifacts_dir / target)
+    return BuiltArtifact(
+        target=target,
+        build_key=manifest.build_key,
+        files=digest({rel: entry.sha256 for rel, entry in manifest.files.items()}),
+        bytes=manifest.total_bytes,
+        linked_from=manifest.build.linked_from,
+        ran_in=_where(),
+    )
+
+
+def _built(built: list[BuiltArtifact]) -> str:
     """A build step's key result: each artifact's size, or that it is a twin's link."""
     return ", ".join(
-        f"{b['target']} linked" if b["linked_from"] else f"{b['target']} {format_bytes(b['bytes'])}"
-        for b in built
+        f"{b.target} linked" if b.linked_from else f"{b.target} {format_bytes(b.bytes)}" for b in built
     )
 
 
@@ -228,79 +279,75 @@ def _built(built: list[dict[str, Any]]) -> str:
     name="reference",
     cache_key_fn=_keyed(
         "reference",
-        lambda p: [
-            p["plan"].source_hash,
-            p["plan"].suites_hash,
-            p["plan"].profile,
-            p["plan"].eval_env,
-            p["plan"].device,
-            p["plan"].devices,
+        lambda plan: [
+            plan.source_hash,
+            plan.suites_hash,
+            plan.profile,
+            plan.eval_env,
+            plan.device,
+            plan.devices,
         ],
     ),
     persist_result=True,
     retries=_RETRIES,
     retry_condition_fn=_only_transient,
 )
-def evaluate_reference(plan: RunPlan) -> dict[str, Any]:
+def evaluate_reference(plan: RunPlan) -> Evaluated:
     """The source, once: fills the reference cache every artifact evaluation then reads."""
-    out = plan.eval_part("source")
+    out = plan.eval_part(SOURCE)
     with _heavy_stage(plan, "evaluate source", "eval-source") as stage:
         _step(plan, stage, "eval-source", [*_eval_args(plan, out), "--reference-only"])
-        summary = read_summary(out)
-        stage.done(_suites(summary, "source"), "the reference every artifact is compared with")
-    return {
-        "name": "source",
-        "dir": str(out),
-        "summary": summary,
-        "ran_in": _where(),
-    }
+        part = _evaluated(SOURCE, out)
+        stage.done(_suites(part), "the reference every artifact is compared with")
+    return part
 
 
-def _suites(summary: dict[str, dict[str, Any]], model: str) -> str:
-    """'3 suites': how many suites an evaluation step has results of for ``model``."""
-    count = len({key.split(".", 1)[0] for key in summary.get(model, {})})
+def _evaluated(name: str, out: Path) -> Evaluated:
+    from quantgate.results import EvaluationPart
+
+    part = EvaluationPart.read(name, out)
+    return Evaluated(name=part.name, dir=part.dir, summary=part.summary, ran_in=_where())
+
+
+def _suites(part: Evaluated) -> str:
+    """'3 suites': how many suites an evaluation step has results of for its model."""
+    count = len(part.suites)
     return f"{count} suite{'s' * (count != 1)}"
 
 
 @task(
     name="evaluate",
-    task_run_name="evaluate-{built[target]}",
+    task_run_name="evaluate-{built.target}",
     cache_key_fn=_keyed(
         "evaluate",
-        lambda p: [
-            {k: v for k, v in p["built"].items() if k != "ran_in"},  # what was built, not where
-            p["plan"].source_hash,
-            p["plan"].suites_hash,
-            p["plan"].profile,
-            p["plan"].eval_env,
-            p["plan"].device,
-            p["plan"].devices,
+        lambda plan, built: [
+            built.what(),  # what was built, not where
+            plan.source_hash,
+            plan.suites_hash,
+            plan.profile,
+            plan.eval_env,
+            plan.device,
+            plan.devices,
             # a sequential evaluation stops where the floors are decided: it depends on gates.yaml
-            *([p["plan"].gates_hash, p["plan"].tenants] if p["plan"].sequential else []),
+            *([plan.gates_hash, plan.tenants] if plan.sequential else []),
         ],
     ),
     persist_result=True,
     retries=_RETRIES,
     retry_condition_fn=_only_transient,
 )
-def evaluate_artifact(plan: RunPlan, built: dict[str, Any]) -> dict[str, Any]:
+def evaluate_artifact(plan: RunPlan, built: BuiltArtifact) -> Evaluated:
     """Evaluate one built artifact against the cached reference (``quantgate eval --plan``)."""
-    target = built["target"]
-    out = plan.eval_part(target)
-    with _heavy_stage(plan, f"evaluate {target}", f"eval-{target}") as stage:
-        _step(plan, stage, f"eval-{target}", [*_eval_args(plan, out), "--targets", target])
-        summary = read_summary(out)
-        stage.done(_suites(summary, target))
-    return {
-        "name": target,
-        "dir": str(out),
-        "summary": summary,
-        "ran_in": _where(),
-    }
+    out = plan.eval_part(built.target)
+    with _heavy_stage(plan, f"evaluate {built.target}", f"eval-{built.target}") as stage:
+        _step(plan, stage, f"eval-{built.target}", [*_eval_args(plan, out), "--targets", built.target])
+        part = _evaluated(built.target, out)
+        stage.done(_suites(part))
+    return part
 
 
 @task(name="baselines", retries=_RETRIES, retry_condition_fn=_only_transient)
-def find_baselines(root: str, model: str, build_keys: dict[str, str | None]) -> dict[str, Any]:
+def find_baselines(root: str, model: str, build_keys: dict[str, str | None]) -> Baselines:
     """The version the registry approves per (target, tenant) today, with its gate report: looked up
     on every run (never cached) and handed to the gate, whose cache key includes it. A version
     with the build key of this run's artifact is this artifact and no baseline, so a repeated run
@@ -308,31 +355,30 @@ def find_baselines(root: str, model: str, build_keys: dict[str, str | None]) -> 
     from quantgate.gate import from_registry
     from quantgate.publish import RegistryConfig
 
-    return from_registry(RegistryConfig.from_env(Path(root)), model, build_keys).model_dump(mode="json")
+    return from_registry(RegistryConfig.from_env(Path(root)), model, build_keys)
 
 
 @task(
     name="gate",
     cache_key_fn=_keyed(
         "gate",
-        lambda p: [
-            p["plan"].gates_hash,
-            p["plan"].tenants,
-            p["plan"].model_class,
-            p["evaluations"],
-            p["baselines"],
+        lambda plan, evaluations, baselines: [
+            plan.gates_hash,
+            plan.tenants,
+            plan.model_class,
+            [e.model_dump(mode="json") for e in evaluations],
+            baselines.model_dump(mode="json"),
         ],
     ),
     persist_result=True,
 )
-def gate_run(plan: RunPlan, evaluations: list[dict[str, Any]], baselines: dict[str, Any]) -> dict[str, Any]:
+def gate_run(plan: RunPlan, evaluations: list[Evaluated], baselines: Baselines) -> Gated:
     """Merge the evaluations, judge every (artifact, tenant) (against ``baselines``, the approved
     versions), write report.json/md/html."""
     from quantgate.evaluate import merge_evaluations
-    from quantgate.gate import Baselines
 
     plan.confirm_own()
-    merged = merge_evaluations([Path(e["dir"]) for e in evaluations], plan.eval_dir)
+    merged = merge_evaluations([e.dir for e in evaluations], plan.eval_dir)
     return _gate_and_report(
         merged,
         Path(plan.gates),
@@ -342,48 +388,66 @@ def gate_run(plan: RunPlan, evaluations: list[dict[str, Any]], baselines: dict[s
         artifacts_dir=plan.artifacts_dir,
         model=plan.model,
         tenants=plan.tenants,
-        baselines=Baselines.model_validate(baselines),
+        baselines=baselines,
     )
 
 
-def _gate_and_report(eval_dir: Path, gates: Path, root: Path, report_dir: Path, **options) -> dict[str, Any]:
-    """Gate ``eval_dir`` and write report.json/md/html; the report payload and the paths."""
+def _gate_and_report(
+    eval_dir: Path,
+    gates: Path,
+    root: Path,
+    report_dir: Path,
+    *,
+    artifacts_dir: Path,
+    tenants: list[str] | None,
+    model_class: str | None = None,
+    model: str | None = None,
+    baselines: Baselines | None = None,
+    registry: Any = None,
+) -> Gated:
+    """Gate ``eval_dir`` and write report.json/md/html; the decision and the paths."""
     from quantgate.gate import gate_results, write_report_json
     from quantgate.report import write_reports
 
-    decision = gate_results(eval_dir, gates, root, **options)
+    decision = gate_results(
+        eval_dir,
+        gates,
+        root,
+        model_class=model_class,
+        artifacts_dir=artifacts_dir,
+        model=model,
+        tenants=tenants,
+        baselines=baselines,
+        registry=registry,
+    )
     report_json = write_report_json(decision, report_dir, eval_dir)
-    written = write_reports(decision.payload(), report_dir)
-    return {
-        "report": decision.payload(),
-        "paths": {"json": str(report_json), **{kind: str(path) for kind, path in written.items()}},
-    }
+    written = write_reports(decision, report_dir)
+    return Gated(report=decision, paths=ReportPaths.model_validate({"json_path": report_json, **written}))
 
 
 @task(name="publish", retries=_RETRIES, retry_condition_fn=_only_transient)
-def publish_artifacts(root: str, report_json: str, artifacts_dir: str) -> dict[str, Any]:
+def publish_artifacts(root: str, report_json: Path, artifacts_dir: Path) -> PublishOutcome:
     """Register every artifact; aliases only for the tenants the gate approved (``publish``)."""
     from quantgate.publish import RegistryConfig, publish_report
 
-    config = RegistryConfig.from_env(Path(root))
-    return publish_report(Path(report_json), Path(artifacts_dir), config).to_dict()
+    return publish_report(report_json, artifacts_dir, RegistryConfig.from_env(Path(root)))
 
 
 @task(
     name="repair",
     cache_key_fn=_keyed(
         "repair",
-        lambda p: [
-            p["plan"].source_hash,
-            p["plan"].target_hashes,
-            p["plan"].gates_hash,
-            p["plan"].suites_hash,
-            p["verdicts"],
+        lambda plan, report_json, verdicts: [
+            plan.source_hash,
+            plan.target_hashes,
+            plan.gates_hash,
+            plan.suites_hash,
+            [v.model_dump(mode="json") for v in verdicts],
         ],
     ),
     persist_result=True,
 )
-def repair_failed(plan: RunPlan, report_json: str, verdicts: list[dict[str, str]]) -> dict[str, Any]:
+def repair_failed(plan: RunPlan, report_json: Path, verdicts: list[VerdictRow]) -> RepairOutcome:
     """Search variants for the failed (target, tenant) pairs marked ``repair`` (``quantgate repair
     --plan``, a heavy step: it builds and evaluates); repair.json, and the report re-rendered with it."""
     from quantgate.errors import StepFailed, StepTimeout
@@ -399,7 +463,7 @@ def repair_failed(plan: RunPlan, report_json: str, verdicts: list[dict[str, str]
         "--artifacts",
         str(plan.artifacts_dir),
         "--report",
-        report_json,
+        str(report_json),
         "--out",
         str(out),
     ]
@@ -412,96 +476,41 @@ def repair_failed(plan: RunPlan, report_json: str, verdicts: list[dict[str, str]
             if exc.exit_code != 1 or not (out / "repair.json").is_file():
                 raise
         stage.done("searched", f"results: {out / 'repair.json'}")
-    return json.loads((out / "repair.json").read_text())
+    return RepairOutcome.model_validate_json((out / "repair.json").read_bytes())
 
 
 @task(name="withdraw", retries=_RETRIES, retry_condition_fn=_only_transient)
-def withdraw_approvals(root: str, report_json: str, artifacts_dir: str) -> dict[str, list[str]]:
+def withdraw_approvals(root: str, report_json: Path, artifacts_dir: Path) -> dict[str, list[str]]:
     """A failed run: take ``approved-<tenant>`` off registered versions that now fail it."""
     from quantgate.publish import RegistryConfig, withdraw_failed
 
-    return withdraw_failed(Path(report_json), Path(artifacts_dir), RegistryConfig.from_env(Path(root)))
+    return withdraw_failed(report_json, artifacts_dir, RegistryConfig.from_env(Path(root)))
 
 
 @flow(name="build-and-gate", validate_parameters=True)
-def build_and_gate(
-    checkpoint: str | None = None,
-    targets: list[str] | None = None,
-    tenants: list[str] | None = None,
-    profile: str = "smoke",
-    publish: bool = True,
-    out: str = "runs",
-    suites: list[str] | None = None,
-    gates: str | None = None,
-    max_heavy: int = 1,
-    step_timeout_s: float = 6 * 3600,
-    sequential: bool = SEQUENTIAL_DEFAULT,
-    repair: bool = False,
-    calibration: str | None = None,
-    data_dir: str | None = None,
-    cache_dir: str | None = None,
-    root: str | None = None,
-    device: str = "cpu",
-    devices: str = "all",
-    max_memory: str | None = None,
-    verbose: bool = False,
-) -> State[Any]:
+def build_and_gate(request: RunRequest) -> State[Any]:
     """Build, evaluate, gate and publish every target of one source checkpoint.
 
-    ``checkpoint``: a local directory or an ``s3://bucket/prefix`` URI (default: the embedded
-    SmolLM2-135M-Instruct). ``targets``: override the model class's targets. ``tenants``: gate
-    only these. ``max_heavy``: heavy steps (builds, evaluations) running at once, across every
-    flow run on the same Prefect server (0: no limit). ``sequential`` (the default, as on the
-    command line): each artifact's suites stop once every floor on them is decided
-    (``evaluate/sequential.py``); False: the fixed design.
-    ``repair``: each failed (target, tenant) marked ``repair`` in gates.yaml searches for the
-    smallest variant that passes (``quantgate.repair``); chosen variants are published with the run.
-    ``calibration``, ``data_dir``, ``cache_dir``, ``root``: as ``quantgate build`` and ``eval`` take
-    them (default: the calibration set in the project, ``$QUANTGATE_DATA``, ``$QUANTGATE_CACHE``,
-    ``$QUANTGATE_ROOT`` or the checkout). ``device``: "cpu" or "cuda" (``quantgate.devices``), where
-    every build and evaluation step computes; ``devices``: how many of them one evaluation spreads
-    the model over ("all" or a count, as ``quantgate eval --devices``). Both are in the plan and
-    the evaluation keys. ``max_memory``: what each evaluation may keep on its device, the other
-    layers offloaded (``quantgate eval --max-memory``); in the plan, not in the keys.
-    ``verbose``: relay every line each step prints (and Prefect's line per task state) to the
-    console, as ``quantgate run --verbose``; without it, a few lines per stage (``console``).
+    ``request`` (``RunRequest``) is everything the run is asked: the checkpoint (a local directory
+    or an ``s3://bucket/prefix`` URI; default: the embedded SmolLM2-135M-Instruct), the targets
+    (default: the model class's), the tenants gated, the suites, the profile, whether to publish and
+    to repair, where the steps compute, and the rest of ``quantgate run``'s options, each meaning
+    what it means there (``quantgate run --help``). A deployment passes it as ``{"request": {...}}``,
+    validated against ``RunRequest`` before the run starts (a typo or a wrong type names its field).
+    Ends in the gate's outcome: ``Completed`` when every required artifact passed some tenant,
+    ``Failed`` otherwise; either way with ``<out>/outcome.json`` (``RunOutcome``).
     """
-    from quantgate import paths
-
-    project = Path(root).resolve() if root else paths.project_root()
-    cache = Path(cache_dir).resolve() if cache_dir else paths.cache_dir()
     run_id = str(flow_run.id)
-    options = {
-        "checkpoint": checkpoint,
-        "targets": targets,
-        "tenants": tenants,
-        "suites": suites,
-        "profile": profile,
-        "root": project,
-        "gates": Path(gates) if gates else None,
-        "cache": cache,
-        "data_dir": Path(data_dir) if data_dir else _data_dir(),
-        "calibration": Path(calibration) if calibration else None,
-        "out": Path(out),
-        "step_timeout_s": step_timeout_s,
-        "max_heavy": max_heavy,
-        "sequential": sequential,
-        "run_id": run_id,
-        "device": "cuda" if device == "cuda" else "cpu",
-        "devices": devices,
-        "max_memory": max_memory,
-        "verbose": verbose,
-    }
-    console.quiet_prefect(verbose)
-    with out_lock.held(Path(out), run_id):  # the run owns --out from before it plans to its outcome
-        (Path(out) / OUTCOME).unlink(missing_ok=True)  # only this run's outcome may be reported
-        plan = plan_run(options)
+    console.quiet_prefect(request.verbose)
+    with out_lock.held(request.out, run_id):  # the run owns --out from before it plans to its outcome
+        (request.out / OUTCOME).unlink(missing_ok=True)  # only this run's outcome may be reported
+        plan = plan_run(request, run_id)
         if isinstance(plan, PlanRefused):
             return Failed(message=f"refused: {plan.problem}", data=plan)
-        heavy_slots.ensure_limit(max_heavy)
+        heavy_slots.ensure_limit(request.max_heavy)
         heavy_slots.reclaim_expired(get_run_logger().info)
         with _steps_stopped_on_signal():
-            return _pipeline(plan, publish, repair)
+            return _pipeline(plan, request.publish, request.repair)
 
 
 def _pipeline(plan: RunPlan, publish: bool, repair: bool = False) -> State[Any]:
@@ -536,73 +545,75 @@ def _pipeline(plan: RunPlan, publish: bool, repair: bool = False) -> State[Any]:
                 build_failures[target] = future.state.message or "build failed"
     reference.wait()
     _say_if_cached(reference.state, "evaluate source")
-    parts = [reference.result()]  # a failed reference fails the flow: nothing can be gated
-    eval_failures = {}
+    source = reference.result()  # a failed reference fails the flow: nothing can be gated
+    parts, eval_failures = [], {}
     for evaluation, built in zip(evaluations, built_results, strict=True):
         evaluation.wait()
-        _say_if_cached(evaluation.state, f"evaluate {built['target']}")
+        _say_if_cached(evaluation.state, f"evaluate {built.target}")
         if evaluation.state.is_completed():
             parts.append(evaluation.result())
         else:
             eval_failures[evaluation.task_run_id] = evaluation.state.message or "evaluation failed"
-    parts = [parts[0], *sorted(parts[1:], key=lambda e: e["name"])]
-    baselines = find_baselines(plan.root, plan.model, {b["target"]: b["build_key"] for b in built_results})
+    parts = [source, *sorted(parts, key=lambda e: e.name)]
+    baselines = find_baselines(plan.root, plan.model, {b.target: b.build_key for b in built_results})
     with console.Stage(console.run_logger(), "gate") as stage:
         gated = gate_run(plan, parts, baselines)
-        stage.done("judged", _judged(gated["report"]))
-    report = gated["report"]
-    repaired = None
-    if repair:
-        verdicts = [{k: v[k] for k in ("artifact", "tenant", "verdict")} for v in report["verdicts"]]
-        repaired = repair_failed(plan, gated["paths"]["json"], verdicts)
-    _report_artifacts(plan, report, gated["paths"])
+        stage.done("judged", gated.judged())
+    verdicts = [
+        VerdictRow(artifact=v.artifact, tenant=v.tenant, verdict=v.verdict) for v in gated.report.verdicts
+    ]
+    repaired = repair_failed(plan, gated.paths.json_path, verdicts) if repair else None
+    _report_artifacts(plan, gated, verdicts)
     # a failed run publishes nothing: no version of it may be mistaken for a release
-    failing = [a for a in report["required"] if not report["approvals"].get(a)]
+    failing = gated.failing()
     published = None
     if publish and not (failing or build_failures or eval_failures):
         _confirm_built(plan, built_results)
         with console.Stage(console.run_logger(), "publish") as stage:
-            published = publish_artifacts(plan.root, gated["paths"]["json"], str(plan.artifacts_dir))
-            published["repaired"] = [
-                publish_artifacts(plan.root, f"{where}/publish/report.json", f"{where}/artifacts")
-                for where in _chosen_variants(repaired)
-            ]
-            stage.done("registered", f"{len(published.get('artifacts', []))} artifacts")
+            registered = publish_artifacts(plan.root, gated.paths.json_path, plan.artifacts_dir)
+            published = Published(
+                registered=registered,
+                repaired=[
+                    publish_artifacts(plan.root, where / "publish" / "report.json", where / "artifacts")
+                    for where in _chosen_variants(repaired)
+                ],
+            )
+            stage.done("registered", f"{len(registered.artifacts)} artifacts")
     elif publish:
         logger.warning("not publishing: the run failed its gate")
-        published = {
-            "withdrawn": withdraw_approvals(plan.root, gated["paths"]["json"], str(plan.artifacts_dir))
-        }
-    outcome = {
-        "model": plan.model,
-        "model_class": plan.model_class,
-        "source_hash": plan.source_hash,
-        "targets": plan.targets,
-        "approvals": report["approvals"],
-        "required": report["required"],
-        "exit_code": report["exit_code"] or (1 if build_failures or eval_failures else 0),
-        "build_failures": build_failures,
-        "evaluation_failures": list(eval_failures.values()),
-        "verdicts": [{k: v[k] for k in ("artifact", "tenant", "verdict")} for v in report["verdicts"]],
-        "reports": gated["paths"],
-        "published": published,
-        "repair": repaired,
-        "out": plan.out,
-        "flow_run_id": str(flow_run.id),
-        "flow_ran_in": _where(),
-        "task_runner": _task_runner_name(),
-        "tasks_ran_in": sorted({r["ran_in"] for r in [*built_results, *parts]}),
-    }
-    write_json(Path(plan.out) / OUTCOME, outcome)
+        published = Published(
+            withdrawn=withdraw_approvals(plan.root, gated.paths.json_path, plan.artifacts_dir)
+        )
+    outcome = RunOutcome(
+        model=plan.model,
+        model_class=plan.model_class,
+        source_hash=plan.source_hash,
+        targets=plan.targets,
+        builds=built_results,
+        build_failures=build_failures,
+        evaluations=parts,
+        evaluation_failures=list(eval_failures.values()),
+        approvals=gated.report.approvals,
+        required=gated.report.required,
+        verdicts=verdicts,
+        reports=gated.paths,
+        repair=repaired,
+        published=published,
+        exit_code=gated.report.exit_code or (1 if build_failures or eval_failures else 0),
+        out=Path(plan.out),
+        flow_run_id=str(flow_run.id),
+        flow_ran_in=_where(),
+        task_runner=_task_runner_name(),
+        tasks_ran_in=sorted({*(b.ran_in for b in built_results), *(e.ran_in for e in parts)}),
+    )
+    write_json(Path(plan.out) / OUTCOME, outcome.model_dump(mode="json"))
     if failing or build_failures or eval_failures:
         reasons = [f"required artifacts passing no tenant: {', '.join(failing)}"] if failing else []
         reasons += [f"build {t} failed" for t in build_failures] + [
             f"{len(eval_failures)} evaluation(s) failed"
         ] * bool(eval_failures)
-        return Failed(message="; ".join(reasons) + f" (report: {gated['paths'].get('md')})", data=outcome)
-    return Completed(
-        message=f"every required artifact passed (report: {gated['paths'].get('md')})", data=outcome
-    )
+        return Failed(message="; ".join(reasons) + f" (report: {gated.paths.md})", data=outcome)
+    return Completed(message=f"every required artifact passed (report: {gated.paths.md})", data=outcome)
 
 
 def _say_if_cached(state: State[Any], label: str) -> None:
@@ -611,38 +622,26 @@ def _say_if_cached(state: State[Any], label: str) -> None:
         console.run_logger().info(f"{label}: from the cache (the same inputs as an earlier run)")
 
 
-def _judged(report: dict[str, Any]) -> str:
-    """The gate's key result: how many verdicts, of which kind ('9 verdicts: 6 pass, 3 fail')."""
-    kinds = Counter(v["verdict"] for v in report["verdicts"])
-    counts = ", ".join(f"{n} {verdict}" for verdict, n in kinds.most_common())
-    return f"{len(report['verdicts'])} verdicts: {counts}" if counts else "no verdicts"
-
-
-def _confirm_built(plan: RunPlan, built: list[dict[str, Any]]) -> None:
+def _confirm_built(plan: RunPlan, built: list[BuiltArtifact]) -> None:
     """Before publishing: the plan on disk is this run's, and each artifact is what this run built
     (its files' digest as the build step returned it); InputError (exit 2) otherwise."""
-    from quantgate.artifact import require_manifest
-    from quantgate.errors import InputError
-
     plan.confirm_own()
     for result in built:
-        where = plan.artifacts_dir / result["target"]
-        manifest = require_manifest(where)
-        files = digest({rel: entry.sha256 for rel, entry in manifest.files.items()})
-        if (manifest.build_key, files) != (result["build_key"], result["files"]):
+        now = _built_artifact(plan, result.target)
+        if (now.build_key, now.files) != (result.build_key, result.files):
             raise InputError(
-                where,
+                plan.artifacts_dir / result.target,
                 "is not the artifact this run built and evaluated (rebuilt or replaced since)",
                 "give each quantgate run its own --out; this run published nothing",
             )
 
 
-def _chosen_variants(repaired: dict[str, Any] | None) -> list[str]:
+def _chosen_variants(repaired: RepairOutcome | None) -> list[Path]:
     """The variant directories a repair chose for some tenant (repair.json), each once."""
-    if not repaired:
+    if repaired is None:
         return []
-    found = {t["variant"] for r in repaired["targets"] for t in r["tenants"] if t.get("variant")}
-    return sorted(found)
+    found = {t.variant for r in repaired.targets for t in r.tenants if t.variant}
+    return [Path(v) for v in sorted(found)]
 
 
 @flow(name="regate", validate_parameters=True)
@@ -678,11 +677,11 @@ def _regate_locked(
         tenants=tenants,
         registry=RegistryConfig.from_env(root),
     )
-    report_json, exit_code = gated["paths"]["json"], gated["report"]["exit_code"]
+    report_json, exit_code = gated.paths.json_path, gated.report.exit_code
     if publish and exit_code == 0:
-        publish_artifacts(str(root), report_json, str(out_dir / "artifacts"))
+        publish_artifacts(str(root), report_json, out_dir / "artifacts")
     elif publish:  # a failed gate publishes nothing, but withdraws the approvals it no longer gives
-        withdraw_approvals(str(root), report_json, str(out_dir / "artifacts"))
+        withdraw_approvals(str(root), report_json, out_dir / "artifacts")
     if exit_code:
         return Failed(
             message=f"required artifacts pass no tenant under the new floors (report: {report_json})"
@@ -706,21 +705,12 @@ def _task_runner_name() -> str:
     return type(context.task_runner).__name__
 
 
-def _data_dir() -> Path | None:
-    import os
-
-    return Path(os.environ["QUANTGATE_DATA"]) if os.environ.get("QUANTGATE_DATA") else None
-
-
-def _report_artifacts(plan: RunPlan, report: dict[str, Any], paths: dict[str, str]) -> None:
+def _report_artifacts(plan: RunPlan, gated: Gated, verdicts: list[VerdictRow]) -> None:
     """The report in Prefect's UI: the Markdown report, the verdict table, a link to the HTML."""
     key = "quantgate-" + re.sub(r"[^a-z0-9-]+", "-", plan.model.lower()).strip("-")
-    md = Path(paths["md"]).read_text() if "md" in paths else ""
+    md = gated.paths.md.read_text() if gated.paths.md else ""
     create_markdown_artifact(md, key=f"{key}-report", description=f"gate report for {plan.model}")
-    rows = [
-        {"artifact": v["artifact"], "tenant": v["tenant"], "verdict": v["verdict"]}
-        for v in report["verdicts"]
-    ]
+    rows = [v.model_dump() for v in verdicts]
     create_table_artifact(rows, key=f"{key}-verdicts", description="verdict per (artifact, tenant)")
-    if "html" in paths:
-        create_link_artifact(Path(paths["html"]).as_uri(), link_text="report.html", key=f"{key}-html")
+    if gated.paths.html:
+        create_link_artifact(gated.paths.html.as_uri(), link_text="report.html", key=f"{key}-html")

@@ -420,8 +420,13 @@ def resolve_plan(
 
 def make_plan(*, progress: Progress = SILENT, **options: Any) -> RunPlan:
     """A run's plan: ``resolve_plan`` with every part (``options`` are its own), the output directory
-    stamped and ``<out>/plan.json`` written. Bad input raises before anything is written in ``out``."""
-    plan = resolve_plan(progress=progress, **options)
+    stamped and ``<out>/plan.json`` written. Bad input raises before anything is written in ``out``.
+    (The flow makes its plan from its ``RunRequest`` field by field: ``flow.plan_of``.)"""
+    return stamped(resolve_plan(progress=progress, **options), progress)
+
+
+def stamped(plan: RunPlan, progress: Progress = SILENT) -> RunPlan:
+    """A resolved plan with its output directory stamped, written to ``<out>/plan.json``."""
     plan = plan.model_copy(update={"stamp": output_stamp(Path(plan.out))})
     write_plan(plan)
     progress.log(f"plan: {len(plan.builds)} targets, {len(plan.suites)} suites -> {plan.file}")

@@ -8,7 +8,6 @@ processes anyway), or on Dask to fan builds and evaluations out over a cluster.
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import signal
 import threading
@@ -16,9 +15,13 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from prefect.states import State
+
 from quantgate.errors import QuantgateError
 from quantgate.orchestrate import heavy_slots, out_lock, reaper
-from quantgate.orchestrate.flow import OUTCOME, PlanRefused, build_and_gate
+from quantgate.orchestrate.flow import PlanRefused, build_and_gate
+from quantgate.orchestrate.outcome import OUTCOME, RunOutcome
+from quantgate.orchestrate.request import RunRequest
 
 
 def task_runner(dask_workers: int = 0, dask_address: str | None = None):
@@ -35,14 +38,18 @@ def task_runner(dask_workers: int = 0, dask_address: str | None = None):
     )
 
 
-def run_flow(*, dask_workers: int = 0, dask_address: str | None = None, **parameters: Any):
-    """Run ``build_and_gate(**parameters)``; returns ``(outcome dict or None, final state)``.
+def run_flow(
+    request: RunRequest, *, dask_workers: int = 0, dask_address: str | None = None
+) -> tuple[RunOutcome | None, State[Any]]:
+    """Run ``build_and_gate(request)``; its outcome (None when the run ended without one) and its
+    final state. ``dask_workers``/``dask_address``: where its tasks run (``task_runner``), which is
+    how the run is carried out, not part of what it is asked.
 
     Raises the run's own ``QuantgateError`` (bad input, say) so the command line exits with
     its code and message rather than a Prefect traceback.
     """
     _stop_cleanly()
-    out = Path(parameters.get("out", "runs")).resolve()
+    out = request.out.resolve()
     logs_before = (out / "logs").exists()
     # held before anything is removed or started: another run on this --out is refused here (exit 2),
     # and the outcome read at the end is this run's (the flow takes the same lock again)
@@ -54,10 +61,9 @@ def run_flow(*, dask_workers: int = 0, dask_address: str | None = None, **parame
         os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
         heavy_slots.use_file_leases()
         with patient_ephemeral_server():
-            state = flow_fn(**parameters, return_state=True)
-        outcome_path = out / OUTCOME
-        if outcome_path.exists():
-            return json.loads(outcome_path.read_text()), state
+            state = flow_fn(request, return_state=True)
+        if (out / OUTCOME).exists():
+            return RunOutcome.read(out), state
         error = state.result(raise_on_failure=False)
         if isinstance(error, PlanRefused):  # bad input: nothing of this run stays in --out
             _forget_plan_log(out, logs_before)

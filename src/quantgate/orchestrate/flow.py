@@ -62,6 +62,9 @@ if TYPE_CHECKING:
 
 __all__ = ["OUTCOME", "PlanRefused", "build_and_gate", "plan_of", "regate"]
 _RETRIES = 2
+# the form of the cached tasks' results (2: typed, ``outcome.py``; 1: dicts): in every cache key, so
+# that a result persisted in another form is never served to this code
+_RESULT_FORM = 2
 
 
 def _only_transient(_task, _task_run, state) -> bool:
@@ -81,7 +84,8 @@ def _keyed(kind: str, key_of: Callable[..., list[Any]]):
 
     def cache_key(_context, parameters: dict[str, Any]) -> str:
         plan: RunPlan = parameters["plan"]
-        return f"quantgate-{kind}-" + digest(kind, plan.stamp, plan.tools_hash, *key_of(**parameters))
+        parts = key_of(**parameters)
+        return f"quantgate-{kind}-" + digest(kind, _RESULT_FORM, plan.stamp, plan.tools_hash, *parts)
 
     return cache_key
 

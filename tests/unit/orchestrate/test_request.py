@@ -112,10 +112,14 @@ def test_a_bad_option_of_quantgate_run_is_one_usage_error_naming_the_option():
         RunRequest(step_timeout_s=float("inf"))
     error = usage_error(caught.value)
     assert error.exit_code == 2
-    assert str(error) == "--step-timeout: inf is not a time limit. Fix: pass a finite number of seconds above 0"
+    assert (
+        str(error) == "--step-timeout: inf is not a time limit. Fix: pass a finite number of seconds above 0"
+    )
     with pytest.raises(ValidationError) as caught:
         RunRequest(max_heavy=-1)
-    assert str(usage_error(caught.value)).startswith("--max-heavy: Input should be greater than or equal to 0")
+    assert str(usage_error(caught.value)).startswith(
+        "--max-heavy: Input should be greater than or equal to 0"
+    )
 
 
 def test_the_checkpoint_and_every_other_field_reach_the_plan(tiny_llama, repo_root, tmp_path):

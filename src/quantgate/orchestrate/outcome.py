@@ -89,11 +89,9 @@ class Published(FrozenRecord):
     repaired: list[PublishOutcome] = []
     withdrawn: dict[str, list[str]] = {}  # registered model -> aliases taken off
 
-    def aliases(self) -> dict[str, list[str]] | None:
-        """artifact -> the aliases publish pointed at its version; None when nothing was published."""
-        if self.registered is None:
-            return None
-        return {a.artifact: a.aliases for a in self.registered.artifacts}
+    def aliases(self) -> dict[str, list[str]]:
+        """artifact -> the aliases publish pointed at its version (none when the run withdrew instead)."""
+        return {a.artifact: a.aliases for a in self.registered.artifacts} if self.registered else {}
 
 
 class RunOutcome(FrozenRecord):

@@ -17,7 +17,8 @@ worktree of an older commit) and prints one line per figure:
 - the house drawn module by module with every arrow, not only the imports that run: those under
   ``if TYPE_CHECKING:`` and those made by string (a constant naming a quantgate module,
   ``"quantgate.x.y"`` or ``"quantgate.x.y:Name"``, as ``importlib.import_module`` and the plugin
-  registries take them; import-linter sees neither, the layer test does, through this module).
+  registries take them, and the modules a plugin registry imports by its decorator's names;
+  import-linter sees neither kind, the layer test does, through this module).
   ``from quantgate.pkg import Name`` points at the module ``pkg/__init__`` takes ``Name`` from. Its
   figures: circles (groups of more than one module that reach each other), the largest one's
   size, arrows running back up (an import of a module in a higher layer of pyproject's layers
@@ -171,6 +172,15 @@ def long_functions(mods: dict[str, Path], limit: int = 80) -> list[str]:
     return found
 
 
+# calls that import the module a string names, or hand it to what will
+LOADERS = {"import_module", "find_spec", "PluginRegistry", "Registry", "EntryPoint", "lazy_exports"}
+
+
+def _callee(call: ast.Call) -> str:
+    func = call.func
+    return func.id if isinstance(func, ast.Name) else func.attr if isinstance(func, ast.Attribute) else ""
+
+
 _NAMED = re.compile(r"quantgate(\.\w+)+(:[\w.]+)?")
 
 
@@ -180,7 +190,12 @@ def every_import(mods: dict[str, Path], module: str) -> list[tuple[str, int, str
     tree = ast.parse(mods[module].read_text())
     running = {id(n) for n in runtime_nodes(tree)}
     out: list[tuple[str, int, str]] = []
-    passed = {id(a) for n in ast.walk(tree) if isinstance(n, ast.Call) for a in [*n.args, *(k.value for k in n.keywords)]}
+    passed = {
+        id(a)
+        for n in ast.walk(tree)
+        if isinstance(n, ast.Call) and _callee(n) in LOADERS
+        for a in [*n.args, *(k.value for k in n.keywords)]
+    }
     for node in ast.walk(tree):
         if isinstance(node, ast.Import | ast.ImportFrom):
             how = "run" if id(node) in running else "type"
@@ -188,11 +203,34 @@ def every_import(mods: dict[str, Path], module: str) -> list[tuple[str, int, str
                 out.append((target, line, how))
         elif isinstance(node, ast.Constant) and isinstance(node.value, str) and _NAMED.fullmatch(node.value):
             named, _, attr = node.value.partition(":")
-            # a module handed to a call (import_module, a registry) or a "module:attr" reference;
-            # not a tag or a metric name that happens to read like one
+            # a module handed to what imports it (import_module, a registry) or a "module:attr"
+            # reference; not a tag, a log label or a metric name that happens to read like one
             if named in mods and (attr or id(node) in passed):
                 out.append((named, node.lineno, "string"))
+    for call in ast.walk(tree):
+        if isinstance(call, ast.Call) and _callee(call) == "PluginRegistry" and len(call.args) >= 4:
+            out += [(m, call.lineno, "string") for m in _registered(mods, module, call.args[2], call.args[3])]
     return out
+
+
+def _registered(mods: dict[str, Path], module: str, package: ast.expr, decorator: ast.expr) -> list[str]:
+    """The modules a plugin registry imports by name: those of its package that use its decorator
+    (``@decorator("name")``); the package given as a constant, ``__name__`` or its parent."""
+    if isinstance(package, ast.Constant):
+        name = str(package.value)
+    elif isinstance(package, ast.Name) and package.id == "__name__":
+        name = module
+    elif "__name__" in ast.unparse(package):
+        name = module.rpartition(".")[0]
+    else:
+        return []
+    if not isinstance(decorator, ast.Constant) or name not in mods:
+        return []
+    return [
+        m
+        for m, path in mods.items()
+        if m.rpartition(".")[0] == name and f"{decorator.value}(" in path.read_text()
+    ]
 
 
 def _resolved(mods: dict[str, Path], module: str, node: ast.AST) -> list[tuple[str, str | None, int]]:
@@ -224,9 +262,14 @@ def _source_of(mods: dict[str, Path], package: str, name: str) -> str:
     if mods[package].name != "__init__.py":
         return package
     for node in ast.walk(ast.parse(mods[package].read_text())):
-        if isinstance(node, ast.ImportFrom) and node.module and any(a.name == name for a in node.names):
-            if not node.level and node.module in mods and node.module != package:
-                return node.module
+        if (
+            isinstance(node, ast.ImportFrom)
+            and not node.level
+            and node.module in mods
+            and node.module != package
+            and any(a.name == name for a in node.names)
+        ):
+            return str(node.module)
     return package
 
 

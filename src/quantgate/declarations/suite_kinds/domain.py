@@ -47,6 +47,7 @@ class DomainSpec(SuiteSpec):
 class DomainDeclaration(SuiteDeclaration):
     """The ``domain`` kind as configuration sees it."""
 
+    spec: DomainSpec
     spec_model = DomainSpec
 
     @property

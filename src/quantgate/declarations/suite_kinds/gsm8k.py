@@ -44,6 +44,7 @@ class Gsm8kSpec(SuiteSpec):
 class Gsm8kDeclaration(SuiteDeclaration):
     """The ``gsm8k`` kind as configuration sees it."""
 
+    spec: Gsm8kSpec
     spec_model = Gsm8kSpec
 
     def metrics(self) -> dict[str, Metric]:

@@ -50,6 +50,7 @@ class HumanEvalSpec(SuiteSpec):
 class HumanEvalDeclaration(SuiteDeclaration):
     """The ``humaneval`` kind as configuration sees it."""
 
+    spec: HumanEvalSpec
     spec_model = HumanEvalSpec
 
     def metrics(self) -> dict[str, Metric]:

@@ -87,6 +87,7 @@ class LongChainSpec(SuiteSpec):
 class LongChainDeclaration(SuiteDeclaration):
     """The ``long_chain`` kind as configuration sees it."""
 
+    spec: LongChainSpec
     spec_model = LongChainSpec
 
     def items(self, profile: str) -> int:

@@ -106,6 +106,7 @@ class TextSpec(SuiteSpec):
 class TextDeclaration(SuiteDeclaration):
     """The ``text`` kind as configuration sees it."""
 
+    spec: TextSpec
     spec_model = TextSpec
 
     def items(self, profile: str) -> int:

@@ -53,11 +53,12 @@ def main() -> None:
     from lm_eval.models.huggingface import HFLM
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
+    from quantgate.declarations.suite_kinds.text import TextSizes
     from quantgate.embedded.smollm2 import default_checkpoint
     from quantgate.evaluate.data import DataDir, load_text
     from quantgate.evaluate.scoring import build_reference, score
     from quantgate.evaluate.suites import load_suite
-    from quantgate.evaluate.suites.text import TextSizes, windows
+    from quantgate.evaluate.suites.text import windows
     from quantgate.numerics.load import load_source_for_eval
     from quantgate.paths import cache_dir, project_root
 

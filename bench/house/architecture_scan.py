@@ -8,20 +8,34 @@ worktree of an older commit) and prints one line per figure:
 - cross-stage private imports: an import that runs (at any depth of a module, function-local
   ones included; not those under ``if TYPE_CHECKING:``, which name types and never run), by one stage or by a top-level module of another stage's module or of a name its
   ``__init__`` does not list in ``__all__``. A stage is a package directly under
-  ``src/quantgate``; ``config`` counts as one like the others, ``stats`` does not (a library of
-  public modules, ``bounds`` and ``sequence``, below every stage). pyproject's import-linter
+  ``src/quantgate``; ``config`` counts as one like the others, ``stats`` and ``declarations`` do not
+  (libraries of public modules below every stage: ``stats.bounds``, a suite kind's declaration
+  ``declarations.suite_kinds.text``). pyproject's import-linter
   contracts check the same rule (tests/unit/test_layers.py); this script counts, for a table.
 - cycles: the strongly connected groups of the stage graph (top-level modules are one node each)
   of the same imports, and the stage pairs that import each other.
 - functions over 80 lines (``def`` to its last line) and the largest module.
+- the house drawn module by module with every arrow, not only the imports that run: those under
+  ``if TYPE_CHECKING:`` and those made by string (a constant naming a quantgate module,
+  ``"quantgate.x.y"`` or ``"quantgate.x.y:Name"``, as ``importlib.import_module`` and the plugin
+  registries take them, and the modules a plugin registry imports by its decorator's names;
+  import-linter sees neither kind, the layer test does, through this module).
+  ``from quantgate.pkg import Name`` points at the module ``pkg/__init__`` takes ``Name`` from. Its
+  figures: circles (groups of more than one module that reach each other), the largest one's
+  size, arrows running back up (an import of a module in a higher layer of pyproject's layers
+  contract), modules at the package root, and the largest room (a package of src/quantgate, the
+  root modules together, or bench/ or scripts/, by lines).
 
-``--list`` prints every private import and every long function as well.
+``--list`` prints every private import and every long function as well, and every circle and
+arrow running back up.
 """
 
 from __future__ import annotations
 
 import argparse
 import ast
+import re
+import tomllib
 from collections import defaultdict
 from pathlib import Path
 
@@ -90,9 +104,13 @@ def imports(mods: dict[str, Path], module: str) -> list[tuple[str, str | None, i
     return out
 
 
+# libraries of public modules below every stage: each module is imported by its own path
+LIBRARIES = {"quantgate.stats", "quantgate.declarations"}
+
+
 def private_imports(mods: dict[str, Path]) -> list[str]:
     """Every import of another stage's module, or of a name its ``__init__`` does not export."""
-    stages = {m for m in mods if m.count(".") == 1 and mods[m].name == "__init__.py"} - {"quantgate.stats"}
+    stages = {m for m in mods if m.count(".") == 1 and mods[m].name == "__init__.py"} - LIBRARIES
     found = []
     for module, path in mods.items():
         for target, name, line in imports(mods, module):
@@ -159,6 +177,153 @@ def long_functions(mods: dict[str, Path], limit: int = 80) -> list[str]:
     return found
 
 
+# calls that import the module a string names, or hand it to what will
+LOADERS = {"import_module", "find_spec", "PluginRegistry", "Registry", "EntryPoint", "lazy_exports"}
+
+
+def _callee(call: ast.Call) -> str:
+    func = call.func
+    return func.id if isinstance(func, ast.Name) else func.attr if isinstance(func, ast.Attribute) else ""
+
+
+_NAMED = re.compile(r"quantgate(\.\w+)+(:[\w.]+)?")
+
+
+def every_import(mods: dict[str, Path], module: str) -> list[tuple[str, int, str]]:
+    """(imported module, line, how) for every quantgate import of ``module``: ``run`` (executed),
+    ``type`` (under ``if TYPE_CHECKING:``) or ``string`` (a constant naming a module)."""
+    tree = ast.parse(mods[module].read_text())
+    running = {id(n) for n in runtime_nodes(tree)}
+    out: list[tuple[str, int, str]] = []
+    passed = {
+        id(a)
+        for n in ast.walk(tree)
+        if isinstance(n, ast.Call) and _callee(n) in LOADERS
+        for a in [*n.args, *(k.value for k in n.keywords)]
+    }
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import | ast.ImportFrom):
+            how = "run" if id(node) in running else "type"
+            for target, _, line in _resolved(mods, module, node):
+                out.append((target, line, how))
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str) and _NAMED.fullmatch(node.value):
+            named, _, attr = node.value.partition(":")
+            # a module handed to what imports it (import_module, a registry) or a "module:attr"
+            # reference; not a tag, a log label or a metric name that happens to read like one
+            if named in mods and (attr or id(node) in passed):
+                out.append((named, node.lineno, "string"))
+    for call in ast.walk(tree):
+        if isinstance(call, ast.Call) and _callee(call) == "PluginRegistry" and len(call.args) >= 4:
+            out += [(m, call.lineno, "string") for m in _registered(mods, module, call.args[2], call.args[3])]
+    return out
+
+
+def _registered(mods: dict[str, Path], module: str, package: ast.expr, decorator: ast.expr) -> list[str]:
+    """The modules a plugin registry imports by name: those of its package that use its decorator
+    (``@decorator("name")``); the package given as a constant, ``__name__`` or its parent."""
+    if isinstance(package, ast.Constant):
+        name = str(package.value)
+    elif isinstance(package, ast.Name) and package.id == "__name__":
+        name = module
+    elif "__name__" in ast.unparse(package):
+        name = module.rpartition(".")[0]
+    else:
+        return []
+    if not isinstance(decorator, ast.Constant) or name not in mods:
+        return []
+    return [
+        m
+        for m, path in mods.items()
+        if m.rpartition(".")[0] == name and f"{decorator.value}(" in path.read_text()
+    ]
+
+
+def _resolved(mods: dict[str, Path], module: str, node: ast.AST) -> list[tuple[str, str | None, int]]:
+    """The modules one import statement reaches: ``from pkg import Name`` is the module that
+    ``pkg/__init__`` takes ``Name`` from, where it names one."""
+    is_package = mods[module].name == "__init__.py"
+    found: list[tuple[str, str | None, int]] = []
+    if isinstance(node, ast.Import):
+        return [(a.name, None, node.lineno) for a in node.names if a.name in mods]
+    assert isinstance(node, ast.ImportFrom)
+    base = node.module or ""
+    if node.level:
+        anchor = module.split(".")[: len(module.split(".")) - node.level + (1 if is_package else 0)]
+        base = ".".join(anchor + ([base] if base else []))
+    if base.split(".")[0] != PACKAGE:
+        return []
+    for alias in node.names:
+        sub = f"{base}.{alias.name}"
+        if sub in mods:
+            found.append((sub, None, node.lineno))
+        elif base in mods:
+            found.append((_source_of(mods, base, alias.name), alias.name, node.lineno))
+    return found
+
+
+def _source_of(mods: dict[str, Path], package: str, name: str) -> str:
+    """The module a package's ``__init__`` imports ``name`` from (its lazy exports name it under
+    ``if TYPE_CHECKING:``), or the package itself."""
+    if mods[package].name != "__init__.py":
+        return package
+    for node in ast.walk(ast.parse(mods[package].read_text())):
+        if (
+            isinstance(node, ast.ImportFrom)
+            and not node.level
+            and node.module in mods
+            and node.module != package
+            and any(a.name == name for a in node.names)
+        ):
+            return str(node.module)
+    return package
+
+
+def layer_of(pyproject: Path) -> dict[str, int]:
+    """Top-level package or module -> its layer (0 the top) in the layers contract."""
+    config = tomllib.loads(pyproject.read_text())["tool"]["importlinter"]
+    layers = next(c for c in config["contracts"] if c["type"] == "layers")["layers"]
+    out = {}
+    for i, layer in enumerate(layers):
+        for name in re.split(r"[|:]", layer):
+            out[f"{PACKAGE}.{name.strip().strip('()')}"] = i
+    return out
+
+
+def house(root: Path, mods: dict[str, Path]) -> dict[str, object]:
+    """The module graph with every arrow (run, type, string) and its figures."""
+    graph: dict[str, set[str]] = defaultdict(set)
+    arrows: list[tuple[str, str, int, str]] = []
+    for module in mods:
+        graph[module]
+        for target, line, how in every_import(mods, module):
+            if target != module:
+                graph[module].add(target)
+                arrows.append((module, target, line, how))
+    layers = layer_of(root / "pyproject.toml")
+    up = sorted(
+        {
+            f"{mods[a].relative_to(root)}:{line}: {a} -> {b} ({how})"
+            for a, b, line, how in arrows
+            if node_of(a) in layers and node_of(b) in layers and layers[node_of(b)] < layers[node_of(a)]
+        }
+    )
+    circles = sorted(strongly_connected(graph), key=len, reverse=True)
+    rooms: dict[str, int] = defaultdict(int)
+    for module, path in mods.items():
+        room = node_of(module) if path.parent != root / "src" / PACKAGE else f"{PACKAGE} (root modules)"
+        rooms[room] += len(path.read_text().splitlines())
+    for extra in ("bench", "scripts"):
+        rooms[extra] = sum(len(p.read_text().splitlines()) for p in (root / extra).rglob("*.py"))
+    at_root = [p for p in (root / "src" / PACKAGE).glob("*.py") if p.name != "__init__.py"]
+    return {
+        "circles": circles,
+        "up": up,
+        "at_root": len(at_root),
+        "rooms": rooms,
+        "kinds": {how: sum(1 for *_, h in arrows if h == how) for how in ("run", "type", "string")},
+    }
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--root", type=Path, default=Path(__file__).resolve().parents[2])
@@ -178,8 +343,22 @@ def main() -> None:
     print(
         f"largest module: {largest[1].relative_to(args.root)} ({len(largest[1].read_text().splitlines())} lines)"
     )
+    drawn = house(args.root, mods)
+    circles, rooms = drawn["circles"], drawn["rooms"]
+    assert isinstance(circles, list) and isinstance(rooms, dict)
+    total = sum(rooms.values())
+    room, lines = max(rooms.items(), key=lambda kv: kv[1])
+    print(f"arrows drawn (run / type-only / by string): {drawn['kinds']}")
+    print(f"circles (modules that reach each other): {len(circles)}")
+    print(f"largest circle: {max((len(c) for c in circles), default=0)} modules")
+    print(f"arrows running back up: {len(drawn['up'])}")  # type: ignore[arg-type]
+    print(f"modules at the root: {drawn['at_root']}")
+    print(f"largest room: {room} ({lines} lines, {100 * lines / total:.0f} % of {total})")
     if args.list:
         print("\n".join(["", *private, "", *longs]))
+        for circle in circles:
+            print(f"circle of {len(circle)}: {' '.join(circle)}")
+        print("\n".join(drawn["up"]))  # type: ignore[arg-type]
 
 
 if __name__ == "__main__":

@@ -7,10 +7,13 @@ class decorated with the registry's decorator (``@register("name")`` for engines
 stage's package; from outside, the same module in an installed distribution that names it under
 the registry's entry point group (``name = module:attr``). Nothing here is edited.
 
-Names are known before anything is imported: quantgate's own are read from the decorators in the
-stage's package (``declared``: ``ast``, on the first lookup), a plugin's from its distribution's
-metadata, and the module is imported when its name is first used. So configuration (which sits
-below the stages) can refuse an engine or suite kind that does not exist without importing one.
+Each registry lives in its stage (``quantize.engines.ENGINES``, ``evaluate.suites.KINDS``,
+``numerics.weights.WEIGHT_FORMATS``, ``numerics.formats.ACTIVATION_FORMATS`` and
+``KV_CACHE_FORMATS``); the suite kinds' declarations have one below configuration
+(``declarations.SUITE_KINDS``). Names are known before anything is imported: quantgate's own are
+read from the decorators in the stage's package (``declared``: ``ast``, on the first lookup), a
+plugin's from its distribution's metadata, and the module is imported when its name is first used.
+Configuration checks names against ``quantgate.declarations`` alone and imports no stage.
 Every entry is checked against its extension point's protocol as it is registered, so a plugin
 that lacks a method is refused by name, not met later as an AttributeError.
 
@@ -28,19 +31,15 @@ from __future__ import annotations
 import ast
 import importlib
 import inspect
+from collections.abc import Iterable
 from importlib.metadata import EntryPoint, entry_points
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, TypeVar
 
 from typing_extensions import get_protocol_members, is_protocol
 
 from quantgate.errors import ConfigFileError
 from quantgate.registry import Registry
-
-if TYPE_CHECKING:
-    from quantgate.evaluate import SuiteKind
-    from quantgate.numerics.formats import ActivationFormat, KVCacheFormat
-    from quantgate.numerics.weights import WeightFormat
 
 _PACKAGE_DIR = Path(__file__).resolve().parent
 T = TypeVar("T")
@@ -155,6 +154,23 @@ def load_plugin(entry_point: EntryPoint) -> Any:
     raise ConfigFileError(_where(entry_point), f"cannot load: {problem}", _uninstall(entry_point))
 
 
+def installed(what: str, group: str) -> dict[str, EntryPoint]:
+    """The installed entry points of ``group`` by name; one name from two distributions is a
+    ConfigFileError naming both."""
+    found: dict[str, EntryPoint] = {}
+    for ep in entry_points(group=group):
+        other = found.get(ep.name)
+        if other is not None and _distribution(other) != _distribution(ep):
+            raise ConfigFileError(
+                f"entry point group {group}",
+                f"{what} '{ep.name}' is given by two distributions, {_distribution(other)} "
+                f"({other.value}) and {_distribution(ep)} ({ep.value})",
+                "uninstall one of them, or rename its entry point",
+            )
+        found[ep.name] = ep
+    return found
+
+
 class PluginRegistry(Registry[T]):
     """A registry whose names are quantgate's own (the ``@decorator("name")`` in ``package``'s
     modules, read on the first lookup and imported on first use), then the installed
@@ -180,20 +196,7 @@ class PluginRegistry(Registry[T]):
             self._declared = True
 
     def _plugins(self) -> dict[str, EntryPoint]:
-        """The installed entry points of ``group`` by name; one name from two distributions is a
-        ConfigFileError naming both."""
-        found: dict[str, EntryPoint] = {}
-        for ep in entry_points(group=self.group):
-            other = found.get(ep.name)
-            if other is not None and _distribution(other) != _distribution(ep):
-                raise ConfigFileError(
-                    f"entry point group {self.group}",
-                    f"{self.what} '{ep.name}' is given by two distributions, {_distribution(other)} "
-                    f"({other.value}) and {_distribution(ep)} ({ep.value})",
-                    "uninstall one of them, or rename its entry point",
-                )
-            found[ep.name] = ep
-        return found
+        return installed(self.what, self.group)
 
     def load_plugins(self) -> None:
         """Load every installed plugin of this extension point under the guard."""
@@ -230,46 +233,9 @@ class PluginRegistry(Registry[T]):
         return super().get(name, where)
 
 
-ENGINES: PluginRegistry[type] = PluginRegistry(
-    "engine",
-    "quantgate.engines",
-    "quantgate.quantize.engines",
-    "register",
-    "quantgate.quantize.engines:Engine",
-)
-SUITE_KIND_ENTRY_POINTS = "quantgate.suite_kinds"
-SUITE_KINDS: PluginRegistry[type[SuiteKind]] = PluginRegistry(
-    "suite kind",
-    SUITE_KIND_ENTRY_POINTS,
-    "quantgate.evaluate.suites",
-    "register",
-    "quantgate.evaluate.suites:SuiteKind",
-)
-WEIGHT_FORMATS: PluginRegistry[WeightFormat] = PluginRegistry(
-    "weight format",
-    "quantgate.weight_formats",
-    "quantgate.numerics",
-    "register_weights",
-    "quantgate.numerics.weights:WeightFormat",
-)
-ACTIVATION_FORMATS: PluginRegistry[ActivationFormat] = PluginRegistry(
-    "activation format",
-    "quantgate.activation_formats",
-    "quantgate.numerics",
-    "register_activation",
-    "quantgate.numerics.formats:ActivationFormat",
-)
-KV_CACHE_FORMATS: PluginRegistry[KVCacheFormat] = PluginRegistry(
-    "KV cache format",
-    "quantgate.kv_cache_formats",
-    "quantgate.numerics",
-    "register_kv_cache",
-    "quantgate.numerics.formats:KVCacheFormat",
-)
-
-
-def check_plugins() -> None:
+def check_plugins(points: Iterable[Any]) -> None:
     """Load every installed plugin of every extension point under the guard: the command line's
-    first act, so that a plugin that cannot load is exit 2, naming it, before any work."""
-    for registry in (ENGINES, SUITE_KINDS, WEIGHT_FORMATS, ACTIVATION_FORMATS, KV_CACHE_FORMATS):
-        registry.load_plugins()
+    first act, so that a plugin that cannot load is exit 2, naming it, before any work. ``points``:
+    anything with ``load_plugins()`` (a ``PluginRegistry``, a ``declarations.Declared``)."""
+    for point in points:
+        point.load_plugins()

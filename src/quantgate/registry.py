@@ -5,6 +5,10 @@ decorator) needs the same four behaviours everywhere, so they live here once: a 
 an error, entries may be lazy (``name -> "module"`` imported on first use, so that naming an
 engine does not import its heavy library), a lookup of an unknown name suggests the nearest
 one, and the error names where the name came from.
+
+A module imported lazily names its entry with ``mark("name")`` rather than calling the registry:
+the registry imports the module, the module never imports the registry, so the two do not form a
+circle (the layer test draws string imports too).
 """
 
 from __future__ import annotations
@@ -17,6 +21,18 @@ from quantgate.errors import ConfigFileError
 from quantgate.suggest import did_you_mean
 
 T = TypeVar("T")
+MARK = "__quantgate_registered_as__"
+
+
+def mark(name: str) -> Callable[[T], T]:
+    """Decorator: ``entry`` is what the name ``name`` stands for, in a module a registry imports by
+    name (``Registry.get`` finds it there). The module needs no registry to say so."""
+
+    def decorate(entry: T) -> T:
+        setattr(entry, MARK, name)
+        return entry
+
+    return decorate
 
 
 class Registry(Generic[T]):
@@ -50,7 +66,11 @@ class Registry(Generic[T]):
     def get(self, name: str, where: object = None) -> T:
         """The entry ``name`` (importing its module if lazy); unknown: ConfigFileError at ``where``."""
         if name not in self._entries and name in self._lazy:
-            importlib.import_module(self._lazy[name])
+            module = importlib.import_module(self._lazy[name])
+            for entry in list(vars(module).values()):  # the entry ``mark(name)`` names, defined there
+                own = getattr(entry, "__dict__", {})
+                if own.get(MARK) == name and getattr(entry, "__module__", None) == module.__name__:
+                    self.add(name, entry)
         if name not in self._entries:
             raise ConfigFileError(
                 None if where is None else str(where),

@@ -12,11 +12,15 @@ import sys
 import pytest
 import torch
 
+from quantgate import declarations
 from quantgate.config import Catalog
+from quantgate.declarations import SUITE_KINDS
 from quantgate.errors import ConfigFileError
-from quantgate.extensions import ACTIVATION_FORMATS, ENGINES, KV_CACHE_FORMATS, SUITE_KINDS, WEIGHT_FORMATS
+from quantgate.evaluate import KINDS
 from quantgate.numerics import kv_cache_format, kv_cache_formats
-from quantgate.quantize.engines import engine_class, register
+from quantgate.numerics.formats import ACTIVATION_FORMATS, KV_CACHE_FORMATS
+from quantgate.numerics.weights import WEIGHT_FORMATS
+from quantgate.quantize.engines import ENGINES, engine_class
 
 pytestmark = pytest.mark.unit
 
@@ -106,7 +110,13 @@ def installed(tmp_path, monkeypatch):
     (info / "METADATA").write_text("Metadata-Version: 2.1\nName: acme-plugin\nVersion: 0.1\n")
     (info / "entry_points.txt").write_text(ENTRY_POINTS)
     monkeypatch.syspath_prepend(str(site))
-    for registry in (ENGINES, SUITE_KINDS, KV_CACHE_FORMATS, WEIGHT_FORMATS):  # forgotten after the test
+    for registry in (
+        ENGINES,
+        SUITE_KINDS,
+        KINDS,
+        KV_CACHE_FORMATS,
+        WEIGHT_FORMATS,
+    ):  # forgotten after the test
         monkeypatch.setattr(registry, "_entries", dict(registry._entries))
     sys.modules.pop("acme_plugin", None)  # each test imports it afresh, registering anew
     yield
@@ -128,8 +138,10 @@ def test_an_engine_from_outside_is_found_by_name_and_a_recipe_may_name_it(instal
 
 
 def test_a_suite_kind_from_outside_is_found_by_name(installed):
-    assert "acme_rubric" in SUITE_KINDS.names()
-    assert SUITE_KINDS.get("acme_rubric").__name__ == "RubricKind"
+    """One class is the kind's declaration (configuration's registry) and its runner (evaluation's)."""
+    assert "acme_rubric" in SUITE_KINDS.names() and "acme_rubric" in KINDS.names()
+    assert SUITE_KINDS.get("acme_rubric") is KINDS.get("acme_rubric")
+    assert KINDS.get("acme_rubric").__name__ == "RubricKind"
 
 
 def test_a_numerics_format_from_outside_is_found_by_name_without_importing_its_module(installed):
@@ -164,7 +176,7 @@ def test_a_plugin_that_breaks_its_protocol_is_refused_by_name(installed):
         engine_class("acme.broken")
     message = str(info.value)
     assert "engine 'acme.broken'" in message and "acme_plugin:BrokenEngine" in message
-    assert "does not implement build(), which quantgate.quantize.engines.Engine requires" in message
+    assert "does not implement build(), which quantgate.quantize.engines.base.Engine requires" in message
     assert "acme.broken" not in ENGINES._entries
     with pytest.raises(
         ConfigFileError, match="suite kind 'acme_broken' is the class BrokenKind, not a subclass of"
@@ -181,7 +193,7 @@ def test_an_engine_registered_by_decorator_is_checked_too(installed):
         def build(self, job): ...
 
     with pytest.raises(ConfigFileError, match="engine 'acme.half' does not implement preflight()"):
-        register("acme.half")(Half)
+        ENGINES.register("acme.half")(Half)
 
 
 def test_quantgate_s_own_formats_are_declared_by_their_decorators_like_its_engines():
@@ -194,3 +206,27 @@ def test_quantgate_s_own_formats_are_declared_by_their_decorators_like_its_engin
             registry._lazy[name] == f"quantgate.numerics.{module}" for name in registry.names()
         )
         assert all(registry.get(name).name == name for name in registry.names())
+
+
+@pytest.mark.parametrize(
+    "declared, registry",
+    [
+        (declarations.ENGINES, ENGINES),
+        (declarations.WEIGHT_FORMATS, WEIGHT_FORMATS),
+        (declarations.ACTIVATION_FORMATS, ACTIVATION_FORMATS),
+        (declarations.KV_CACHE_FORMATS, KV_CACHE_FORMATS),
+    ],
+    ids=["engines", "weight formats", "activation formats", "KV cache formats"],
+)
+def test_configuration_s_names_are_the_stages_own(declared, registry):
+    """Configuration checks a recipe's engine and a target's formats against
+    ``quantgate.declarations`` without importing a stage: the names there are the stages' own."""
+    registry._own()
+    assert sorted(declared.builtin) == sorted(registry._lazy)
+
+
+def test_suite_kinds_declared_are_the_kinds_evaluation_runs():
+    """Every declaration has its runner, and every runner derives from its kind's declaration."""
+    assert SUITE_KINDS.names() == KINDS.names()
+    for name in KINDS.names():
+        assert issubclass(KINDS.get(name), SUITE_KINDS.get(name)), name

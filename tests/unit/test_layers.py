@@ -5,11 +5,19 @@ helpers keep one order (a module imports only what lies below it), no two packag
 other, and a stage's modules are imported by that stage alone: every other module goes through
 the stage's ``__init__``. Here they are run on the tree, and on a copy of it with a deliberate
 violation, which must fail naming the import; every name a stage's ``__init__`` lists must resolve.
+
+import-linter sees the imports that run. It does not see an import made by string
+(``importlib.import_module("quantgate.x")``, a plugin registry's ``"quantgate.x:Name"`` and the
+modules it imports by their decorators' names), and the contracts leave out those under
+``if TYPE_CHECKING:``. bench/house/architecture_scan.py draws the house with every arrow, those
+included: here it must show no circle and no arrow running back up the layers, and a string import
+or a type-only import planted upward must show.
 """
 
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import os
 import shutil
 import subprocess
@@ -27,6 +35,64 @@ STAGES = sorted(
     for p in (ROOT / "src" / "quantgate").glob("*/__init__.py")
     if p.parent.name != "stats"  # a library of public modules
 )
+
+
+def _scan():
+    """bench/house/architecture_scan.py as a module (bench is scripts, not a package)."""
+    spec = importlib.util.spec_from_file_location(
+        "architecture_scan", ROOT / "bench" / "house" / "architecture_scan.py"
+    )
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _house(project: Path) -> dict:
+    scan = _scan()
+    return scan.house(project, scan.modules(project / "src"))
+
+
+def test_the_house_counting_string_and_type_only_imports_has_no_circle_and_no_arrow_back_up():
+    drawn = _house(ROOT)
+    assert drawn["kinds"]["string"] > 0 and drawn["kinds"]["type"] > 0  # both kinds are drawn
+    assert drawn["circles"] == [], drawn["circles"]
+    assert drawn["up"] == [], drawn["up"]
+
+
+@pytest.mark.parametrize(
+    "module, line, named",
+    [
+        # configuration importing a stage by string, at run time
+        (
+            "config/suites.py",
+            '\n\ndef _late():\n    import importlib\n\n    return importlib.import_module("quantgate.evaluate.runner")\n',
+            "quantgate.config.suites -> quantgate.evaluate.runner (string)",
+        ),
+        # a helper naming a stage's type for the type checker only
+        (
+            "metrics.py",
+            "\nfrom typing import TYPE_CHECKING\n\nif TYPE_CHECKING:\n    from quantgate.gate import Before\n",
+            "quantgate.metrics -> quantgate.gate",
+        ),
+        # a registry below the stages naming a stage's protocol and package
+        (
+            "declarations/kinds.py",
+            '\nOTHER = PluginRegistry("x", "quantgate.x", "quantgate.evaluate.suites", "register", "quantgate.evaluate.suites.kind:SuiteKind")\n',
+            "quantgate.declarations.kinds -> quantgate.evaluate.suites.kind (string)",
+        ),
+    ],
+)
+def test_an_upward_string_or_type_only_import_shows(tmp_path, module, line, named):
+    shutil.copytree(ROOT / "src" / "quantgate", tmp_path / "src" / "quantgate")
+    shutil.copy(ROOT / "pyproject.toml", tmp_path / "pyproject.toml")
+    for extra in ("bench", "scripts"):
+        (tmp_path / extra).mkdir()
+    target = tmp_path / "src" / "quantgate" / module
+    target.write_text(target.read_text() + line)
+    drawn = _house(tmp_path)
+    assert any(named in arrow for arrow in drawn["up"]), drawn["up"]
+    assert drawn["circles"], "the planted arrow closes a circle through the stage's own imports"
 
 
 def _lint(project: Path) -> subprocess.CompletedProcess[str]:

@@ -45,9 +45,18 @@ def main() -> None:
     """Entry point: click handles usage errors (exit 2); quantgate's own errors exit with their code."""
     end_with_parent()  # a pipeline step ends with the run that started it
     try:
+        from quantgate.declarations import (
+            ACTIVATION_FORMATS,
+            ENGINES,
+            KV_CACHE_FORMATS,
+            SUITE_KINDS,
+            WEIGHT_FORMATS,
+        )
         from quantgate.extensions import check_plugins
 
-        check_plugins()  # a plugin that cannot load is exit 2 naming it, before any work
+        check_plugins(
+            [ENGINES, SUITE_KINDS, WEIGHT_FORMATS, ACTIVATION_FORMATS, KV_CACHE_FORMATS]
+        )  # a plugin that cannot load is exit 2 naming it, before any work
         app()
     except QuantgateError as exc:
         # one error, one line: a name holding a newline or an escape cannot forge or hide a line

@@ -3,8 +3,8 @@ of ``eval_suites/`` (``suites``), ``QUANTGATE_*`` settings (``environment``), an
 whose errors name ``file:line`` and the nearest valid key (``loader``).
 
 Config is immutable data checked once at the boundary, so a typo fails before any build. It sits
-below every stage and imports none: a recipe's engine and a suite's kind are checked against the
-registries of ``quantgate.extensions``. Other modules import the names listed here, not the modules.
+below every stage and imports none: a recipe's engine, a target's formats and a suite's kind are checked
+against ``quantgate.declarations``. Other modules import the names listed here, not the modules.
 """
 
 from typing import TYPE_CHECKING
@@ -24,7 +24,7 @@ if TYPE_CHECKING:
     )
     from quantgate.config.identity import content_digest, file_digest
     from quantgate.config.loader import load_model, project_of
-    from quantgate.config.suites import PROFILES, LoadedSuite, SuiteSpec, load_suite, load_suites, suite_names
+    from quantgate.config.suites import DeclaredSuite, declare_suite, declare_suites, suite_names
     from quantgate.config.targets import (
         ActivationNumerics,
         Catalog,
@@ -38,29 +38,27 @@ if TYPE_CHECKING:
     )
 
 __all__ = [
-    "PROFILES",
     "ActivationNumerics",
     "Catalog",
+    "DeclaredSuite",
     "Floor",
     "Frozen",
     "Gates",
     "KVCache",
-    "LoadedSuite",
     "Numerics",
     "Recipe",
     "RepairUpgrade",
-    "SuiteSpec",
     "Target",
     "Tenant",
     "WeightNumerics",
     "check_target_names",
     "content_digest",
+    "declare_suite",
+    "declare_suites",
     "expanded",
     "file_digest",
     "load_gates",
     "load_model",
-    "load_suite",
-    "load_suites",
     "overridden",
     "path_setting",
     "project_of",
@@ -80,12 +78,10 @@ __getattr__ = lazy_exports(
         "Frozen": "targets",
         "Gates": "gates",
         "KVCache": "targets",
-        "LoadedSuite": "suites",
+        "DeclaredSuite": "suites",
         "Numerics": "targets",
-        "PROFILES": "suites",
         "Recipe": "targets",
         "RepairUpgrade": "targets",
-        "SuiteSpec": "suites",
         "Target": "targets",
         "Tenant": "gates",
         "WeightNumerics": "targets",
@@ -93,8 +89,8 @@ __getattr__ = lazy_exports(
         "expanded": "environment",
         "load_gates": "gates",
         "load_model": "loader",
-        "load_suite": "suites",
-        "load_suites": "suites",
+        "declare_suite": "suites",
+        "declare_suites": "suites",
         "overridden": "environment",
         "path_setting": "environment",
         "project_of": "loader",

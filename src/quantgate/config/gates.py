@@ -24,15 +24,15 @@ from pydantic import (
 
 from quantgate.config.identity import content_digest
 from quantgate.config.loader import load_model, read_yaml
-from quantgate.config.suites import PROFILES
 from quantgate.config.targets import Catalog, KVCache
+from quantgate.declarations import PROFILES
 from quantgate.errors import ConfigFileError, UsageError
 from quantgate.frozen import Frozen
 from quantgate.stats import ItemRange
 from quantgate.suggest import did_you_mean, nearest
 
 if TYPE_CHECKING:
-    from quantgate.evaluate import SuiteKind
+    from quantgate.declarations import SuiteDeclaration
 
 FloorKind = Literal["max", "min", "max_delta_pct", "min_recovery", "max_regression"]
 FLOOR_KINDS: tuple[str, ...] = ("max", "min", "max_delta_pct", "min_recovery", "max_regression")
@@ -57,7 +57,7 @@ def _check_targets(names: list[str] | None, info: ValidationInfo) -> list[str] |
     return names
 
 
-def _suites(info: ValidationInfo) -> dict[str, SuiteKind]:
+def _suites(info: ValidationInfo) -> dict[str, SuiteDeclaration]:
     return (info.context or {}).get("suites") or {}
 
 
@@ -349,12 +349,12 @@ class Gates(Frozen):
         )
 
 
-def project_suites(catalog: Catalog) -> dict[str, SuiteKind]:
-    """The project's suites (``eval_suites/``), each validated by its kind from the registry."""
-    from quantgate.config.suites import load_suites
+def project_suites(catalog: Catalog) -> dict[str, SuiteDeclaration]:
+    """The project's suites (``eval_suites/``), each validated by its kind's declaration."""
+    from quantgate.config.suites import declare_suites
 
     directory = catalog.root / "eval_suites"
-    return {s.spec.name: s.runner for s in load_suites(directory)} if directory.is_dir() else {}
+    return {s.spec.name: s.declaration for s in declare_suites(directory)} if directory.is_dir() else {}
 
 
 _VALIDATED: dict[tuple[str, ...], Gates] = {}

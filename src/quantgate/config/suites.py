@@ -1,64 +1,34 @@
-"""Evaluation suites as configuration: ``eval_suites/<name>.yaml``, each validated by its kind.
+"""Evaluation suites as configuration: ``eval_suites/<name>.yaml``, each validated by its kind's
+declaration.
 
-A suite YAML names its ``kind``; the kind (found by name in ``quantgate.extensions.SUITE_KINDS``,
-its module imported on first use) brings the strict spec model the YAML is validated with and the
-runner that evaluates it. Here so that gates.yaml can be checked against the project's suites
-(``config.gates``) without configuration importing evaluation.
+A suite YAML names its ``kind``; the kind's declaration (found by name in
+``quantgate.declarations.SUITE_KINDS``, its module imported on first use) brings the strict spec
+model the YAML is validated with and what gates.yaml may name on it. Configuration imports no
+stage: what evaluates a suite is the evaluation stage's to find (``quantgate.evaluate.load_suites``).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
 
-from pydantic import Field
-
-from quantgate.config.identity import content_digest
 from quantgate.config.loader import load_model, read_yaml
+from quantgate.declarations import SUITE_KINDS, SuiteDeclaration, SuiteSpec
 from quantgate.errors import ConfigFileError, UsageError
-from quantgate.extensions import SUITE_KINDS
-from quantgate.frozen import Frozen
 from quantgate.suggest import did_you_mean
-
-if TYPE_CHECKING:
-    from quantgate.evaluate import SuiteKind
-
-PROFILES = ("smoke", "full")
-
-
-class SuiteSpec(Frozen):
-    """Fields every suite has; each kind adds its own, and its own per-profile sizes."""
-
-    version: int = 1
-    name: str
-    kind: str
-    description: str
-    seed: int = 0
-    metrics: list[str] = Field(description="the metric names this suite reports")
-
-    def sizes(self, profile: str) -> Any:
-        """This suite's sizes for ``profile``; an unknown profile is a UsageError."""
-        profiles = getattr(self, "profiles")  # noqa: B009 (each kind declares its own sizes model)
-        if profile not in profiles:
-            raise UsageError(
-                "--profile", f"suite '{self.name}' has no profile '{profile}'", f"use one of {list(profiles)}"
-            )
-        return profiles[profile]
 
 
 @dataclass(frozen=True)
-class LoadedSuite:
-    """One suite YAML, validated by its kind's spec model, with the kind's runner for it."""
+class DeclaredSuite:
+    """One suite YAML, validated by its kind's spec model, with the kind's declaration for it."""
 
     spec: SuiteSpec
     path: Path
-    runner: SuiteKind
-    spec_hash: str  # sha256 of the validated spec and what it reads: the reference cache key's suite part
+    declaration: SuiteDeclaration
 
 
-def load_suite(path: Path) -> LoadedSuite:
-    """Read one suite YAML, find its kind in the registry and validate it strictly."""
+def declare_suite(path: Path) -> DeclaredSuite:
+    """Read one suite YAML, find its kind's declaration and validate it strictly."""
     data, _ = read_yaml(path)
     kind = data.get("kind")
     if not isinstance(kind, str):
@@ -69,8 +39,7 @@ def load_suite(path: Path) -> LoadedSuite:
         raise ConfigFileError(
             path, f"name '{spec.name}' differs from the file name", f"set name: {path.stem}"
         )
-    runner = cls(spec, path)
-    return LoadedSuite(spec, path, runner, content_digest([spec, runner.inputs()]))
+    return DeclaredSuite(spec, path, cls(spec, path))
 
 
 def suite_names(directory: Path) -> list[str]:
@@ -78,10 +47,10 @@ def suite_names(directory: Path) -> list[str]:
     return sorted(p.stem for p in directory.glob("*.yaml"))
 
 
-def load_suites(directory: Path, names: list[str] | None = None) -> list[LoadedSuite]:
+def declare_suites(directory: Path, names: list[str] | None = None) -> list[DeclaredSuite]:
     """The named suites (every suite when ``names`` is None), each validated; a typo suggests the nearest."""
     known = suite_names(directory)
     for name in names or []:
         if name not in known:
             raise UsageError("--suites", f"unknown suite '{name}'", did_you_mean(name, known))
-    return [load_suite(directory / f"{name}.yaml") for name in (names or known)]
+    return [declare_suite(directory / f"{name}.yaml") for name in (names or known)]

@@ -65,14 +65,14 @@ class Numerics(Frozen):
     @field_validator("weights")
     @classmethod
     def _weight_format(cls, name: str) -> str:
-        from quantgate.extensions import WEIGHT_FORMATS  # names only: no numerics module is imported
+        from quantgate.declarations import WEIGHT_FORMATS  # names only: no numerics module is imported
 
         return _registered(name, WEIGHT_FORMATS.names(), "weight format")
 
     @field_validator("activations")
     @classmethod
     def _activation_format(cls, name: str) -> str:
-        from quantgate.extensions import ACTIVATION_FORMATS
+        from quantgate.declarations import ACTIVATION_FORMATS
 
         if name == ActivationNumerics.NONE:
             return name
@@ -200,7 +200,7 @@ class Recipe(Frozen):
     @classmethod
     def _registered(cls, name: str) -> str:
         """The registry is the one list of engines: a new engine needs no edit here."""
-        from quantgate.extensions import ENGINES  # names only: no engine module is imported
+        from quantgate.declarations import ENGINES  # names only: no engine module is imported
 
         if name not in ENGINES.names():
             raise ValueError(

@@ -14,25 +14,17 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel
 
 from quantgate.atomic import write_text
 from quantgate.config import expanded, path_setting
+from quantgate.declarations import DataSource
 from quantgate.errors import InputError
-from quantgate.frozen import Frozen
 from quantgate.hashing import sha256_file
 
 
 class MissingDataError(InputError):
     """An evaluation data set is neither in the data directory nor reachable on the hub."""
-
-
-class DataSource(Frozen):
-    """Where one data file comes from: a path in the data directory and its hub equivalent."""
-
-    local: str = Field(description="path relative to the data directory")
-    sha256: str | None = Field(None, pattern=r"^[0-9a-f]{64}$")
-    hub: dict[str, str] | None = Field(None, description="datasets.load_dataset args: path, name, split")
 
 
 @dataclass(frozen=True)

@@ -26,7 +26,7 @@ from quantgate.results import SuiteResultFile
 from quantgate.stats import ItemRange, sequence
 
 if TYPE_CHECKING:
-    from quantgate.evaluate import SuiteKind
+    from quantgate.declarations import SuiteDeclaration
 
 __all__ = ["Before", "evaluate_floor", "gate", "judge", "no_evidence"]
 
@@ -55,12 +55,12 @@ def _as_column(values: list[Any]) -> np.ndarray:
     return np.asarray(values, dtype=float)
 
 
-def _rows(suite: SuiteKind, result: SuiteResultFile) -> dict[str, Mapping[str, Any]]:
+def _rows(suite: SuiteDeclaration, result: SuiteResultFile) -> dict[str, Mapping[str, Any]]:
     return {str(r["item"]): record_columns(suite, r) for r in result.samples}
 
 
 def _aligned(
-    suite: SuiteKind, source: SuiteResultFile, artifact: SuiteResultFile, old: SuiteResultFile | None
+    suite: SuiteDeclaration, source: SuiteResultFile, artifact: SuiteResultFile, old: SuiteResultFile | None
 ) -> tuple[dict, dict, dict | None, int] | str:
     """Per-item columns of artifact, source and (a regression's) approved version, aligned by item;
     a string says what is missing or does not pair."""
@@ -98,9 +98,9 @@ def _item_order(key: str) -> tuple[int, int | str]:
     return (0, int(key)) if key.lstrip("-").isdigit() else (1, key)
 
 
-def _errors(suite: SuiteKind, source: SuiteResultFile, artifact: SuiteResultFile) -> str | None:
+def _errors(suite: SuiteDeclaration, source: SuiteResultFile, artifact: SuiteResultFile) -> str | None:
     """Why items of this suite could not be evaluated (no sandbox, harness error, missing data), as
-    the kind reads its records (``SuiteKind.item_error``) and its result counts them (``errors``);
+    the kind reads its records (``SuiteDeclaration.item_error``) and its result counts them (``errors``);
     None: every item was."""
     found = []
     for who, res in (("source", source), ("artifact", artifact)):
@@ -296,7 +296,7 @@ class _Records:
     """One floor's checked records, as the next step decides on them: the suite's measure, the
     paired records, the confidence left for this floor and what the sequential design used."""
 
-    suite: SuiteKind
+    suite: SuiteDeclaration
     measure: Metric
     source: SuiteResultFile
     artifact: SuiteResultFile
@@ -312,7 +312,7 @@ class _Records:
 
 def evaluate_floor(
     floor: Floor,
-    suite: SuiteKind | None,
+    suite: SuiteDeclaration | None,
     source: SuiteResultFile | Mapping[str, Any] | None,
     artifact: SuiteResultFile | Mapping[str, Any] | None,
     *,
@@ -351,7 +351,7 @@ def evaluate_floor(
 
 def _checked(
     context: _FloorContext,
-    suite: SuiteKind | None,
+    suite: SuiteDeclaration | None,
     source: SuiteResultFile | Mapping[str, Any] | None,
     artifact: SuiteResultFile | Mapping[str, Any] | None,
 ) -> _Records | FloorResult:
@@ -504,7 +504,7 @@ def _decided(context: _FloorContext, records: _Records, before: Before | None) -
 
 
 def _not_run(
-    context: _FloorContext, measure: Metric, suite: SuiteKind, source: SuiteResultFile, why: str
+    context: _FloorContext, measure: Metric, suite: SuiteDeclaration, source: SuiteResultFile, why: str
 ) -> FloorResult:
     """A floor on a suite evaluation skipped: what its plan says where its power was known from the
     source alone (it could not change the verdict), else ``not_run``, which fails as missing data would."""
@@ -545,7 +545,7 @@ def _not_run(
     return result("not_run", f"not run: {why}")
 
 
-def _as_columns(suite: SuiteKind, result: SuiteResultFile) -> dict:
+def _as_columns(suite: SuiteDeclaration, result: SuiteResultFile) -> dict:
     rows = _rows(suite, result)
     keys = sorted(rows, key=_item_order)
     names = list(rows[keys[0]]) if keys else []
@@ -606,7 +606,7 @@ def judge(
     tenant_name: str,
     tenant: Tenant,
     results: Results,
-    suites: Mapping[str, SuiteKind],
+    suites: Mapping[str, SuiteDeclaration],
     *,
     required: bool,
     baseline: tuple[BaselineRef, Callable[[Floor], Before]] | None = None,
@@ -693,7 +693,7 @@ Baselines = Mapping[tuple[str, str], tuple[BaselineRef, Callable[[Floor], Before
 def gate(
     results: Results,
     gates: Gates,
-    suites: Mapping[str, SuiteKind],
+    suites: Mapping[str, SuiteDeclaration],
     artifacts: list[str],
     required: set[str],
     *,

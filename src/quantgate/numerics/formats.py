@@ -5,7 +5,8 @@ Each format is a pure tensor function, registered under the name a target YAML u
 function plus ``@register_activation(name)`` or ``@register_kv_cache(name)``, in a module of
 this package or, from outside, in a module that an installed distribution names under the
 ``quantgate.activation_formats`` / ``quantgate.kv_cache_formats`` entry point; nothing central is
-edited (the registries are ``quantgate.extensions``', shared with engines and suite kinds).
+edited (the registries are this module's, of the type ``quantgate.extensions.PluginRegistry`` that
+engines and suite kinds share).
 Weight formats (how bytes on disk decode) live in ``weights.py`` under the same pattern.
 
 Arithmetic is float32, because that is what the serving kernels do: the dynamic scale, its
@@ -27,7 +28,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from quantgate.extensions import ACTIVATION_FORMATS, KV_CACHE_FORMATS
+from quantgate.extensions import PluginRegistry
 
 FP8_E4M3FN_MAX = 448.0  # torch.finfo(torch.float8_e4m3fn).max
 FP8_E4M3FNUZ_MAX = 240.0  # torch.finfo(torch.float8_e4m3fnuz).max
@@ -68,6 +69,22 @@ class KVCacheFormat:
     def quantize(self, x: Tensor, scale: Tensor | float = 1.0) -> Tensor:
         """``x`` as written to and read back from the cache at ``scale``."""
         return self.fn(x, scale)
+
+
+ACTIVATION_FORMATS: PluginRegistry[ActivationFormat] = PluginRegistry(
+    "activation format",
+    "quantgate.activation_formats",
+    __name__.rpartition(".")[0],
+    "register_activation",
+    f"{__name__}:ActivationFormat",
+)
+KV_CACHE_FORMATS: PluginRegistry[KVCacheFormat] = PluginRegistry(
+    "KV cache format",
+    "quantgate.kv_cache_formats",
+    __name__.rpartition(".")[0],
+    "register_kv_cache",
+    f"{__name__}:KVCacheFormat",
+)
 
 
 def register_activation(

@@ -9,7 +9,7 @@ lost to a bf16 rounding of ``w * scale`` that no kernel performs. A per-tensor g
 
 A new format is one function plus ``@register_weights(name, disk_format=..., required=...)``, in
 a module of this package or, from outside, in a module that an installed distribution names under
-the ``quantgate.weight_formats`` entry point (``quantgate.extensions.WEIGHT_FORMATS``).
+the ``quantgate.weight_formats`` entry point (``WEIGHT_FORMATS``).
 Unpacking follows compressed-tensors' own layout (its helpers and value tables), so the bit
 layout is the writer's.
 """
@@ -24,7 +24,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from quantgate.extensions import WEIGHT_FORMATS
+from quantgate.extensions import PluginRegistry
 
 
 @dataclass(frozen=True)
@@ -52,6 +52,15 @@ class WeightFormat:
 
 class WeightDecodeError(ValueError):
     """The tensors of one module do not fit its declared format (load.py names the file)."""
+
+
+WEIGHT_FORMATS: PluginRegistry[WeightFormat] = PluginRegistry(
+    "weight format",
+    "quantgate.weight_formats",
+    __name__.rpartition(".")[0],
+    "register_weights",
+    f"{__name__}:WeightFormat",
+)
 
 
 def register_weights(

@@ -50,7 +50,8 @@ from quantgate.progress import SILENT, Progress
 from quantgate.publish import aliases, approval, naming, signing, tracking
 from quantgate.publish.config import RegistryConfig
 from quantgate.publish.lineage import lineage_tags, run_metrics, run_params
-from quantgate.publish.store import ArtifactStore, Digest, join, open_store
+from quantgate.publish.store import ArtifactStore, Digest, join
+from quantgate.publish.stores import open_store
 from quantgate.report_schema import RECORDS_DIR, Report, read_report
 from quantgate.safe_path import safe_relpath
 

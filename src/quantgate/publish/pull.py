@@ -56,7 +56,8 @@ from quantgate.publish.pull_fleet import fetch_from_fleet
 from quantgate.publish.pull_release import ReleaseCheck
 from quantgate.publish.pull_store import file_problem_or_missing, store_manifest, store_torrent, tampered
 from quantgate.publish.resolve import Resolved, resolve
-from quantgate.publish.store import ArtifactStore, open_store, range_reader
+from quantgate.publish.store import ArtifactStore
+from quantgate.publish.stores import open_store, range_reader
 
 HASH_THREADS = 2  # hashing overlaps the downloads still in flight
 

@@ -18,7 +18,7 @@ from typing import Any
 from quantgate.errors import UnapprovedVersionError, UnknownModelError
 from quantgate.publish import naming, tracking
 from quantgate.publish.config import RegistryConfig
-from quantgate.publish.store import open_store
+from quantgate.publish.stores import open_store
 from quantgate.report_schema import MAX_REPORT_BYTES, RECORDS_DIR
 from quantgate.suggest import did_you_mean
 

@@ -8,7 +8,7 @@ byte of it is read (a manifest's signature, a gate report).
 The scheme picks the implementation: ``s3://`` talks to S3 through boto3 directly (parallel,
 multipart, with SHA-256 checksums the store keeps); a local path or ``file://`` copies; any
 other scheme MLflow understands (``mlflow-artifacts:``, ``gs://``, ...) goes through MLflow's
-own artifact repository, slower and verified by download.
+own artifact repository, slower and verified by download (``stores.open_store`` picks it).
 """
 
 from __future__ import annotations
@@ -17,10 +17,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
-from urllib.parse import urlparse
-
-from quantgate.fleet import RangeReader
-from quantgate.publish.config import RegistryConfig
 
 OnBytes = Callable[[int], None]
 OnFile = Callable[[str, Path], None]
@@ -56,31 +52,6 @@ class ArtifactStore(Protocol):
     def download(self, files: dict[str, int], dest: Path, on_file: OnFile, on_bytes: OnBytes) -> None:
         """Fetch ``files`` (relative path -> bytes) into ``dest``; ``on_file(rel, path)`` runs
         as each one completes. A file appears under its final name only when whole."""
-
-
-def open_store(uri: str, cfg: RegistryConfig) -> ArtifactStore:
-    """The store for ``uri``'s scheme: ``s3://``, a local path or ``file://``, else MLflow's."""
-    scheme = urlparse(uri).scheme
-    if scheme == "s3":
-        from quantgate.publish.s3_store import S3Store
-
-        return S3Store(uri, cfg)
-    if scheme in ("", "file"):
-        from quantgate.publish.local_store import LocalStore
-
-        return LocalStore(uri)
-    from quantgate.publish.mlflow_store import MlflowStore
-
-    return MlflowStore(uri, cfg)
-
-
-def range_reader(store: ArtifactStore) -> RangeReader | None:
-    """The store's reader of byte ranges, which the fleet's origin reads pieces with; None for a
-    store that cannot read ranges (MLflow's artifact repository: its versions pull whole files)."""
-    from quantgate.publish.local_store import LocalStore
-    from quantgate.publish.s3_store import S3Store
-
-    return store.read_range if isinstance(store, S3Store | LocalStore) else None
 
 
 def join(uri: str, rel: str) -> str:

@@ -18,8 +18,8 @@ import pytest
 
 from quantgate.config.gates import Floor, load_gates
 from quantgate.config.loader import read_yaml
+from quantgate.declarations.suite_kinds.humaneval import SandboxLimits
 from quantgate.errors import ConfigFileError
-from quantgate.evaluate.suites.humaneval import SandboxLimits
 from quantgate.publish.config import RegistrySettings
 from support.cli import quantgate as cli
 

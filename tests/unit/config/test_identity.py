@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 
 from quantgate.config.gates import load_gates
-from quantgate.config.suites import load_suite
 from quantgate.config.targets import Catalog
+from quantgate.evaluate.suites import load_suite
 
 pytestmark = pytest.mark.unit
 

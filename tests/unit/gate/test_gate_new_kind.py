@@ -18,6 +18,7 @@ import pytest
 
 from quantgate.config.gates import load_gates
 from quantgate.config.targets import Catalog
+from quantgate.declarations import SUITE_KINDS
 from quantgate.errors import ConfigFileError
 from quantgate.evaluate.suites import KINDS
 from quantgate.gate.run import gate_results
@@ -131,7 +132,8 @@ def _result(scores: np.ndarray) -> dict:
 def world(tmp_path, repo_root, monkeypatch):
     plugins = _plugin(tmp_path / "plugins")
     monkeypatch.syspath_prepend(str(plugins))
-    monkeypatch.setattr(KINDS, "_entries", dict(KINDS._entries))  # the kind is forgotten after the test
+    for registry in (KINDS, SUITE_KINDS):  # the kind is forgotten after the test
+        monkeypatch.setattr(registry, "_entries", dict(registry._entries))
     project = tmp_path / "project"
     shutil.copytree(repo_root / "targets", project / "targets")
     (project / "eval_suites").mkdir()

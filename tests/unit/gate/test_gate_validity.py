@@ -86,7 +86,8 @@ def test_damage_beyond_the_class_fails_the_floor_whenever_a_window_shows_it():
 
 def test_windows_are_drawn_at_random_from_the_whole_corpus_not_cut_from_its_start():
     """Finding 2: the windows were the first consecutive cuts of the corpus, the same every run."""
-    from quantgate.evaluate.suites.text import TextSizes, draw_windows
+    from quantgate.declarations.suite_kinds.text import TextSizes
+    from quantgate.evaluate.suites.text import draw_windows
 
     class Chars:  # a tokenizer of one token per character: positions are offsets in the text
         def __call__(self, text, add_special_tokens=False):

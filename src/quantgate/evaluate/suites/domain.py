@@ -12,45 +12,12 @@ import json
 import math
 import random
 import re
-from collections.abc import Mapping
-from typing import Any, Literal
-
-from pydantic import Field, PositiveInt
 
 from quantgate.config import file_digest
+from quantgate.declarations.suite_kinds.domain import DomainDeclaration, DomainSpec
 from quantgate.errors import ConfigFileError
 from quantgate.evaluate.paired import flip_metrics
-from quantgate.evaluate.suites import DECODE, EvalContext, SuiteKind, SuiteResult, SuiteSpec, register
-from quantgate.frozen import Frozen
-from quantgate.metrics import Metric, Sums, correctness, perplexity, require_evaluated
-
-PERPLEXITY = Metric(
-    False,
-    True,
-    "exp of the token-weighted mean NLL over items",
-    perplexity("nll"),
-    # per-item ranges for sequential evaluation, as the text suites declare them
-    sums=Sums(lambda a, s: a["nll"], lambda a, s: a["tokens"], (0.0, math.inf), log=True, weight="tokens"),
-)
-
-
-class DomainSizes(Frozen):
-    """One profile's sizes: items used, answer length, batch size."""
-
-    items: PositiveInt
-    max_new_tokens: PositiveInt = 64
-    batch_size: PositiveInt = 8
-
-
-class DomainSpec(SuiteSpec):
-    """A domain suite's YAML: its tenant, its JSONL, the metric, and how prompts are framed."""
-
-    kind: Literal["domain"]
-    tenant: str
-    data: str = Field(description="JSONL with prompt and reference, relative to the suite file")
-    metric: Literal["exact", "contains", "perplexity"]
-    prompt_format: Literal["chat", "raw"] = "chat"
-    profiles: dict[str, DomainSizes]
+from quantgate.evaluate.suites.kind import DECODE, EvalContext, SuiteKind, SuiteResult, register
 
 
 def _normalize(text: str) -> str:
@@ -64,7 +31,7 @@ def matches(metric: str, answer: str, reference: str) -> bool:
 
 
 @register("domain")
-class DomainSuite(SuiteKind):
+class DomainSuite(DomainDeclaration, SuiteKind):
     """A tenant's own (prompt, reference) set, scored by exact, contains or perplexity."""
 
     spec_model = DomainSpec
@@ -75,22 +42,6 @@ class DomainSuite(SuiteKind):
         return float(sizes.items * sizes.max_new_tokens) * DECODE
 
     spec: DomainSpec
-
-    @property
-    def tenant(self) -> str | None:
-        """The tenant this suite belongs to."""
-        return self.spec.tenant
-
-    def metrics(self) -> dict[str, Metric]:
-        """Perplexity for a perplexity suite, else accuracy and the paired flip measures."""
-        return {"perplexity": PERPLEXITY} if self.spec.metric == "perplexity" else correctness("accuracy")
-
-    def columns(self, sample: Mapping[str, Any]) -> dict[str, float]:
-        """An item's NLL and tokens (perplexity), or its correctness; ItemError for one not evaluated."""
-        require_evaluated(sample)
-        if self.spec.metric == "perplexity":
-            return {"nll": float(sample["nll"]), "tokens": float(sample["tokens"])}
-        return {"correct": float(bool(sample["correct"]))}
 
     def inputs(self) -> list[str]:
         """The items file's bytes: an edited question is a new suite."""

@@ -13,45 +13,15 @@ with ``"error"`` (not evaluated), never as a wrong answer, and counts in no metr
 from __future__ import annotations
 
 import random
-from collections.abc import Mapping
-from typing import Any, Literal
 
-from pydantic import NonNegativeInt, PositiveInt
-
-from quantgate.evaluate.data import DataSource, jsonl_file, load_jsonl_records
+from quantgate.declarations.suite_kinds.gsm8k import Gsm8kDeclaration, Gsm8kSpec
+from quantgate.evaluate.data import jsonl_file, load_jsonl_records
 from quantgate.evaluate.lmeval import run_task, task_config
 from quantgate.evaluate.paired import flip_metrics
-from quantgate.evaluate.suites import DECODE, EvalContext, SuiteKind, SuiteResult, SuiteSpec, register
-from quantgate.frozen import Frozen
-from quantgate.metrics import ERROR, Metric, correctness, item_error, require_evaluated
+from quantgate.evaluate.suites.kind import DECODE, EvalContext, SuiteKind, SuiteResult, register
+from quantgate.metrics import ERROR, item_error
 
 FILTERS = ("strict-match", "flexible-extract")  # lm-eval's gsm8k answer filters; both are reported
-
-
-class Gsm8kSizes(Frozen):
-    """One profile's sizes: items sampled, generation length, batch and context length."""
-
-    items: PositiveInt
-    max_gen_toks: PositiveInt = 256
-    batch_size: PositiveInt = 8
-    max_length: PositiveInt = 2048
-
-
-class Gsm8kData(Frozen):
-    """The test split (items) and the train split (lm-eval's few-shot exemplars)."""
-
-    test: DataSource
-    train: DataSource
-
-
-class Gsm8kSpec(SuiteSpec):
-    """A GSM8K suite's YAML: data, few-shot count, and the filter whose correctness is paired."""
-
-    kind: Literal["gsm8k"]
-    data: Gsm8kData
-    num_fewshot: NonNegativeInt = 5
-    primary_filter: Literal["strict-match", "flexible-extract"] = "flexible-extract"
-    profiles: dict[str, Gsm8kSizes]
 
 
 def item_records(logs: list[dict], items: list[int]) -> list[dict]:
@@ -77,7 +47,7 @@ def item_records(logs: list[dict], items: list[int]) -> list[dict]:
 
 
 @register("gsm8k")
-class Gsm8kSuite(SuiteKind):
+class Gsm8kSuite(Gsm8kDeclaration, SuiteKind):
     """GSM8K through lm-eval's task, accuracy and flips paired with the source.
 
     No ``subset`` (it runs all its items in the sequential design too): lm-eval draws each item's
@@ -93,15 +63,6 @@ class Gsm8kSuite(SuiteKind):
         return float(sizes.items) * (sizes.max_length / 2 + sizes.max_gen_toks * DECODE)
 
     spec: Gsm8kSpec
-
-    def metrics(self) -> dict[str, Metric]:
-        """Accuracy (a level) and the paired flip measures."""
-        return correctness("accuracy")
-
-    def columns(self, sample: Mapping[str, Any]) -> dict[str, float]:
-        """An item's correctness under the primary filter; ItemError for an item not evaluated."""
-        require_evaluated(sample)
-        return {"correct": float(bool(sample[f"correct_{self.spec.primary_filter}"]))}
 
     def _items(self, ctx: EvalContext) -> list[int]:
         total = len(load_jsonl_records(ctx.data, self.spec.data.test))

@@ -13,94 +13,16 @@ the deepest bin any trace reaches (``depth_tokens``, ``depth_agreement``), so th
 from __future__ import annotations
 
 import hashlib
-import math
-from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-from pydantic import Field, NonNegativeInt, PositiveInt
 
-from quantgate.evaluate.data import DataSource, load_jsonl_records
-from quantgate.evaluate.suites import DECODE, EvalContext, SuiteKind, SuiteResult, SuiteSpec, register
-from quantgate.frozen import Frozen
-from quantgate.metrics import (
-    Metric,
-    mean,
-    mean_sums,
-    require_evaluated,
-    weighted_mean,
-    weighted_sums,
-)
+from quantgate.declarations.suite_kinds.long_chain import LongChainDeclaration, LongChainSpec
+from quantgate.evaluate.data import load_jsonl_records
+from quantgate.evaluate.suites.kind import DECODE, EvalContext, SuiteKind, SuiteResult, register
 
 if TYPE_CHECKING:
     from quantgate.evaluate.scoring import Scores
-
-KLD_RANGE = (0.0, math.inf)  # a trace's mean KL: no natural bound (the floor's class bounds it, as text's)
-
-METRICS = {
-    "kld_mean": Metric(
-        False,
-        False,
-        "trace-token-weighted mean KL divergence",
-        weighted_mean("kld_mean", "trace_tokens"),
-        sums=weighted_sums("kld_mean", "trace_tokens", KLD_RANGE),
-    ),
-    "top1_agreement": Metric(
-        True,
-        False,
-        "trace-token-weighted top-1 agreement",
-        weighted_mean("top1_agreement", "trace_tokens"),
-        sums=weighted_sums("top1_agreement", "trace_tokens", (0.0, 1.0)),
-    ),
-    "agreement_at_depth": Metric(
-        True,
-        False,
-        "top-1 agreement in the deepest bin, weighted by each trace's tokens there",
-        weighted_mean("depth_agreement", "depth_tokens"),
-        sums=weighted_sums("depth_agreement", "depth_tokens", (0.0, 1.0)),
-    ),
-    "first_divergence_mean": Metric(
-        True,
-        False,
-        "mean free-running first divergence position",
-        mean("first_divergence"),
-        sums=mean_sums("first_divergence", (0.0, math.inf)),
-    ),
-}
-
-
-def acceptance(k: int) -> Metric:
-    """Draft acceptance with ``k`` draft tokens: a level (ratio floors apply), higher is better."""
-    return Metric(
-        True,
-        True,
-        f"draft tokens accepted per verification step with k={k}, per-trace mean weighted by trace tokens",
-        weighted_mean(f"accepted_k{k}", "trace_tokens"),
-        sums=weighted_sums(
-            f"accepted_k{k}", "trace_tokens", (0.0, float(k + 1))
-        ),  # tokens per step: at most k + 1
-    )
-
-
-class ChainSizes(Frozen):
-    """One profile's sizes: traces, tokens per trace, depth bins, batch size."""
-
-    traces: PositiveInt
-    trace_tokens: PositiveInt
-    bins: PositiveInt = 4
-    batch_size: PositiveInt = 4
-
-
-class LongChainSpec(SuiteSpec):
-    """A long-chain suite's YAML: question data, prompt template, draft sizes, top-k kept."""
-
-    kind: Literal["long_chain"]
-    data: DataSource
-    prompt: str = Field(description="template with {question}")
-    offset: NonNegativeInt = Field(0, description="first record used (keep clear of few-shot items)")
-    draft_k: list[PositiveInt] = Field(default_factory=lambda: [4])
-    top_k: PositiveInt = 32
-    profiles: dict[str, ChainSizes]
 
 
 def accepted_per_step(agree: list[bool], k: int) -> float:
@@ -131,14 +53,10 @@ def first_divergence(trace: list[int], generated: list[int]) -> int:
 
 
 @register("long_chain")
-class LongChainSuite(SuiteKind):
+class LongChainSuite(LongChainDeclaration, SuiteKind):
     """KL and agreement by depth on the source's greedy traces, divergence, draft acceptance."""
 
     spec_model = LongChainSpec
-
-    def items(self, profile: str) -> int:
-        """Traces: one per problem drawn."""
-        return int(self.spec.sizes(profile).traces)
 
     def cost(self, profile: str) -> float:
         """Each trace teacher-forced once and generated free-running to its length."""
@@ -146,23 +64,6 @@ class LongChainSuite(SuiteKind):
         return float(sizes.traces * sizes.trace_tokens) * (1.0 + DECODE)
 
     spec: LongChainSpec
-
-    def metrics(self) -> dict[str, Metric]:
-        """KL, agreement, first divergence (comparisons) and acceptance per draft size (levels)."""
-        return {**METRICS, **{f"acceptance_k{k}": acceptance(k) for k in self.spec.draft_k}}
-
-    def columns(self, sample: Mapping[str, Any]) -> dict[str, float]:
-        """A trace's tokens, mean KL, agreement, first divergence and acceptance per draft size."""
-        require_evaluated(sample)
-        cols = {
-            k: float(sample[k]) for k in ("trace_tokens", "kld_mean", "top1_agreement", "first_divergence")
-        }
-        for k in self.spec.draft_k:
-            cols[f"accepted_k{k}"] = float(sample[f"accepted_per_step_k{k}"])
-        for field in ("depth_tokens", "depth_agreement"):  # absent from records older than them
-            if field in sample:
-                cols[field] = float(sample[field])
-        return cols
 
     def _prompts(self, ctx: EvalContext, tokenizer) -> tuple[list[list[int]], dict[str, Any]]:
         """The prompts of ``traces`` problems drawn at random, without replacement, from the data past

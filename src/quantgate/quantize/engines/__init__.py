@@ -1,8 +1,8 @@
 """Build engines, one module each, found by the ``engine:`` name a recipe declares.
 
 A new engine is one module in this package with a class decorated by ``@register("name")``;
-nothing central is edited. The registry (``quantgate.extensions.ENGINES``, kept below config,
-which validates a recipe's engine name against it) learns the names by reading the modules'
+nothing central is edited. The registry (``ENGINES``; configuration checks a recipe's engine
+against ``quantgate.declarations.ENGINES``, which names the same engines) learns the names by reading the modules'
 decorators (``ast``, nothing imported), so a recipe's engine is validated without importing any
 engine's heavy library, and an engine's module is imported only when a build uses it.
 
@@ -12,49 +12,12 @@ and tokenize the calibration set once and reuse both for every target it builds 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Protocol
 
-from quantgate.config import KVCache
-from quantgate.extensions import ENGINES, declared
+from quantgate.extensions import PluginRegistry, declared
+from quantgate.quantize.engines.base import BuildJob, Engine, register
 
-if TYPE_CHECKING:
-    from quantgate.calibration import CalibrationSet
-    from quantgate.config import Recipe
-    from quantgate.intake import SourceRecord
-    from quantgate.progress import Progress
-
-
-@dataclass(frozen=True)
-class BuildJob:
-    """Everything one build needs; ``out_dir`` is a temporary directory the engine fills.
-
-    ``kv_cache``: the policy's KV cache for this build. An engine whose class sets
-    ``calibrates_kv_cache = True`` writes the FP8 KV scheme and scales itself when asked; for the
-    others the pipeline runs ``kv_calibration`` on what they wrote.
-    """
-
-    source: SourceRecord
-    recipe: Recipe
-    calibration: CalibrationSet | None
-    out_dir: Path
-    progress: Progress
-    kv_cache: KVCache = KVCache.BF16
-    device: str = "cpu"  # where calibration runs ("cpu" or "cuda")
-    cache_dir: Path | None = None  # the run's cache (--cache-dir); None: $QUANTGATE_CACHE or ~/.cache
-    # bytes a model calibrated whole may take on the GPU (--max-memory); None: 80 % of its free memory
-    max_memory: int | None = None
-
-
-class Engine(Protocol):
-    """What a registered engine class provides; one instance serves one build call."""
-
-    def preflight(self, source: SourceRecord, recipe: Recipe) -> None:
-        """Refuse, before any work, a recipe that cannot apply to this model as written."""
-
-    def build(self, job: BuildJob) -> None:
-        """Write a complete compressed-tensors checkpoint (with tokenizer) into job.out_dir."""
+__all__ = ["ENGINES", "BuildJob", "Engine", "declared_engines", "engine_class", "register"]
 
 
 def declared_engines(directory: Path, package: str) -> dict[str, str]:
@@ -62,7 +25,9 @@ def declared_engines(directory: Path, package: str) -> dict[str, str]:
     return declared(directory, package)
 
 
-register = ENGINES.register
+ENGINES: PluginRegistry[type] = PluginRegistry(
+    "engine", "quantgate.engines", __name__, "register", "quantgate.quantize.engines.base:Engine"
+)
 
 
 def engine_class(name: str, where: object = "recipe") -> type:

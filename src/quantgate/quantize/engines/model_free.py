@@ -22,8 +22,8 @@ from pathlib import Path
 from quantgate.config import Recipe
 from quantgate.errors import ConfigFileError
 from quantgate.intake import SourceRecord
-from quantgate.quantize.engines import BuildJob, register
 from quantgate.quantize.engines._logs import quiet
+from quantgate.quantize.engines.base import BuildJob, register
 from quantgate.quantize.preflight import check_group_sizes
 
 

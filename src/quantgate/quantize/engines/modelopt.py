@@ -27,7 +27,7 @@ from typing import Any
 from quantgate.config import KVCache, Recipe
 from quantgate.errors import BuildError, MissingDependencyError
 from quantgate.intake import SourceRecord
-from quantgate.quantize.engines import BuildJob, register
+from quantgate.quantize.engines.base import BuildJob, register
 from quantgate.quantize.kv_calibration import KV_CACHE_SCHEME
 
 # compressed-tensors' NVFP4 preset as llm-compressor writes it into config.json (observers are

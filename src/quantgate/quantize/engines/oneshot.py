@@ -19,8 +19,8 @@ from typing import Any
 from quantgate.config import KVCache, Recipe
 from quantgate.errors import BuildError, CalibrationError
 from quantgate.intake import SourceRecord
-from quantgate.quantize.engines import BuildJob, register
 from quantgate.quantize.engines._logs import quiet
+from quantgate.quantize.engines.base import BuildJob, register
 from quantgate.quantize.kv_calibration import with_kv_cache_scheme
 from quantgate.quantize.preflight import check_group_sizes
 from quantgate.units import format_bytes

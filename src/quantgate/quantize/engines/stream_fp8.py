@@ -25,8 +25,8 @@ from typing import Any
 from quantgate.config import Recipe
 from quantgate.errors import ConfigFileError, RecipeIncompatibleError
 from quantgate.intake import SafetensorsHeader, SourceRecord, TensorInfo, model_files, read_header
-from quantgate.quantize.engines import BuildJob, register
 from quantgate.quantize.engines._shard_io import DTYPES, OutTensor, ShardWriter, read_into
+from quantgate.quantize.engines.base import BuildJob, register
 from quantgate.quantize.engines.fp8_config import SCHEME, quantization_config
 from quantgate.quantize.preflight import weight_group_size
 

@@ -7,10 +7,11 @@ disagree about what was hashed.
 A file's digest is versioned (``FileEntry.scheme``). ``sha256`` is the plain SHA-256 of the bytes,
 what every record written before the scheme existed holds (a record without ``scheme`` means it).
 ``sha256-merkle-16k`` is BitTorrent v2's per-file root: SHA-256 over 16 KiB blocks, paired up to one
-root (the tree the fleet's torrents verify). Its subtrees hash independently, so one large file is
-hashed on every core instead of one; a source checkpoint is hashed with it (``SOURCE_SCHEME``: 8B in
-one 16 GB shard took 14 s on one core of an H200 worker). Verifying an entry always uses the entry's
-own scheme, so records written with either one keep verifying.
+root (the tree the fleet's torrents verify), its subtrees on threads. ``blake3`` is BLAKE3's own
+tree, on the ``blake3`` wheel's threads. Both spread one large file over every core, where sha256
+runs on one (8B in one 16 GB shard took 14 s on an H200 worker); the source checkpoint is hashed
+with the faster one by measurement (``SOURCE_SCHEME``). Verifying an entry always uses the entry's
+own scheme, so records written with any of them keep verifying.
 """
 
 from __future__ import annotations
@@ -28,8 +29,10 @@ from quantgate.frozen import FrozenRecord
 
 CHUNK_BYTES = 8 * 1024 * 1024
 T = TypeVar("T")
-Scheme = Literal["sha256", "sha256-merkle-16k"]
-SOURCE_SCHEME: Scheme = "sha256-merkle-16k"  # chosen by bench/build/hash_schemes.py (BENCHMARKS.md)
+Scheme = Literal["sha256", "sha256-merkle-16k", "blake3"]
+# chosen by bench/build/hash_schemes.py (BENCHMARKS.md, issue 47): BLAKE3 hashed 2 GB at 1.0-1.1 GB/s
+# on one core of the build machine, plain sha256 at 0.42 and the merkle (Python per block) at 0.34
+SOURCE_SCHEME: Scheme = "blake3"
 BLOCK = 16 * 1024  # BitTorrent v2's merkle leaf
 # a subtree of this many bytes (a power-of-two count of blocks) is one thread's work
 SUBTREE_BYTES = 8 * 1024 * 1024
@@ -58,7 +61,28 @@ def hash_file(
     """``path``'s entry in ``scheme`` (``workers`` threads for a merkle root: the core count, at most 8)."""
     if scheme == "sha256":
         return sha256_file(path, on_chunk)
+    if scheme == "blake3":
+        return blake3_file(path, on_chunk, workers)
     return merkle_file(path, on_chunk, workers)
+
+
+def blake3_file(
+    path: Path, on_chunk: Callable[[int], None] | None = None, workers: int | None = None
+) -> FileEntry:
+    """BLAKE3 of ``path`` (32 bytes), read in chunks that the ``blake3`` wheel hashes on
+    ``workers`` threads (its tree splits each chunk; the GIL is released meanwhile)."""
+    import blake3
+
+    threads = workers or blake3.blake3.AUTO
+    digest = blake3.blake3(max_threads=threads)
+    read = 0
+    with open(path, "rb") as fh:
+        while chunk := fh.read(CHUNK_BYTES * 8):
+            digest.update(chunk)
+            read += len(chunk)
+            if on_chunk is not None:
+                on_chunk(len(chunk))
+    return FileEntry(sha256=digest.hexdigest(), bytes=read, scheme="blake3")
 
 
 def _pair_up(layer: list[bytes], pad: bytes, width: int = 0) -> bytes:

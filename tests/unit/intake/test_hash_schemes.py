@@ -12,7 +12,16 @@ import warnings
 import pytest
 
 from quantgate.errors import CheckpointError
-from quantgate.hashing import FileEntry, content_hash, file_problem, merkle_file, sha256_file
+from quantgate.hashing import (
+    SOURCE_SCHEME,
+    FileEntry,
+    blake3_file,
+    content_hash,
+    file_problem,
+    hash_file,
+    merkle_file,
+    sha256_file,
+)
 from quantgate.intake import confirm, intake
 
 pytestmark = pytest.mark.unit
@@ -57,19 +66,33 @@ def test_the_merkle_root_is_libtorrents_v2_root_on_any_thread_count(tmp_path):
     assert merkle_file(data / "f0").sha256 == "0" * 64
 
 
-def test_the_merkle_root_catches_one_changed_byte(tmp_path):
+def test_blake3_is_the_published_function_on_any_thread_count(tmp_path):
+    import blake3
+
+    path = tmp_path / "w.bin"
+    path.write_bytes(os.urandom(3 * 64 * MIB + 5))  # several read chunks
+    # BLAKE3's published test vector: the hash of no input
+    (tmp_path / "empty").write_bytes(b"")
+    empty = "af1349b9f5f9a1a6a0404dea36dcc9499bcb25c9adc112b7cc9a93cae41f3262"
+    assert blake3_file(tmp_path / "empty").sha256 == empty
+    whole = blake3.blake3(path.read_bytes()).hexdigest()
+    assert blake3_file(path, workers=1).sha256 == blake3_file(path, workers=2).sha256 == whole
+
+
+@pytest.mark.parametrize("scheme", ["sha256-merkle-16k", "blake3"])
+def test_each_tree_hash_catches_one_changed_byte(tmp_path, scheme):
     path = tmp_path / "w.bin"
     path.write_bytes(os.urandom(2 * 8 * MIB + 100))
-    entry = merkle_file(path)
-    assert merkle_file(path) == entry  # stable
+    entry = hash_file(path, scheme)
+    assert hash_file(path, scheme) == entry  # stable
     assert file_problem(path, entry) is None
     with open(path, "r+b") as fh:
         fh.seek(9 * MIB + 7)
         byte = fh.read(1)
         fh.seek(9 * MIB + 7)
         fh.write(bytes([byte[0] ^ 1]))
-    assert merkle_file(path).sha256 != entry.sha256
-    assert file_problem(path, entry) == "sha256-merkle-16k differs from the manifest"
+    assert hash_file(path, scheme).sha256 != entry.sha256
+    assert file_problem(path, entry) == f"{scheme} differs from the manifest"
 
 
 def test_an_entry_written_before_schemes_reads_as_sha256_and_keeps_its_bytes(tmp_path):
@@ -93,7 +116,7 @@ def test_an_entry_written_before_schemes_reads_as_sha256_and_keeps_its_bytes(tmp
 
 def test_the_source_identity_changes_only_with_its_content(tiny_llama, policy, tmp_path):
     record = intake(tiny_llama, policy)
-    assert {e.scheme for e in record.files.values()} == {"sha256-merkle-16k"}
+    assert {e.scheme for e in record.files.values()} == {SOURCE_SCHEME}
     elsewhere = shutil.copytree(tiny_llama, tmp_path / "elsewhere" / tiny_llama.name)
     assert intake(elsewhere, policy).content_hash == record.content_hash  # the path is no part of it
     assert intake(tiny_llama, policy).content_hash == record.content_hash  # stable

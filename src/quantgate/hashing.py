@@ -77,7 +77,7 @@ def blake3_file(
     digest = blake3.blake3(max_threads=threads)
     read = 0
     with open(path, "rb") as fh:
-        while chunk := fh.read(CHUNK_BYTES * 8):
+        while chunk := fh.read(CHUNK_BYTES):
             digest.update(chunk)
             read += len(chunk)
             if on_chunk is not None:

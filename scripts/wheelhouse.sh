@@ -49,7 +49,7 @@ lock)
     name=$(grep -o 'No matching distribution found for [A-Za-z0-9_.-]*' <<<"$out" | awk '{print $NF}' | head -1)
     if [ -z "$name" ]; then echo "$out" | grep -v 'is ignored' >&2; exit 1; fi
     echo "wheelhouse: $name has no wheel for the target: building its (pure-Python) sdist here" >&2
-    "$PY" -m pip wheel --quiet --no-deps -w "$sdists" "$name" 2>&1 | grep -v 'is ignored' >&2 || true
+    "$PY" -m pip wheel --quiet --no-deps -w "$sdists" "$name" 2>&1 | { grep -v 'is ignored' >&2 || true; }
     ls "$sdists" | grep -qi "^${name//-/_}-.*py3-none-any.whl$" || { echo "wheelhouse: $name gave no py3 wheel" >&2; exit 1; }
   done
   "$PY" - "$report" "$lock" "$extras" "$PLATFORM" "$PYTHON" <<'EOF'
@@ -70,8 +70,8 @@ build)
   lock=${1:?LOCK}; dir=${2:?DIR}; mkdir -p "$dir"
   start=$SECONDS
   "$PY" -m pip download --quiet --no-deps --require-hashes "${TARGET[@]}" \
-    --find-links "$(dirname "$lock")/sdist-wheels" -d "$dir" -r "$lock" 2>&1 | grep -v 'is ignored' >&2 || true
-  "$PY" -m pip wheel --quiet --no-deps -w "$dir" . 2>&1 | grep -v 'is ignored' >&2
+    --find-links "$(dirname "$lock")/sdist-wheels" -d "$dir" -r "$lock" 2>&1 | { grep -v 'is ignored' >&2 || true; }
+  "$PY" -m pip wheel --quiet --no-deps -w "$dir" . 2>&1 | { grep -v 'is ignored' >&2 || true; }
   missing=$(comm -23 <(grep -v '^#' "$lock" | cut -d= -f1 | tr 'A-Z_.' 'a-z--' | sort -u) \
     <(ls "$dir" | sed 's/-[0-9].*//' | tr 'A-Z_.' 'a-z--' | sort -u))
   if [ -n "$missing" ]; then echo "wheelhouse: not downloaded: $missing" >&2; exit 1; fi

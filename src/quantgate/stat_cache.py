@@ -53,7 +53,9 @@ class StatCache:
                 return
             for rel, item in saved["files"].items():
                 if rel in self._stats and item["stat"] == self._stats[rel]:
-                    self.known[rel] = FileEntry(sha256=item["sha256"], bytes=item["bytes"])
+                    self.known[rel] = FileEntry(
+                        sha256=item["sha256"], bytes=item["bytes"], scheme=item.get("scheme", "sha256")
+                    )
         except (OSError, ValueError, KeyError, TypeError):
             self.known = {}
 

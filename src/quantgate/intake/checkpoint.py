@@ -179,10 +179,12 @@ def _confirm(record: SourceRecord, progress: Progress, cache: Path | None) -> So
         problem = "is new" if rel in set(files) else "is missing"
         raise CheckpointError(root / rel, f"{problem} since the checkpoint's intake", fix)
     seen = StatCache(cache, root, files)
-    entries, _ = tree.hash_files(root, files, progress, known=seen.known)
+    # the record's own scheme: a record written before the merkle scheme still confirms
+    scheme = next(iter(record.files.values())).scheme if record.files else "sha256"
+    entries, _ = tree.hash_files(root, files, progress, known=seen.known, scheme=scheme)
     for rel in files:
         if entries[rel] != record.files[rel]:
-            raise CheckpointError(root / rel, "differs from the file intake hashed (sha256 differs)", fix)
+            raise CheckpointError(root / rel, f"differs from the file intake hashed ({scheme} differs)", fix)
     seen.save(entries)
     return record
 

@@ -23,7 +23,8 @@ class SourceRecord(FrozenRecord):
     path: str = Field(description="absolute path of the checkpoint directory at intake")
     content_hash: str = Field(
         pattern=r"^[0-9a-f]{64}$",
-        description="sha256 over the sorted (relative path, file sha256) pairs of every file",
+        description="sha256 over the sorted (relative path, file digest) pairs of every file "
+        "(hashing.content_hash; each digest in its entry's scheme)",
     )
     files: dict[str, FileEntry] = Field(description="relative POSIX path -> content of every file")
     weight_files: list[str] = Field(

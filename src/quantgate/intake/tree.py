@@ -21,7 +21,7 @@ from quantgate.errors import (
     RemoteCodeError,
     SymlinkEscapeError,
 )
-from quantgate.hashing import FileEntry, content_hash, sha256_files
+from quantgate.hashing import SOURCE_SCHEME, FileEntry, Scheme, content_hash, sha256_files
 from quantgate.progress import SILENT, Progress
 
 PICKLE_SUFFIXES = frozenset({".bin", ".pt", ".pth", ".pkl", ".pickle", ".ckpt"})
@@ -176,14 +176,16 @@ def hash_files(
     progress: Progress = SILENT,
     known: dict[str, FileEntry] | None = None,
     stop: threading.Event | None = None,
+    scheme: Scheme = SOURCE_SCHEME,
 ) -> tuple[dict[str, FileEntry], str]:
-    """sha256 of every file (``known`` ones taken as given), and the checkpoint's content hash.
+    """``scheme``'s digest of every file (``known`` ones of that scheme taken as given), and the
+    checkpoint's content hash.
 
     The content hash covers relative paths and file hashes only, so the same checkpoint in
     another directory hashes the same, and renaming a file changes it. ``stop``: set by another
     thread to end the hashing early (``HashingStopped``) once its result is no longer wanted.
     """
-    known = known or {}
+    known = {rel: e for rel, e in (known or {}).items() if e.scheme == scheme}
     todo = [rel for rel in files if rel not in known]
     with progress.task("hashing checkpoint", total=sum((root / rel).stat().st_size for rel in todo)) as task:
 
@@ -192,6 +194,6 @@ def hash_files(
                 raise HashingStopped
             task.advance(n)
 
-        hashed = sha256_files(root, todo, advance)
+        hashed = sha256_files(root, todo, advance, scheme)
     entries = {rel: known.get(rel) or hashed[rel] for rel in files}
     return entries, content_hash(entries)

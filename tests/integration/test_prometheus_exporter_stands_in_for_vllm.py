@@ -47,7 +47,13 @@ def exporter():
     rng = random.Random(7)
     observed: dict[str, dict] = {}
     for version, n, scale, reasons in (("3", 400, 1.0, (380, 15, 5)), ("4", 40, 1.3, (35, 3, 2))):
-        values = {k: [rng.lognormvariate(0, 0.8) * scale * {"ttft": 0.05, "itl": 0.03, "e2e": 2}[k] for _ in range(n)] for k in NAMES}
+        values = {
+            k: [
+                rng.lognormvariate(0, 0.8) * scale * {"ttft": 0.05, "itl": 0.03, "e2e": 2}[k]
+                for _ in range(n)
+            ]
+            for k in NAMES
+        }
         for engine in ("0", "1"):  # two engine cores: the reader sums them
             half = slice(0, n // 2) if engine == "0" else slice(n // 2, n)
             for k, vs in values.items():

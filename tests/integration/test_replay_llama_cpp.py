@@ -47,7 +47,9 @@ def endpoints(tmp_path_factory):
 def test_identical_endpoints_agree_fully(endpoints):
     from quantgate.rollout.replay import ReplaySettings, replay, summary
 
-    evidence = replay(PROMPTS, endpoints["stable"], endpoints["twin"], seed=0, settings=ReplaySettings(max_tokens=12))
+    evidence = replay(
+        PROMPTS, endpoints["stable"], endpoints["twin"], seed=0, settings=ReplaySettings(max_tokens=12)
+    )
     totals = summary(evidence)
     assert totals["prompts"] == len(PROMPTS)
     assert totals["top1_agreement"] == 1.0

@@ -26,7 +26,7 @@ from tests.support.servers import _process, free_port
 def llama_cpp_missing() -> str | None:
     """Why the llama.cpp tests cannot run here, or None."""
     try:
-        import llama_cpp  # noqa: F401
+        import llama_cpp
         import llama_cpp.server  # noqa: F401
     except ImportError as exc:
         return f"llama-cpp-python (with its server extras) is not importable: {exc}; .ci/run builds it"
@@ -63,7 +63,11 @@ def llama_server(gguf: Path, timeout_s: float = 120) -> Iterator[str]:
 
 
 def prometheus_missing() -> str | None:
-    return None if shutil.which("prometheus") else "Debian's prometheus is not installed (apt-get install prometheus)"
+    return (
+        None
+        if shutil.which("prometheus")
+        else "Debian's prometheus is not installed (apt-get install prometheus)"
+    )
 
 
 @contextlib.contextmanager

@@ -31,21 +31,30 @@ def _prompts(spec_path: Path, logs: list[Path], size: int, seed: int) -> list[st
             records.extend(read_logs(LocalStore(str(log.resolve().parent)), [log.name]))
     else:
         records = [
-            LoggedRequest(r["id"], "", r["class"], r["text"], "ok") for r in read_traffic_log(spec.traffic_log)
+            LoggedRequest(r["id"], "", r["class"], r["text"], "ok")
+            for r in read_traffic_log(spec.traffic_log)
         ]
     return [r.prompt for r in sample_prompts(records, spec.mix, size, seed)]
 
 
 def replay(
-    stable: Annotated[str, typer.Option("--stable", help="The stable version's endpoint, e.g. http://10.0.0.5:8000.")],
+    stable: Annotated[
+        str, typer.Option("--stable", help="The stable version's endpoint, e.g. http://10.0.0.5:8000.")
+    ],
     canary: Annotated[str, typer.Option("--canary", help="The canary's endpoint.")],
     spec: Annotated[
         Path | None,
-        typer.Option("--spec", help="Calibration spec whose traffic mix the sample follows. Default: calibration_sets/default.yaml."),
+        typer.Option(
+            "--spec",
+            help="Calibration spec whose traffic mix the sample follows. Default: calibration_sets/default.yaml.",
+        ),
     ] = None,
     log: Annotated[
         list[Path] | None,
-        typer.Option("--log", help="Request log (JSONL) to sample prompts from; repeatable. Default: the spec's traffic log."),
+        typer.Option(
+            "--log",
+            help="Request log (JSONL) to sample prompts from; repeatable. Default: the spec's traffic log.",
+        ),
     ] = None,
     size: Annotated[int, typer.Option("--size", min=1, help="Prompts to replay.")] = 16,
     seed: Annotated[int, typer.Option("--seed", help="Seed of the sample.")] = 0,
@@ -56,7 +65,9 @@ def replay(
     model: Annotated[
         str | None, typer.Option("--model", help="The served model's name, for engines that check it (vLLM).")
     ] = None,
-    as_json: Annotated[bool, typer.Option("--json", help="Print the evidence as JSON (pairs, summary, digest).")] = False,
+    as_json: Annotated[
+        bool, typer.Option("--json", help="Print the evidence as JSON (pairs, summary, digest).")
+    ] = False,
 ) -> None:
     """Replay a seeded, traffic-mixed sample of logged prompts on stable and canary, compared paired."""
     from quantgate.rollout.evidence import as_json as evidence_json

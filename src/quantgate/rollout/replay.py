@@ -14,7 +14,12 @@ from typing import Any
 
 import httpx
 
-from quantgate.rollout.evidence import EvidenceFormatError, EvidenceUnavailableError, ReplayEvidence, evidence_digest
+from quantgate.rollout.evidence import (
+    EvidenceFormatError,
+    EvidenceUnavailableError,
+    ReplayEvidence,
+    evidence_digest,
+)
 from quantgate.rollout.replay_compare import Completion, compare
 
 
@@ -44,7 +49,9 @@ def _parse(url: str, body: Any) -> Completion:
         tops = tuple({str(k): float(v) for k, v in (top or {}).items()} for top in logprobs["top_logprobs"])
         text = str(choice["text"])
     except (KeyError, IndexError, TypeError, ValueError) as exc:
-        raise EvidenceFormatError(url, f"the answer has no usable choices[0].logprobs ({exc!r})", fix) from None
+        raise EvidenceFormatError(
+            url, f"the answer has no usable choices[0].logprobs ({exc!r})", fix
+        ) from None
     return Completion(text=text, tokens=tokens, top_logprobs=tops)
 
 
@@ -64,10 +71,14 @@ def complete(client: httpx.Client, endpoint: str, prompt: str, settings: ReplayS
         response = client.post(url, json=payload, timeout=settings.timeout_s)
     except httpx.HTTPError as exc:
         raise EvidenceUnavailableError(
-            url, f"the endpoint did not answer ({type(exc).__name__}: {exc})", "check the URL and that the server runs"
+            url,
+            f"the endpoint did not answer ({type(exc).__name__}: {exc})",
+            "check the URL and that the server runs",
         ) from None
     if response.status_code >= 500:
-        raise EvidenceUnavailableError(url, f"HTTP {response.status_code}", "retry when the server is healthy")
+        raise EvidenceUnavailableError(
+            url, f"HTTP {response.status_code}", "retry when the server is healthy"
+        )
     if response.status_code != 200:
         raise EvidenceFormatError(
             url, f"HTTP {response.status_code}: {response.text[:200]}", "check --model and the endpoint URL"
@@ -75,7 +86,9 @@ def complete(client: httpx.Client, endpoint: str, prompt: str, settings: ReplayS
     try:
         return _parse(url, response.json())
     except ValueError:
-        raise EvidenceFormatError(url, "the answer is not JSON", "point the endpoint at the server's root") from None
+        raise EvidenceFormatError(
+            url, "the answer is not JSON", "point the endpoint at the server's root"
+        ) from None
 
 
 def replay(
@@ -92,12 +105,15 @@ def replay(
     client = client or httpx.Client()
     try:
         pairs = tuple(
-            compare(p, complete(client, stable, p, settings), complete(client, canary, p, settings)) for p in prompts
+            compare(p, complete(client, stable, p, settings), complete(client, canary, p, settings))
+            for p in prompts
         )
     finally:
         if own:
             client.close()
-    unsigned = ReplayEvidence(stable_endpoint=stable, canary_endpoint=canary, seed=seed, pairs=pairs, digest="")
+    unsigned = ReplayEvidence(
+        stable_endpoint=stable, canary_endpoint=canary, seed=seed, pairs=pairs, digest=""
+    )
     return replace(unsigned, digest=evidence_digest(unsigned))
 
 

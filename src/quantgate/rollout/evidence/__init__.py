@@ -9,7 +9,11 @@ traffic mix for replay (``quantgate.rollout.replay``). Every record carries ``ev
 from typing import TYPE_CHECKING
 
 from quantgate.exports import lazy_exports
-from quantgate.rollout.evidence.errors import EvidenceFormatError, EvidenceUnavailableError, MissingSeriesError
+from quantgate.rollout.evidence.errors import (
+    EvidenceFormatError,
+    EvidenceUnavailableError,
+    MissingSeriesError,
+)
 from quantgate.rollout.evidence.types import (
     LatencyHistogram,
     LiveEvidence,
@@ -21,7 +25,12 @@ from quantgate.rollout.evidence.types import (
 if TYPE_CHECKING:
     from quantgate.rollout.evidence.digest import as_json, evidence_digest
     from quantgate.rollout.evidence.prometheus import PrometheusReader, read_live
-    from quantgate.rollout.evidence.request_log import LoggedRequest, errors_by_version, read_logs, sample_prompts
+    from quantgate.rollout.evidence.request_log import (
+        LoggedRequest,
+        errors_by_version,
+        read_logs,
+        sample_prompts,
+    )
     from quantgate.rollout.evidence.settings import ENGINES, EngineMetrics, TelemetrySettings, load_telemetry
 
 __all__ = [

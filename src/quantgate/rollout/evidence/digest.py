@@ -26,7 +26,9 @@ def _plain(value: Any) -> Any:
 def canonical_json(fields: dict[str, Any]) -> str:
     """``fields`` as canonical JSON, without a top-level ``digest``."""
     rest = {k: v for k, v in fields.items() if k != "digest"}
-    return json.dumps(_plain(rest), ensure_ascii=False, sort_keys=True, separators=(",", ":"), allow_nan=False)
+    return json.dumps(
+        _plain(rest), ensure_ascii=False, sort_keys=True, separators=(",", ":"), allow_nan=False
+    )
 
 
 def evidence_digest(record: Any) -> str:

@@ -21,7 +21,11 @@ from typing import Any
 import httpx
 
 from quantgate.rollout.evidence.digest import evidence_digest
-from quantgate.rollout.evidence.errors import EvidenceFormatError, EvidenceUnavailableError, MissingSeriesError
+from quantgate.rollout.evidence.errors import (
+    EvidenceFormatError,
+    EvidenceUnavailableError,
+    MissingSeriesError,
+)
 from quantgate.rollout.evidence.settings import SERIES_FIX, EngineMetrics, TelemetrySettings
 from quantgate.rollout.evidence.types import LatencyHistogram, LiveEvidence, VersionTelemetry
 
@@ -64,9 +68,13 @@ class PrometheusReader:
         if not isinstance(body, dict) or body.get("status") != "success":
             problem = body.get("error") if isinstance(body, dict) else response.text[:200]
             if response.status_code >= 500 and not isinstance(body, dict):
-                raise EvidenceUnavailableError(url, f"HTTP {response.status_code}", "retry when Prometheus is healthy")
+                raise EvidenceUnavailableError(
+                    url, f"HTTP {response.status_code}", "retry when Prometheus is healthy"
+                )
             raise EvidenceFormatError(
-                url, f"query {promql!r} was refused: {problem}", "check the metric and label names in the telemetry file"
+                url,
+                f"query {promql!r} was refused: {problem}",
+                "check the metric and label names in the telemetry file",
             )
         data = body.get("data", {})
         if data.get("resultType") != "vector":
@@ -96,7 +104,9 @@ class PrometheusReader:
         fix = SERIES_FIX.format(key=key)
         if not exists:
             return MissingSeriesError(
-                self.settings.base_url, f"Prometheus has no series named '{series}' (setting metrics.{key})", fix
+                self.settings.base_url,
+                f"Prometheus has no series named '{series}' (setting metrics.{key})",
+                fix,
             )
         labels = _label_matchers(self.metrics, model, version)
         return MissingSeriesError(
@@ -114,13 +124,19 @@ class PrometheusReader:
         for sample in result:
             le = sample.get("metric", {}).get("le")
             if le is None:
-                raise EvidenceFormatError(self.settings.base_url, f"'{series}' has a series without 'le'", "scrape classic histograms")
+                raise EvidenceFormatError(
+                    self.settings.base_url,
+                    f"'{series}' has a series without 'le'",
+                    "scrape classic histograms",
+                )
             buckets.append((float(le), round(float(sample["value"][1]))))
         buckets.sort()
         bounds = tuple(b for b, _ in buckets)
         counts = tuple(c for _, c in buckets)
         if not math.isinf(bounds[-1]):
-            raise EvidenceFormatError(self.settings.base_url, f"'{series}' has no le=\"+Inf\" bucket", "scrape every bucket")
+            raise EvidenceFormatError(
+                self.settings.base_url, f"'{series}' has no le=\"+Inf\" bucket", "scrape every bucket"
+            )
         # counters of replicas scraped at slightly different moments, or an extrapolated increase,
         # may dip by a request between buckets: a cumulative histogram never decreases
         monotone = tuple(max(counts[: i + 1]) for i in range(len(counts)))

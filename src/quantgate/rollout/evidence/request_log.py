@@ -34,6 +34,8 @@ FIX = 'write one JSON object per line: {"id": "...", "version": "3", "class": "c
 
 @dataclass(frozen=True)
 class LoggedRequest:
+    """One logged request: what replay samples (prompt, class) and what counts as an error."""
+
     id: str
     version: str
     class_: str
@@ -62,7 +64,9 @@ def parse_log(where: str, data: bytes) -> list[LoggedRequest]:
             if not isinstance(obj.get(key), str):
                 raise EvidenceFormatError(at, f"'{key}' is missing or not a string", FIX)
         if obj["status"] not in STATUSES:
-            raise EvidenceFormatError(at, f"status '{obj['status']}' is not one of {', '.join(STATUSES)}", FIX)
+            raise EvidenceFormatError(
+                at, f"status '{obj['status']}' is not one of {', '.join(STATUSES)}", FIX
+            )
         records.append(LoggedRequest(obj["id"], obj["version"], obj["class"], obj["prompt"], obj["status"]))
     return records
 
@@ -75,7 +79,9 @@ def read_logs(store: ArtifactStore, rels: Iterable[str]) -> list[LoggedRequest]:
     for rel in rels:
         size = store.size(rel)
         if size is None:
-            raise EvidenceFormatError(f"{store.uri}/{rel}", "request log not found", "check the log's path in the store")
+            raise EvidenceFormatError(
+                f"{store.uri}/{rel}", "request log not found", "check the log's path in the store"
+            )
         sizes[rel] = size
     with tempfile.TemporaryDirectory(prefix="quantgate-request-logs-") as tmp:
         store.download(sizes, Path(tmp), lambda rel, path: None, lambda n: None)

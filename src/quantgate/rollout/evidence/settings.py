@@ -72,7 +72,9 @@ class TelemetrySettings(Frozen):
     def engine_metrics(self, where: str | Path = "telemetry settings") -> EngineMetrics:
         """The preset with this file's overrides applied, validated."""
         if self.engine not in ENGINES:
-            raise SettingError(where, f"unknown engine '{self.engine}'", did_you_mean(self.engine, list(ENGINES)))
+            raise SettingError(
+                where, f"unknown engine '{self.engine}'", did_you_mean(self.engine, list(ENGINES))
+            )
         base = ENGINES[self.engine].model_dump()
         unknown = sorted(set(self.metrics) - set(base))
         if unknown:
@@ -82,10 +84,13 @@ class TelemetrySettings(Frozen):
         try:
             return EngineMetrics.model_validate({**base, **self.metrics})
         except ValidationError as exc:
-            raise SettingError(where, first_problem(exc), "give every metric and label a non-empty name") from None
+            raise SettingError(
+                where, first_problem(exc), "give every metric and label a non-empty name"
+            ) from None
 
     @property
     def base_url(self) -> str:
+        """The server's URL without a trailing slash, for joining API paths."""
         return str(self.prometheus_url).rstrip("/")
 
 

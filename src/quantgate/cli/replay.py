@@ -65,6 +65,9 @@ def replay(
     model: Annotated[
         str | None, typer.Option("--model", help="The served model's name, for engines that check it (vLLM).")
     ] = None,
+    timeout_s: Annotated[
+        float, typer.Option("--timeout", min=1, help="Seconds to wait for one completion.")
+    ] = 120.0,
     as_json: Annotated[
         bool, typer.Option("--json", help="Print the evidence as JSON (pairs, summary, digest).")
     ] = False,
@@ -76,7 +79,9 @@ def replay(
 
     spec_path = spec or project_root() / "calibration_sets" / "default.yaml"
     prompts = _prompts(spec_path, log or [], size, seed)
-    settings = ReplaySettings(max_tokens=max_tokens, top_logprobs=top_logprobs, model=model)
+    settings = ReplaySettings(
+        max_tokens=max_tokens, top_logprobs=top_logprobs, model=model, timeout_s=timeout_s
+    )
     evidence = run_replay(prompts, stable, canary, seed, settings)
     totals = summary(evidence)
     if as_json:

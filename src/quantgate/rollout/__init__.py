@@ -1,0 +1,1 @@
+"""Canary rollout: evidence, decisions, release moves."""

@@ -24,6 +24,7 @@ if TYPE_CHECKING:
     )
     from quantgate.config.identity import content_digest, file_digest
     from quantgate.config.loader import load_model, project_of
+    from quantgate.config.rollout import RolloutPolicy, canary_shares, load_rollout
     from quantgate.config.suites import PROFILES, LoadedSuite, SuiteSpec, load_suite, load_suites, suite_names
     from quantgate.config.targets import (
         ActivationNumerics,
@@ -48,17 +49,20 @@ __all__ = [
     "LoadedSuite",
     "Numerics",
     "Recipe",
+    "RolloutPolicy",
     "RepairUpgrade",
     "SuiteSpec",
     "Target",
     "Tenant",
     "WeightNumerics",
+    "canary_shares",
     "check_target_names",
     "content_digest",
     "expanded",
     "file_digest",
     "load_gates",
     "load_model",
+    "load_rollout",
     "load_suite",
     "load_suites",
     "overridden",
@@ -84,6 +88,9 @@ __getattr__ = lazy_exports(
         "Numerics": "targets",
         "PROFILES": "suites",
         "Recipe": "targets",
+        "RolloutPolicy": "rollout",
+        "load_rollout": "rollout",
+        "canary_shares": "rollout",
         "RepairUpgrade": "targets",
         "SuiteSpec": "suites",
         "Target": "targets",

@@ -363,10 +363,12 @@ def _gate_and_report(eval_dir: Path, gates: Path, root: Path, report_dir: Path, 
 @task(name="publish", retries=_RETRIES, retry_condition_fn=_only_transient)
 def publish_artifacts(root: str, report_json: str, artifacts_dir: str) -> dict[str, Any]:
     """Register every artifact; aliases only for the tenants the gate approved (``publish``)."""
+    from quantgate.config import canary_shares
     from quantgate.publish import RegistryConfig, publish_report
 
     config = RegistryConfig.from_env(Path(root))
-    return publish_report(Path(report_json), Path(artifacts_dir), config).to_dict()
+    canary = canary_shares(Path(root) / "gates.yaml")  # tenants whose rollout policy is a canary
+    return publish_report(Path(report_json), Path(artifacts_dir), config, canary=canary).to_dict()
 
 
 @task(

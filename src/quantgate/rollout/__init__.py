@@ -1,0 +1,31 @@
+"""After the gate: a passing version on a share of a tenant's traffic, judged on the fleet's own
+telemetry and on replayed prompts, then promoted or rolled back through signed release records.
+
+- ``evidence``: what a look reads (live telemetry per version, paired replays) and its readers;
+- ``wealth``, ``latency``, ``decide``: the anytime-valid tests and one look's decision;
+- ``registry_state``, ``act``, ``watch``: the state between looks (in the registry), the moves
+  (record first, then aliases) and one look of the watcher, resumable after a kill;
+- ``status``: what a router sets its weights from; ``report``: the rollout report.
+"""
+
+from typing import TYPE_CHECKING
+
+from quantgate.exports import lazy_exports
+
+if TYPE_CHECKING:
+    from quantgate.rollout.decide import Decision, LookState, decide
+    from quantgate.rollout.status import rollout_status
+    from quantgate.rollout.watch import EvidenceSource, watch_once
+
+__all__ = ["Decision", "EvidenceSource", "LookState", "decide", "rollout_status", "watch_once"]
+__getattr__ = lazy_exports(
+    __name__,
+    {
+        "Decision": "decide",
+        "LookState": "decide",
+        "decide": "decide",
+        "rollout_status": "status",
+        "EvidenceSource": "watch",
+        "watch_once": "watch",
+    },
+)

@@ -14,10 +14,21 @@ from quantgate.exports import lazy_exports
 
 if TYPE_CHECKING:
     from quantgate.rollout.decide import Decision, LookState, decide
+    from quantgate.rollout.evidence_files import FileEvidence, live_to_json, replay_to_json
     from quantgate.rollout.status import rollout_status
     from quantgate.rollout.watch import EvidenceSource, watch_once
 
-__all__ = ["Decision", "EvidenceSource", "LookState", "decide", "rollout_status", "watch_once"]
+__all__ = [
+    "Decision",
+    "EvidenceSource",
+    "FileEvidence",
+    "LookState",
+    "decide",
+    "live_to_json",
+    "replay_to_json",
+    "rollout_status",
+    "watch_once",
+]
 __getattr__ = lazy_exports(
     __name__,
     {
@@ -27,5 +38,8 @@ __getattr__ = lazy_exports(
         "rollout_status": "status",
         "EvidenceSource": "watch",
         "watch_once": "watch",
+        "FileEvidence": "evidence_files",
+        "live_to_json": "evidence_files",
+        "replay_to_json": "evidence_files",
     },
 )

@@ -10,14 +10,12 @@ leaves a state that the next run completes."""
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import signal
 import subprocess
 import sys
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from pathlib import Path
 
 import numpy as np
@@ -26,9 +24,9 @@ from mlflow import MlflowClient
 
 from quantgate.config import RolloutPolicy
 from quantgate.publish import RegistryConfig
+from quantgate.publish.signing import generate_key_pair
 from quantgate.rollout import live_to_json, watch_once
 from quantgate.rollout import simulate as sim
-from quantgate.publish.signing import generate_key_pair
 from support.artifacts import MODEL, write_artifact, write_report
 from support.cli import quantgate
 from support.servers import TEST_CREDENTIALS, mlflow_server, moto_s3
@@ -62,7 +60,9 @@ def fleet(tmp_path_factory):
     with (
         pytest.MonkeyPatch.context() as patch,
         moto_s3() as s3,
-        mlflow_server(f"sqlite:///{base / 'mlflow.db'}", f"s3://{s3.bucket}/mlflow", s3.url, timeout_s=300) as url,
+        mlflow_server(
+            f"sqlite:///{base / 'mlflow.db'}", f"s3://{s3.bucket}/mlflow", s3.url, timeout_s=300
+        ) as url,
     ):
         patch.setenv("MLFLOW_DISABLE_TELEMETRY", "true")
         env = {
@@ -83,15 +83,37 @@ def _publish(env, root: Path, tmp: Path, n: int) -> tuple[str, bytes]:
     arts = tmp / f"arts-{n}"
     write_artifact(arts / TARGET, TARGET, {"model.safetensors": weights, "config.json": b"{}"})
     report = write_report(tmp / f"gate-{n}", {TARGET: ["chat"]})
-    done = quantgate("publish", "--report", str(report.parent), "--artifacts", str(arts), "--json",
-                     "--root", str(root), env=env)
+    done = quantgate(
+        "publish",
+        "--report",
+        str(report.parent),
+        "--artifacts",
+        str(arts),
+        "--json",
+        "--root",
+        str(root),
+        env=env,
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     return json.loads(done.stdout)["artifacts"][0]["version"], weights
 
 
 def _pull(env, root: Path, cache: Path, channel: str):
-    return quantgate("pull", MODEL, "--target", TARGET, "--tenant", "chat", "--channel", channel,
-                     "--cache-dir", str(cache), "--root", str(root), env=env)
+    return quantgate(
+        "pull",
+        MODEL,
+        "--target",
+        TARGET,
+        "--tenant",
+        "chat",
+        "--channel",
+        channel,
+        "--cache-dir",
+        str(cache),
+        "--root",
+        str(root),
+        env=env,
+    )
 
 
 def _pulled_weights(env, root, cache, channel) -> bytes:
@@ -101,8 +123,21 @@ def _pulled_weights(env, root, cache, channel) -> bytes:
 
 
 def _status(env, root, cache) -> dict:
-    done = quantgate("rollout", "status", MODEL, "--target", TARGET, "--tenant", "chat", "--json",
-                     "--cache-dir", str(cache), "--root", str(root), env=env)
+    done = quantgate(
+        "rollout",
+        "status",
+        MODEL,
+        "--target",
+        TARGET,
+        "--tenant",
+        "chat",
+        "--json",
+        "--cache-dir",
+        str(cache),
+        "--root",
+        str(root),
+        env=env,
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     return json.loads(done.stdout)
 
@@ -209,25 +244,56 @@ def test_canaries_promoted_and_rolled_back_on_live_and_replay_evidence(fleet, tm
     refused = _pull(env, root, cache, "stable")
     assert refused.returncode == 2 and "older than" in refused.stderr, refused.stderr[-2000:]
     assert sorted(p.name for p in (cache / "pull").iterdir()) == before  # nothing installed
-    status = quantgate("rollout", "status", MODEL, "--target", TARGET, "--tenant", "chat", "--json",
-                       "--cache-dir", str(cache), "--root", str(root), env=env)
+    status = quantgate(
+        "rollout",
+        "status",
+        MODEL,
+        "--target",
+        TARGET,
+        "--tenant",
+        "chat",
+        "--json",
+        "--cache-dir",
+        str(cache),
+        "--root",
+        str(root),
+        env=env,
+    )
     assert status.returncode == 2 and "older than" in status.stderr, status.stderr[-2000:]
 
 
 def test_a_watcher_killed_between_record_and_alias_move_is_completed_by_the_next_run(fleet, tmp_path):
     env, root = fleet
-    stable_before = _aliases()["approved-chat"] if "approved-chat" in _aliases() else None
-    if stable_before is None:
+    if "approved-chat" not in _aliases():  # run alone: a stable version first
         _publish(env, root, tmp_path, 10)
     version, _ = _publish(env, root, tmp_path, 11)
     assert _aliases()["canary-chat"] == version
     source = Simulated(canary_errors=0.03, seed=11)  # one look is enough to roll it back
     live = tmp_path / "live.json"
     live.write_text(live_to_json(source.read_live(MODEL, TARGET, "chat")))
-    args = [sys.executable, "-m", "quantgate.cli", "rollout", "watch", MODEL, "--target", TARGET,
-            "--tenant", "chat", "--live", str(live), "--root", str(root)]
-    watcher = subprocess.Popen(args, env={**os.environ, **env, "QUANTGATE_ROLLOUT_PAUSE_AFTER_RECORD": "120"},
-                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    args = [
+        sys.executable,
+        "-m",
+        "quantgate.cli",
+        "rollout",
+        "watch",
+        MODEL,
+        "--target",
+        TARGET,
+        "--tenant",
+        "chat",
+        "--live",
+        str(live),
+        "--root",
+        str(root),
+    ]
+    watcher = subprocess.Popen(
+        args,
+        env={**os.environ, **env, "QUANTGATE_ROLLOUT_PAUSE_AFTER_RECORD": "120"},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     line = watcher.stdout.readline()
     assert "recorded (canary-rolled-back)" in line, (line, watcher.stderr.read() if watcher.poll() else "")
     os.kill(watcher.pid, signal.SIGKILL)
@@ -238,8 +304,20 @@ def test_a_watcher_killed_between_record_and_alias_move_is_completed_by_the_next
     state = json.loads(MlflowClient().get_registered_model(NAME).tags["quantgate.rollout.chat"])
     assert state["pending"]["action"] == "rollback"
     sequence = _records("canary")["sequence"]
-    rerun = quantgate("rollout", "watch", MODEL, "--target", TARGET, "--tenant", "chat", "--live", str(live),
-                      "--root", str(root), env=env)
+    rerun = quantgate(
+        "rollout",
+        "watch",
+        MODEL,
+        "--target",
+        TARGET,
+        "--tenant",
+        "chat",
+        "--live",
+        str(live),
+        "--root",
+        str(root),
+        env=env,
+    )
     assert rerun.returncode == 0, rerun.stderr[-3000:]
     done = json.loads(rerun.stdout)
     assert (done["action"], done["finished_pending"]) == ("rollback", True)
@@ -247,6 +325,18 @@ def test_a_watcher_killed_between_record_and_alias_move_is_completed_by_the_next
     assert _records("canary")["sequence"] == sequence  # the record was not issued twice
     state = json.loads(MlflowClient().get_registered_model(NAME).tags["quantgate.rollout.chat"])
     assert "pending" not in state and state["outcome"]["action"] == "rollback"
-    again = quantgate("rollout", "watch", MODEL, "--target", TARGET, "--tenant", "chat", "--live", str(live),
-                      "--root", str(root), env=env)
+    again = quantgate(
+        "rollout",
+        "watch",
+        MODEL,
+        "--target",
+        TARGET,
+        "--tenant",
+        "chat",
+        "--live",
+        str(live),
+        "--root",
+        str(root),
+        env=env,
+    )
     assert json.loads(again.stdout)["action"] == "idle"  # idempotent: nothing more to do

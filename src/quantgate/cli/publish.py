@@ -29,11 +29,10 @@ def publish(
 
     Registry: MLFLOW_TRACKING_URI, else the embedded one under artifacts_registry/ (see its README).
     """
+    from quantgate.config import canary_shares
     from quantgate.progress import RichProgress
     from quantgate.publish import RegistryConfig, publish_report
     from quantgate.report import print_table, text_table
-
-    from quantgate.config import canary_shares
 
     project = (root or project_root()).resolve()
     cfg = RegistryConfig.from_env(project)

@@ -12,8 +12,9 @@ import typer
 from quantgate.cli.options import CacheOpt, RootOpt
 from quantgate.paths import cache_dir, project_root
 
-app = typer.Typer(help="A tenant's canary rollout: status for a router, one look of the watcher.",
-                  no_args_is_help=True)
+app = typer.Typer(
+    help="A tenant's canary rollout: status for a router, one look of the watcher.", no_args_is_help=True
+)
 
 ModelArg = Annotated[str, typer.Argument(help="Model name as published (the report's 'model').")]
 TargetOpt = Annotated[str, typer.Option("--target", help="Hardware target, e.g. hopper-fp8.")]
@@ -52,8 +53,12 @@ def watch(
     target: TargetOpt,
     tenant: TenantOpt,
     live: Annotated[Path, typer.Option("--live", help="Live evidence (LiveEvidence JSON).")],
-    replay: Annotated[Path | None, typer.Option("--replay", help="Replay evidence (ReplayEvidence JSON).")] = None,
-    gates: Annotated[Path | None, typer.Option("--gates", help="gates.yaml (default: the project's).")] = None,
+    replay: Annotated[
+        Path | None, typer.Option("--replay", help="Replay evidence (ReplayEvidence JSON).")
+    ] = None,
+    gates: Annotated[
+        Path | None, typer.Option("--gates", help="gates.yaml (default: the project's).")
+    ] = None,
     root: RootOpt = None,
 ) -> None:
     """One look: finish a move a killed run left, or decide on the evidence and act."""

@@ -188,7 +188,7 @@ class Tenant(Frozen):
     floors: list[Floor] = Field(min_length=1)
     repair: bool = Field(False, description="a target failing this tenant searches for a repaired variant")
     rollout: RolloutPolicy = Field(
-        default_factory=RolloutPolicy, description="how a passing version reaches traffic (canary or direct)"
+        default=RolloutPolicy(), description="how a passing version reaches traffic (canary or direct)"
     )
 
     @field_validator("applies_to")

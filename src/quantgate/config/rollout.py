@@ -4,7 +4,7 @@ passed reaches the tenant's traffic, and the live and replay floors a canary is 
 Why in gates.yaml: the gate's floors say what a version must show offline; these say what it must
 show on the fleet's own hardware before it takes all of a tenant's traffic. Both are the tenant's
 policy, reviewed together. Every field has a default, so ``rollout: {strategy: canary}`` alone gives a
-1 % canary judged on latency and errors (the decision is ``quantgate.rollout.decide``).
+1 % canary judged on latency and errors (the decision is ``quantgate.rollout.decision``).
 """
 
 from __future__ import annotations
@@ -25,11 +25,11 @@ class LiveFloors(Frozen):
     above the tenant's SLO (seconds). Errors: rate not higher than stable's by more than
     ``max_error_rate_increase`` (absolute: 0.005 is half a percentage point)."""
 
-    max_p99_increase: float = Field(0.10, ge=0.0, le=10.0)
+    max_p99_increase: float = Field(default=0.10, ge=0.0, le=10.0)
     slo_ttft_p99_s: PositiveFloat | None = None
     slo_itl_p99_s: PositiveFloat | None = None
     latency_metrics: tuple[Literal["ttft", "itl", "e2e"], ...] = ("ttft", "itl")
-    max_error_rate_increase: float | None = Field(0.005, ge=0.0, le=1.0)
+    max_error_rate_increase: float | None = Field(default=0.005, ge=0.0, le=1.0)
 
 
 class ReplayFloors(Frozen):
@@ -37,8 +37,8 @@ class ReplayFloors(Frozen):
     judged. KL values are clipped at ``kl_cap`` so the test sees bounded values: a promotion then
     says the mean of the clipped KL is below ``max_kl``."""
 
-    min_top1_agreement: float | None = Field(None, ge=0.0, le=1.0)
-    min_exact_match: float | None = Field(None, ge=0.0, le=1.0)
+    min_top1_agreement: float | None = Field(default=None, ge=0.0, le=1.0)
+    min_exact_match: float | None = Field(default=None, ge=0.0, le=1.0)
     max_kl: PositiveFloat | None = None
     kl_cap: PositiveFloat = 1.0
 
@@ -58,7 +58,7 @@ class MinimumEvidence(Frozen):
     """Nothing is promoted on less than this, however clear the tests already are."""
 
     requests: PositiveInt = 10_000  # canary requests
-    replay_pairs: int = Field(200, ge=0)
+    replay_pairs: int = Field(default=200, ge=0)
 
 
 class RolloutPolicy(Frozen):
@@ -68,13 +68,15 @@ class RolloutPolicy(Frozen):
     direct: there is no stable version to compare with."""
 
     strategy: Literal["canary", "direct"] = "direct"
-    share: float = Field(0.01, gt=0.0, lt=1.0, description="the canary's share of the tenant's traffic")
+    share: float = Field(
+        default=0.01, gt=0.0, lt=1.0, description="the canary's share of the tenant's traffic"
+    )
     minimum: MinimumEvidence = MinimumEvidence()
     max_duration_hours: PositiveFloat = 72.0
     at_max_duration: Literal["hold", "rollback"] = "hold"
     live: LiveFloors = LiveFloors()
     replay: ReplayFloors = ReplayFloors()
-    confidence: float | None = Field(None, gt=0.5, lt=1.0, description="default: the tenant's")
+    confidence: float | None = Field(default=None, gt=0.5, lt=1.0, description="default: the tenant's")
 
 
 def load_rollout(path: str | Path) -> dict[str, tuple[RolloutPolicy, float]]:

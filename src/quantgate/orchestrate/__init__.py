@@ -10,11 +10,13 @@ from typing import TYPE_CHECKING
 from quantgate.exports import lazy_exports
 
 if TYPE_CHECKING:
+    from quantgate.orchestrate.canary import canary_watch
     from quantgate.orchestrate.plan import read_plan, resolve_plan
     from quantgate.orchestrate.repair_inputs import repair_command
     from quantgate.orchestrate.run import run_flow
 
 __all__ = [
+    "canary_watch",
     "read_plan",
     "repair_command",
     "resolve_plan",
@@ -23,6 +25,7 @@ __all__ = [
 __getattr__ = lazy_exports(
     __name__,
     {
+        "canary_watch": "canary",
         "read_plan": "plan",
         "repair_command": "repair_inputs",
         "resolve_plan": "plan",

@@ -20,10 +20,10 @@ if TYPE_CHECKING:
     from quantgate.publish.cache import ENTRY, PullCache
     from quantgate.publish.local_store import LocalStore
     from quantgate.publish.naming import alias_for, canary_alias_for, registered_model_name
-    from quantgate.publish.release import Ledger as ReleaseLedger
-    from quantgate.publish.release import read as read_release
     from quantgate.publish.operator import renew, roll_back
     from quantgate.publish.pull import pull as pull_artifact
+    from quantgate.publish.release import Ledger as ReleaseLedger
+    from quantgate.publish.release import read as read_release
     from quantgate.publish.resolve import approved_versions
     from quantgate.publish.rollout_moves import (
         RolloutView,
@@ -46,28 +46,28 @@ __all__ = [
     "PublishedArtifact",
     "PullCache",
     "RegistryConfig",
+    "ReleaseLedger",
     "RolloutView",
     "S3Store",
-    "ReleaseLedger",
     "alias_for",
-    "canary_alias_for",
     "approved_versions",
+    "canary_alias_for",
     "issue_once",
     "point_alias",
-    "read_view",
-    "state_tag",
-    "write_state",
     "publish_report",
     "pull",
     "pull_artifact",
+    "read_release",
+    "read_view",
     "registered_model_name",
     "registry_client",
     "registry_errors",
-    "read_release",
     "renew",
     "roll_back",
     "s3_errors",
+    "state_tag",
     "withdraw_failed",
+    "write_state",
 ]
 __getattr__ = lazy_exports(
     __name__,

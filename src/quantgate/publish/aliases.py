@@ -59,7 +59,9 @@ def apply(
         stable = current.get(alias)
         if canary and tenant in canary and stable is not None and stable != target and evidence is not None:
             changes.set.append(
-                start_canary(mlflow_client, cfg, name, tenant, target, manifest, content, evidence, canary[tenant])
+                start_canary(
+                    mlflow_client, cfg, name, tenant, target, manifest, content, evidence, canary[tenant]
+                )
             )
             continue
         if evidence is not None:  # the record first: a node then sees no alias ahead of its record

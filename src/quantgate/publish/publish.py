@@ -267,7 +267,12 @@ def _register(job: _Job, mlflow_client, cfg: RegistryConfig, progress: Progress)
 
 
 def _approve(
-    job: _Job, version, created: bool, mlflow_client, cfg: RegistryConfig, canary: dict[str, float] | None = None
+    job: _Job,
+    version,
+    created: bool,
+    mlflow_client,
+    cfg: RegistryConfig,
+    canary: dict[str, float] | None = None,
 ) -> PublishedArtifact:
     """The gate's signed approval on ``version`` (merged with the one there), then its aliases."""
     tags = version.tags or {}

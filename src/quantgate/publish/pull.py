@@ -86,10 +86,12 @@ def pull(
     naming.alias_for(tenant)  # a tenant that cannot be an alias is a usage error, online or not
     cache = PullCache(Path(cache_dir or default_cache_dir()) / "pull", cfg.cache_max_bytes)
     if channel not in ("stable", "canary"):
-        raise UsageError("--channel", f"'{channel}' is not a channel", "pass --channel stable or --channel canary")
+        raise UsageError(
+            "--channel", f"'{channel}' is not a channel", "pass --channel stable or --channel canary"
+        )
     key = f"{cfg.model_registry_uri} {name} {version or naming.channel_alias(tenant, channel)}"
     asked = _Asked(name, model, target, tenant, allow_unapproved)
-    released = ReleaseCheck(name, tenant, cfg, cache.root, channel)
+    released = ReleaseCheck(name, tenant, cfg, cache.root, "canary" if channel == "canary" else "stable")
     with _disk_full(cache, name):
         if offline:
             path = _offline(cache, key, asked, cfg, released)

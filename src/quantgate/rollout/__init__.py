@@ -2,7 +2,7 @@
 telemetry and on replayed prompts, then promoted or rolled back through signed release records.
 
 - ``evidence``: what a look reads (live telemetry per version, paired replays) and its readers;
-- ``wealth``, ``latency``, ``decide``: the anytime-valid tests and one look's decision;
+- ``wealth``, ``latency``, ``decision``: the anytime-valid tests and one look's decision;
 - ``registry_state``, ``act``, ``watch``: the state between looks (in the registry), the moves
   (record first, then aliases) and one look of the watcher, resumable after a kill;
 - ``status``: what a router sets its weights from; ``report``: the rollout report.
@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 from quantgate.exports import lazy_exports
 
 if TYPE_CHECKING:
-    from quantgate.rollout.decide import Decision, LookState, decide
+    from quantgate.rollout.decision import Decision, LookState, decide
     from quantgate.rollout.evidence_files import FileEvidence, live_to_json, replay_to_json
     from quantgate.rollout.status import rollout_status
     from quantgate.rollout.watch import EvidenceSource, watch_once
@@ -32,9 +32,9 @@ __all__ = [
 __getattr__ = lazy_exports(
     __name__,
     {
-        "Decision": "decide",
-        "LookState": "decide",
-        "decide": "decide",
+        "Decision": "decision",
+        "LookState": "decision",
+        "decide": "decision",
         "rollout_status": "status",
         "EvidenceSource": "watch",
         "watch_once": "watch",

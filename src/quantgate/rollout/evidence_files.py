@@ -13,7 +13,13 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from quantgate.errors import InputError
-from quantgate.rollout.evidence import LatencyHistogram, LiveEvidence, ReplayEvidence, ReplayPair, VersionTelemetry
+from quantgate.rollout.evidence import (
+    LatencyHistogram,
+    LiveEvidence,
+    ReplayEvidence,
+    ReplayPair,
+    VersionTelemetry,
+)
 
 
 def _bound(b) -> float:
@@ -36,8 +42,11 @@ def replay_to_json(replay: ReplayEvidence) -> str:
 
 def _telemetry(d: dict) -> VersionTelemetry:
     hists = tuple(
-        LatencyHistogram(h["metric"], tuple(_bound(b) for b in h["upper_bounds"]),
-                         tuple(int(c) for c in h["cumulative_counts"]))
+        LatencyHistogram(
+            h["metric"],
+            tuple(_bound(b) for b in h["upper_bounds"]),
+            tuple(int(c) for c in h["cumulative_counts"]),
+        )
         for h in d["latency"]
     )
     return VersionTelemetry(str(d["version"]), hists, int(d["requests"]), int(d["errors"]))
@@ -47,9 +56,13 @@ def load_live(path: Path) -> LiveEvidence:
     """Live evidence from ``path``."""
     try:
         d = json.loads(Path(path).read_text())
-        return LiveEvidence(_telemetry(d["stable"]), _telemetry(d["canary"]), str(d["read_at"]), str(d["digest"]))
+        return LiveEvidence(
+            _telemetry(d["stable"]), _telemetry(d["canary"]), str(d["read_at"]), str(d["digest"])
+        )
     except (OSError, ValueError, KeyError, TypeError) as exc:
-        raise InputError(path, f"is not live rollout evidence ({exc})", "write it as LiveEvidence JSON") from None
+        raise InputError(
+            path, f"is not live rollout evidence ({exc})", "write it as LiveEvidence JSON"
+        ) from None
 
 
 def load_replay(path: Path) -> ReplayEvidence:
@@ -57,8 +70,9 @@ def load_replay(path: Path) -> ReplayEvidence:
     try:
         d = json.loads(Path(path).read_text())
         pairs = tuple(ReplayPair(**p) for p in d["pairs"])
-        return ReplayEvidence(str(d["stable_endpoint"]), str(d["canary_endpoint"]), int(d["seed"]), pairs,
-                              str(d["digest"]))
+        return ReplayEvidence(
+            str(d["stable_endpoint"]), str(d["canary_endpoint"]), int(d["seed"]), pairs, str(d["digest"])
+        )
     except (OSError, ValueError, KeyError, TypeError) as exc:
         raise InputError(path, f"is not replay evidence ({exc})", "write it as ReplayEvidence JSON") from None
 

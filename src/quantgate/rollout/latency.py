@@ -56,7 +56,9 @@ def stable_p99_bounds(hist: LatencyHistogram, alpha: float) -> tuple[float | Non
     need = math.log(2 * len(finite) / alpha)  # the level split over the buckets and the two ends
     # p99 <= b once "exceedance of b >= 1 %" is rejected; p99 > b once "exceedance of b <= 1 %" is
     hi = next((b for b, k in finite if count_log_mixture(k, total, TAIL, below=True) >= need), None)
-    lo = next((b for b, k in reversed(finite) if count_log_mixture(k, total, TAIL, below=False) >= need), None)
+    lo = next(
+        (b for b, k in reversed(finite) if count_log_mixture(k, total, TAIL, below=False) >= need), None
+    )
     return lo, hi
 
 
@@ -86,4 +88,6 @@ def p99_estimate(hist: LatencyHistogram) -> float | None:
     total = hist.cumulative_counts[-1]
     if total == 0:
         return None
-    return next(b for b, c in zip(hist.upper_bounds, hist.cumulative_counts, strict=True) if c >= QUANTILE * total)
+    return next(
+        b for b, c in zip(hist.upper_bounds, hist.cumulative_counts, strict=True) if c >= QUANTILE * total
+    )

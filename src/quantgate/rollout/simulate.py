@@ -15,7 +15,13 @@ from dataclasses import asdict, dataclass
 import numpy as np
 from scipy import stats
 
-from quantgate.rollout.evidence import LatencyHistogram, LiveEvidence, ReplayEvidence, ReplayPair, VersionTelemetry
+from quantgate.rollout.evidence import (
+    LatencyHistogram,
+    LiveEvidence,
+    ReplayEvidence,
+    ReplayPair,
+    VersionTelemetry,
+)
 
 
 def geometric_buckets(low: float, high: float, ratio: float) -> tuple[float, ...]:
@@ -46,7 +52,9 @@ class Shape:
         return float(self.dist(slower).ppf(0.99))
 
 
-def histogram(rng, shape: Shape, bounds: tuple[float, ...], n: int, metric: str, slower: float = 1.0) -> LatencyHistogram:
+def histogram(
+    rng, shape: Shape, bounds: tuple[float, ...], n: int, metric: str, slower: float = 1.0
+) -> LatencyHistogram:
     """``n`` requests' latencies as a cumulative histogram."""
     cdf = shape.dist(slower).cdf(np.asarray(bounds[:-1]))
     probs = np.diff(np.concatenate([[0.0], cdf, [1.0]]))
@@ -56,16 +64,33 @@ def histogram(rng, shape: Shape, bounds: tuple[float, ...], n: int, metric: str,
 
 def add(a: LatencyHistogram, b: LatencyHistogram) -> LatencyHistogram:
     """Two histograms of the same buckets summed (cumulative evidence)."""
-    return LatencyHistogram(a.metric, a.upper_bounds, tuple(x + y for x, y in zip(a.cumulative_counts, b.cumulative_counts, strict=True)))
+    return LatencyHistogram(
+        a.metric,
+        a.upper_bounds,
+        tuple(x + y for x, y in zip(a.cumulative_counts, b.cumulative_counts, strict=True)),
+    )
 
 
 def telemetry(
-    rng, version: str, n: int, shape: Shape, bounds: tuple[float, ...], error_rate: float, slower: float = 1.0,
+    rng,
+    version: str,
+    n: int,
+    shape: Shape,
+    bounds: tuple[float, ...],
+    error_rate: float,
+    slower: float = 1.0,
     metrics: tuple[str, ...] = ("ttft", "itl"),
 ) -> VersionTelemetry:
     """One version's new requests: a histogram per metric (ITL at a tenth of TTFT) and errors."""
     hists = tuple(
-        histogram(rng, Shape(shape.kind, shape.param, shape.scale * (0.1 if m == "itl" else 1.0)), bounds, n, m, slower)
+        histogram(
+            rng,
+            Shape(shape.kind, shape.param, shape.scale * (0.1 if m == "itl" else 1.0)),
+            bounds,
+            n,
+            m,
+            slower,
+        )
         for m in metrics
     )
     return VersionTelemetry(version, hists, n, int(rng.binomial(n, error_rate)))

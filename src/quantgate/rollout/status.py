@@ -42,11 +42,11 @@ def rollout_status(cfg: RegistryConfig, model: str, target: str, tenant: str, le
         records[channel] = record
     stable, canary = records["stable"], records["canary"]
     running = canary is not None and canary.version is not None and canary.share is not None
-    share = canary.share if running else 0.0
-    shares = {}
+    share = canary.share if canary is not None and canary.share is not None and running else 0.0
+    shares: dict[str, float] = {}
     if stable is not None and stable.version is not None:
         shares[stable.version] = 1.0 - share
-    if running:
+    if running and canary is not None and canary.version is not None:
         shares[canary.version] = shares.get(canary.version, 0.0) + share
     try:
         watcher = json.loads(tags.get(state_tag(tenant)) or "{}")
@@ -56,9 +56,14 @@ def rollout_status(cfg: RegistryConfig, model: str, target: str, tenant: str, le
     def said(record):
         if record is None:
             return None
-        return {"version": record.version, "sequence": record.sequence, "event": record.event,
-                "share": record.share, "evidence_sha256": record.evidence_sha256,
-                "expires_at": record.expires_at.isoformat()}
+        return {
+            "version": record.version,
+            "sequence": record.sequence,
+            "event": record.event,
+            "share": record.share,
+            "evidence_sha256": record.evidence_sha256,
+            "expires_at": record.expires_at.isoformat(),
+        }
 
     return {
         "registered_model": name,
@@ -66,8 +71,12 @@ def rollout_status(cfg: RegistryConfig, model: str, target: str, tenant: str, le
         "stable": said(stable),
         "canary": said(canary) if running else None,
         "shares": shares,
-        "aliases": {alias_for(tenant): aliases.get(alias_for(tenant)),
-                    canary_alias_for(tenant): aliases.get(canary_alias_for(tenant))},
-        "last_decision": (watcher.get("outcome") or watcher.get("last")) if isinstance(watcher, dict) else None,
+        "aliases": {
+            alias_for(tenant): aliases.get(alias_for(tenant)),
+            canary_alias_for(tenant): aliases.get(canary_alias_for(tenant)),
+        },
+        "last_decision": (watcher.get("outcome") or watcher.get("last"))
+        if isinstance(watcher, dict)
+        else None,
         "pending": isinstance(watcher, dict) and bool(watcher.get("pending")),
     }

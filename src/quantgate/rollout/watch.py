@@ -33,7 +33,7 @@ from quantgate.publish import (
     registry_errors,
     write_state,
 )
-from quantgate.rollout.decide import Decision, LookState, decide
+from quantgate.rollout.decision import Decision, LookState, decide
 from quantgate.rollout.evidence import LiveEvidence, ReplayEvidence
 
 PAUSE_AFTER_RECORD = "QUANTGATE_ROLLOUT_PAUSE_AFTER_RECORD"  # seconds: a test's window to kill -9 in
@@ -95,8 +95,14 @@ def watch_once(
         if pending:
             _finish(client, cfg, name, tenant, pending, view)
             _mark_done(client, name, tenant, view.state, pending)
-            return WatchOutcome(pending["action"], pending["look"], pending["reason"], pending["canary_version"],
-                                pending["stable_version"], finished=True)
+            return WatchOutcome(
+                pending["action"],
+                pending["look"],
+                pending["reason"],
+                pending["canary_version"],
+                pending["stable_version"],
+                finished=True,
+            )
         canary = view.canary
         stable_version = view.aliases.get(alias_for(tenant))
         if canary is None or canary.version is None:
@@ -104,13 +110,19 @@ def watch_once(
         point_alias(client, cfg, name, canary_alias_for(tenant), canary.version)  # a start cut short
         if canary.event == "canary-held":
             look = (view.state.get("outcome") or {}).get("look", 0)
-            return WatchOutcome("held", look, "held at its maximum duration: an operator decides",
-                                canary.version, stable_version)
+            return WatchOutcome(
+                "held",
+                look,
+                "held at its maximum duration: an operator decides",
+                canary.version,
+                stable_version,
+            )
         saved = view.state.get("look_state")
         state = (
             LookState.from_dict(saved)
             if saved
-            and (saved.get("canary_version"), saved.get("started_at")) == (canary.version, canary.issued_at.isoformat())
+            and (saved.get("canary_version"), saved.get("started_at"))
+            == (canary.version, canary.issued_at.isoformat())
             else LookState(canary.version, str(stable_version), canary.issued_at.isoformat())
         )
         live = source.read_live(model, target, tenant)
@@ -119,8 +131,9 @@ def watch_once(
         record = {"look_state": state.to_dict(), "last": decision.to_dict()}
         if decision.action == "continue":
             write_state(client, name, tenant, record)
-            return WatchOutcome("continue", decision.look, decision.reason, canary.version, stable_version,
-                                decision=decision)
+            return WatchOutcome(
+                "continue", decision.look, decision.reason, canary.version, stable_version, decision=decision
+            )
         pending = {
             "look": decision.look,
             "action": decision.action,
@@ -134,8 +147,9 @@ def watch_once(
         write_state(client, name, tenant, {**record, "pending": pending})  # the decision first
         _finish(client, cfg, name, tenant, pending, view)
         _mark_done(client, name, tenant, record, pending)
-    return WatchOutcome(decision.action, decision.look, decision.reason, canary.version, stable_version,
-                        decision=decision)
+    return WatchOutcome(
+        decision.action, decision.look, decision.reason, canary.version, stable_version, decision=decision
+    )
 
 
 def _finish(client, cfg: RegistryConfig, name: str, tenant: str, pending: dict, view) -> None:
@@ -143,12 +157,30 @@ def _finish(client, cfg: RegistryConfig, name: str, tenant: str, pending: dict, 
     action, version, evidence = pending["action"], pending["canary_version"], pending["evidence_sha256"]
     event = EVENTS[action]
     if action == "promote":
-        issue_once(client, cfg, name, tenant, "stable", event=event, version=version,
-                   manifest_sha256=pending["manifest_sha256"], evidence_sha256=evidence)
+        issue_once(
+            client,
+            cfg,
+            name,
+            tenant,
+            "stable",
+            event=event,
+            version=version,
+            manifest_sha256=pending["manifest_sha256"],
+            evidence_sha256=evidence,
+        )
     kept = action == "hold"
-    issue_once(client, cfg, name, tenant, "canary", event=event, version=version if kept else None,
-               manifest_sha256=pending["manifest_sha256"] if kept else None, evidence_sha256=evidence,
-               share=pending["share"] if kept else None)
+    issue_once(
+        client,
+        cfg,
+        name,
+        tenant,
+        "canary",
+        event=event,
+        version=version if kept else None,
+        manifest_sha256=pending["manifest_sha256"] if kept else None,
+        evidence_sha256=evidence,
+        share=pending["share"] if kept else None,
+    )
     pause = float(os.environ.get(PAUSE_AFTER_RECORD) or 0)
     if pause > 0:
         print(f"rollout: look {pending['look']} recorded ({event}); moving aliases", flush=True)
@@ -161,4 +193,6 @@ def _finish(client, cfg: RegistryConfig, name: str, tenant: str, pending: dict, 
 
 def _mark_done(client, name: str, tenant: str, state: dict, pending: dict) -> None:
     done = {k: v for k, v in state.items() if k != "pending"}
-    write_state(client, name, tenant, {**done, "outcome": {k: pending[k] for k in ("look", "action", "reason")}})
+    write_state(
+        client, name, tenant, {**done, "outcome": {k: pending[k] for k in ("look", "action", "reason")}}
+    )

@@ -60,7 +60,9 @@ class Wealth:
             return
         if not 0 <= ones <= items:
             raise ValueError(f"{ones} events among {items} items")
-        terms = ones * np.log1p(BETS * self._step(1.0, m)) + (items - ones) * np.log1p(BETS * self._step(0.0, m))
+        terms = ones * np.log1p(BETS * self._step(1.0, m)) + (items - ones) * np.log1p(
+            BETS * self._step(0.0, m)
+        )
         self.log_capital = list(np.asarray(self.log_capital) + terms)
         self.items += items
 
@@ -71,13 +73,19 @@ class Wealth:
 
     def to_dict(self) -> dict:
         """JSON form (the watcher's state)."""
-        return {"below": self.below, "log_capital": [float(x) for x in self.log_capital],
-                "items": self.items, "rejected": self.rejected}
+        return {
+            "below": self.below,
+            "log_capital": [float(x) for x in self.log_capital],
+            "items": self.items,
+            "rejected": self.rejected,
+        }
 
     @classmethod
     def from_dict(cls, d: dict) -> Wealth:
         """Back from ``to_dict``."""
-        return cls(bool(d["below"]), [float(x) for x in d["log_capital"]], int(d["items"]), bool(d["rejected"]))
+        return cls(
+            bool(d["below"]), [float(x) for x in d["log_capital"]], int(d["items"]), bool(d["rejected"])
+        )
 
 
 def count_log_mixture(ones: int, items: int, m: float, *, below: bool) -> float:

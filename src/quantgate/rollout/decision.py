@@ -32,6 +32,7 @@ from quantgate.rollout.evidence import LatencyHistogram, LiveEvidence, ReplayEvi
 from quantgate.rollout.wealth import Wealth, rate_bound
 
 Action = Literal["continue", "promote", "rollback", "hold"]
+Status = Literal["open", "pass", "fail"]
 MAX_HISTORY = 200  # looks kept for the report (the tag stays small)
 
 
@@ -68,7 +69,9 @@ class LookState:
             started_at=d["started_at"],
             look=int(d["look"]),
             prev=d.get("prev") or {},
-            tests={f: {k: Wealth.from_dict(w) for k, w in t.items()} for f, t in (d.get("tests") or {}).items()},
+            tests={
+                f: {k: Wealth.from_dict(w) for k, w in t.items()} for f, t in (d.get("tests") or {}).items()
+            },
             history=list(d.get("history") or []),
         )
 
@@ -78,7 +81,7 @@ class FloorResult:
     """One floor at this look: open, passed or failed, with the figures behind it."""
 
     name: str
-    status: Literal["open", "pass", "fail"]
+    status: Status
     detail: str
     fail_log_capital: float
     pass_log_capital: float
@@ -111,7 +114,9 @@ class Decision:
 
 def evidence_digest(live: LiveEvidence, replay: ReplayEvidence | None, look: int) -> str:
     """What the look's record carries as its evidence: the readers' digests and the look number."""
-    text = json.dumps({"live": live.digest, "replay": None if replay is None else replay.digest, "look": look})
+    text = json.dumps(
+        {"live": live.digest, "replay": None if replay is None else replay.digest, "look": look}
+    )
     return hashlib.sha256(text.encode()).hexdigest()
 
 
@@ -130,12 +135,14 @@ def _totals(t: VersionTelemetry) -> dict:
 
 def _tests(state: LookState, name: str, fail_below: bool) -> dict[str, Wealth]:
     """The floor's two tests (created at its first look)."""
-    return state.tests.setdefault(name, {"fail": Wealth(below=fail_below), "pass": Wealth(below=not fail_below)})
+    return state.tests.setdefault(
+        name, {"fail": Wealth(below=fail_below), "pass": Wealth(below=not fail_below)}
+    )
 
 
 def _result(name: str, tests: dict[str, Wealth], alpha: float, detail: str) -> FloorResult:
     failed, passed = tests["fail"].check(alpha), tests["pass"].check(alpha)
-    status = "fail" if failed else "pass" if passed else "open"
+    status: Status = "fail" if failed else "pass" if passed else "open"
     return FloorResult(name, status, detail, tests["fail"].log_mixture(), tests["pass"].log_mixture())
 
 
@@ -149,7 +156,9 @@ def _latency_floor(
         raise ValueError(f"{metric}: stable and canary histograms have different buckets")
     slo = {"ttft": policy.live.slo_ttft_p99_s, "itl": policy.live.slo_itl_p99_s}.get(metric)
     cut = latency.thresholds(stable, policy.live.max_p99_increase, slo, alpha / 2)
-    before = state.prev.get("canary", {}).get("latency", {}).get(metric) or [0] * len(canary.cumulative_counts)
+    before = state.prev.get("canary", {}).get("latency", {}).get(metric) or [0] * len(
+        canary.cumulative_counts
+    )
     new_total = canary.cumulative_counts[-1] - before[-1]
     tests = _tests(state, f"p99 {metric}", fail_below=False)
     for direction, bound in (("fail", cut.fail_at), ("pass", cut.pass_at)):
@@ -165,7 +174,9 @@ def _latency_floor(
     return _result(f"p99 {metric}", tests, alpha / 2, detail)
 
 
-def _error_floor(policy: RolloutPolicy, live: LiveEvidence, state: LookState, alpha: float) -> FloorResult | None:
+def _error_floor(
+    policy: RolloutPolicy, live: LiveEvidence, state: LookState, alpha: float
+) -> FloorResult | None:
     delta = policy.live.max_error_rate_increase
     if delta is None:
         return None
@@ -195,7 +206,12 @@ def _replay_floors(
     specs = [
         ("replay top-1 agreement", floors.min_top1_agreement, [p.top1_agreement for p in pairs], True),
         ("replay exact match", floors.min_exact_match, [float(p.exact_match) for p in pairs], True),
-        ("replay KL", None if floors.max_kl is None else floors.max_kl / cap, [min(p.kl, cap) / cap for p in pairs], False),
+        (
+            "replay KL",
+            None if floors.max_kl is None else floors.max_kl / cap,
+            [min(p.kl, cap) / cap for p in pairs],
+            False,
+        ),
     ]
     out = []
     for name, floor, values, higher_is_better in specs:
@@ -240,10 +256,14 @@ def decide(
         not policy.replay.any or pairs >= policy.minimum.replay_pairs
     )
     hours = (now - datetime.fromisoformat(state.started_at)).total_seconds() / 3600
+    action: Action
     if failed:
         action, reason = "rollback", "; ".join(f"{f.name} fails its floor ({f.detail})" for f in failed)
     elif floors and all(f.status == "pass" for f in floors) and enough and floor_count(policy) == len(floors):
-        action, reason = "promote", f"every floor passes at confidence {confidence:g} on {live.canary.requests} requests"
+        action, reason = (
+            "promote",
+            f"every floor passes at confidence {confidence:g} on {live.canary.requests} requests",
+        )
     elif hours >= policy.max_duration_hours:
         action = "hold" if policy.at_max_duration == "hold" else "rollback"
         still = [f.name for f in floors if f.status != "pass"] or ["minimum evidence"]
@@ -255,8 +275,14 @@ def decide(
     state.prev = {"stable": _totals(live.stable), "canary": _totals(live.canary), "pairs": pairs}
     state.history = [
         *state.history,
-        {"look": look, "at": live.read_at, "canary_requests": live.canary.requests, "pairs": pairs,
-         "floors": {f.name: [f.fail_log_capital, f.pass_log_capital, f.status] for f in floors}},
+        {
+            "look": look,
+            "at": live.read_at,
+            "canary_requests": live.canary.requests,
+            "pairs": pairs,
+            "floors": {f.name: [f.fail_log_capital, f.pass_log_capital, f.status] for f in floors},
+        },
     ][-MAX_HISTORY:]
-    return Decision(look, action, reason, tuple(floors), evidence_digest(live, replay, look),
-                    live.canary.requests, pairs)
+    return Decision(
+        look, action, reason, tuple(floors), evidence_digest(live, replay, look), live.canary.requests, pairs
+    )

@@ -24,8 +24,10 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+import numpy as np
+
 from quantgate.rollout.evidence import LatencyHistogram
-from quantgate.rollout.wealth import count_log_mixture
+from quantgate.rollout.wealth import BETS, LOG_WEIGHTS
 
 QUANTILE = 0.99
 TAIL = 1.0 - QUANTILE  # the exceedance rate at the p99
@@ -55,11 +57,19 @@ def stable_p99_bounds(hist: LatencyHistogram, alpha: float) -> tuple[float | Non
         return None, None
     need = math.log(2 * len(finite) / alpha)  # the level split over the buckets and the two ends
     # p99 <= b once "exceedance of b >= 1 %" is rejected; p99 > b once "exceedance of b <= 1 %" is
-    hi = next((b for b, k in finite if count_log_mixture(k, total, TAIL, below=True) >= need), None)
-    lo = next(
-        (b for b, k in reversed(finite) if count_log_mixture(k, total, TAIL, below=False) >= need), None
-    )
+    k = np.array([e for _, e in finite], dtype=float)[:, None]
+    below = _log_mixtures(k, total, lambda z: TAIL - z)
+    above = _log_mixtures(k, total, lambda z: z - TAIL)
+    hi = next((b for (b, _), w in zip(finite, below, strict=True) if w >= need), None)
+    lo = next((b for (b, _), w in zip(reversed(finite), above[::-1], strict=True) if w >= need), None)
     return lo, hi
+
+
+def _log_mixtures(ones: np.ndarray, items: int, step) -> np.ndarray:
+    """The betting mixture's log capital per row of ``ones`` (0/1 items, closed form; ``wealth``)."""
+    logs = ones * np.log1p(BETS * step(1.0)) + (items - ones) * np.log1p(BETS * step(0.0)) + LOG_WEIGHTS
+    top = logs.max(axis=1)
+    return top + np.log(np.exp(logs - top[:, None]).sum(axis=1))
 
 
 def thresholds(stable: LatencyHistogram, delta: float, slo: float | None, alpha: float) -> Thresholds:

@@ -75,3 +75,31 @@ def watch(
     cfg = RegistryConfig.from_env(project)
     outcome = watch_once(cfg, model, target, tenant, policy, confidence, FileEvidence(live, replay))
     print(json.dumps(outcome.to_dict()), flush=True)
+
+
+@app.command("report")
+def report(
+    model: ModelArg,
+    target: TargetOpt,
+    tenant: TenantOpt,
+    out: Annotated[Path, typer.Option("--out", help="Directory for report.json, .md, .html and tests.svg.")],
+    cache: CacheOpt = None,
+    root: RootOpt = None,
+) -> None:
+    """The rollout report: the tests over the looks, the decision and why, the KPI delta."""
+    from quantgate.config import load_rollout
+    from quantgate.publish import RegistryConfig, registered_model_name, registry_client, state_tag
+    from quantgate.rollout import rollout_status, write_report
+
+    project = (root or project_root()).resolve()
+    cfg = RegistryConfig.from_env(project)
+    found = rollout_status(cfg, model, target, tenant, (cache or cache_dir()).resolve() / "pull")
+    tags = registry_client(cfg).get_registered_model(registered_model_name(model, target)).tags or {}
+    state = json.loads(tags.get(state_tag(tenant)) or "{}")
+    policies = load_rollout(project / "gates.yaml") if (project / "gates.yaml").is_file() else {}
+    from quantgate.rollout import floor_count
+
+    policy, confidence = policies.get(tenant, (None, 0.95))
+    alpha = (1 - confidence) / (2 * max(1, floor_count(policy))) if policy else 0.05
+    for kind, path in write_report(state, found, out, alpha).items():
+        print(f"{kind}: {path}")

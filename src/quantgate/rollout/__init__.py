@@ -13,8 +13,9 @@ from typing import TYPE_CHECKING
 from quantgate.exports import lazy_exports
 
 if TYPE_CHECKING:
-    from quantgate.rollout.decision import Decision, LookState, decide
+    from quantgate.rollout.decision import Decision, LookState, decide, floor_count
     from quantgate.rollout.evidence_files import FileEvidence, live_to_json, replay_to_json
+    from quantgate.rollout.report import write_report
     from quantgate.rollout.status import rollout_status
     from quantgate.rollout.watch import EvidenceSource, watch_once
 
@@ -24,10 +25,12 @@ __all__ = [
     "FileEvidence",
     "LookState",
     "decide",
+    "floor_count",
     "live_to_json",
     "replay_to_json",
     "rollout_status",
     "watch_once",
+    "write_report",
 ]
 __getattr__ = lazy_exports(
     __name__,
@@ -35,6 +38,8 @@ __getattr__ = lazy_exports(
         "Decision": "decision",
         "LookState": "decision",
         "decide": "decision",
+        "floor_count": "decision",
+        "write_report": "report",
         "rollout_status": "status",
         "EvidenceSource": "watch",
         "watch_once": "watch",

@@ -5,9 +5,9 @@ from __future__ import annotations
 import json
 
 import pytest
+from test_decide import POLICY, _run
 
 from quantgate.rollout import write_report
-from test_decide import POLICY, _run
 
 pytestmark = pytest.mark.unit
 

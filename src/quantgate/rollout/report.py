@@ -43,7 +43,8 @@ def kpi_delta(state: dict) -> dict:
         k: (v.get("errors", 0) / v["requests"] if v.get("requests") else None)
         for k, v in (("stable", s), ("canary", c))
     }
-    out["error rate"] = {**rate, "delta": None if None in rate.values() else rate["canary"] - rate["stable"]}
+    before, after = rate["stable"], rate["canary"]
+    out["error rate"] = {**rate, "delta": None if before is None or after is None else after - before}
     return out
 
 

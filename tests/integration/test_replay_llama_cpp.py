@@ -45,9 +45,9 @@ def endpoints(tmp_path_factory):
 
 
 def test_identical_endpoints_agree_fully(endpoints):
-    from quantgate.rollout.replay import ReplaySettings, replay, summary
+    from quantgate.rollout import ReplaySettings, replay_prompts, summary
 
-    evidence = replay(
+    evidence = replay_prompts(
         PROMPTS, endpoints["stable"], endpoints["twin"], seed=0, settings=ReplaySettings(max_tokens=12)
     )
     totals = summary(evidence)
@@ -59,10 +59,10 @@ def test_identical_endpoints_agree_fully(endpoints):
 
 
 def test_second_quantization_agrees_less(endpoints):
-    from quantgate.rollout.replay import ReplaySettings, replay, summary
+    from quantgate.rollout import ReplaySettings, replay_prompts, summary
 
     settings = ReplaySettings(max_tokens=12)
-    evidence = replay(PROMPTS, endpoints["stable"], endpoints["canary"], seed=0, settings=settings)
+    evidence = replay_prompts(PROMPTS, endpoints["stable"], endpoints["canary"], seed=0, settings=settings)
     totals = summary(evidence)
     assert totals["kl"] > 1e-4  # Q4_1 -> Q4_0 moves the distributions measurably
     assert totals["top1_agreement"] < 1.0 or totals["exact_match"] < 1.0
@@ -92,8 +92,8 @@ def test_cli_replay_never_writes_prompts(endpoints, tmp_path):
 
 
 def test_unreachable_endpoint_is_transient(endpoints):
+    from quantgate.rollout import replay_prompts
     from quantgate.rollout.evidence import EvidenceUnavailableError
-    from quantgate.rollout.replay import replay
 
     with pytest.raises(EvidenceUnavailableError, match="did not answer"):
-        replay(PROMPTS[:1], endpoints["stable"], "http://127.0.0.1:9", seed=0)
+        replay_prompts(PROMPTS[:1], endpoints["stable"], "http://127.0.0.1:9", seed=0)

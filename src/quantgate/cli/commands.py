@@ -12,7 +12,20 @@ import sys
 
 import typer
 
-from quantgate.cli import build, evaluate, gate, publish, pull, release, repair, replay, report, run, seed
+from quantgate.cli import (
+    build,
+    evaluate,
+    gate,
+    publish,
+    pull,
+    release,
+    repair,
+    replay,
+    report,
+    rollout,
+    run,
+    seed,
+)
 from quantgate.errors import DiskFullError, QuantgateError, StepFailed, TransientError
 from quantgate.escape import visible
 from quantgate.step_parent import end_with_parent
@@ -33,6 +46,7 @@ app.command("pull")(pull.pull)
 app.command("release")(release.release)
 app.command("repair")(repair.repair)
 app.command("replay")(replay.replay)
+app.add_typer(rollout.app, name="rollout")
 app.command("run")(run.run)
 app.command("seed")(seed.seed)
 

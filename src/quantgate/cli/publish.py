@@ -29,13 +29,16 @@ def publish(
 
     Registry: MLFLOW_TRACKING_URI, else the embedded one under artifacts_registry/ (see its README).
     """
+    from quantgate.config import canary_shares
     from quantgate.progress import RichProgress
     from quantgate.publish import RegistryConfig, publish_report
     from quantgate.report import print_table, text_table
 
-    cfg = RegistryConfig.from_env((root or project_root()).resolve())
+    project = (root or project_root()).resolve()
+    cfg = RegistryConfig.from_env(project)
+    canary = canary_shares(project / "gates.yaml")  # tenants whose rollout policy is a canary
     with RichProgress() as progress:
-        outcome = publish_report(report_dir / "report.json", artifacts, cfg, progress)
+        outcome = publish_report(report_dir / "report.json", artifacts, cfg, progress, canary=canary)
     if as_json:
         print(json.dumps(outcome.to_dict(), indent=1))
         return

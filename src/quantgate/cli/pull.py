@@ -66,6 +66,14 @@ def pull(
             "until stopped.",
         ),
     ] = False,
+    channel: Annotated[
+        str,
+        typer.Option(
+            "--channel",
+            help="stable (alias approved-<tenant>, the default) or canary (canary-<tenant>: a rollout's "
+            "canary, for the nodes that serve its share).",
+        ),
+    ] = "stable",
     cache: CacheOpt = None,
     root: RootOpt = None,
 ) -> None:
@@ -97,6 +105,7 @@ def pull(
             version=version,
             offline=offline,
             link=link,
+            channel=channel,
         )
     print(path, flush=True)
     if seed:

@@ -20,7 +20,7 @@ from quantgate.paths import project_root
 
 def _prompts(spec_path: Path, logs: list[Path], size: int, seed: int) -> list[str]:
     from quantgate.calibration import load_spec, read_traffic_log
-    from quantgate.rollout.evidence import LoggedRequest, read_logs, sample_prompts
+    from quantgate.rollout import LoggedRequest, read_logs, sample_prompts
 
     spec = load_spec(spec_path)
     if logs:
@@ -73,9 +73,9 @@ def replay(
     ] = False,
 ) -> None:
     """Replay a seeded, traffic-mixed sample of logged prompts on stable and canary, compared paired."""
-    from quantgate.rollout.evidence import as_json as evidence_json
-    from quantgate.rollout.replay import ReplaySettings, summary
-    from quantgate.rollout.replay import replay as run_replay
+    from quantgate.rollout import ReplaySettings, summary
+    from quantgate.rollout import as_json as evidence_json
+    from quantgate.rollout import replay_prompts as run_replay
 
     spec_path = spec or project_root() / "calibration_sets" / "default.yaml"
     prompts = _prompts(spec_path, log or [], size, seed)

@@ -24,6 +24,7 @@ if TYPE_CHECKING:
     )
     from quantgate.config.identity import content_digest, file_digest
     from quantgate.config.loader import load_model, project_of
+    from quantgate.config.rollout import RolloutPolicy, canary_shares, load_rollout
     from quantgate.config.suites import DeclaredSuite, declare_suite, declare_suites, suite_names
     from quantgate.config.targets import (
         ActivationNumerics,
@@ -48,9 +49,11 @@ __all__ = [
     "Numerics",
     "Recipe",
     "RepairUpgrade",
+    "RolloutPolicy",
     "Target",
     "Tenant",
     "WeightNumerics",
+    "canary_shares",
     "check_target_names",
     "content_digest",
     "declare_suite",
@@ -59,6 +62,7 @@ __all__ = [
     "file_digest",
     "load_gates",
     "load_model",
+    "load_rollout",
     "overridden",
     "path_setting",
     "project_of",
@@ -81,6 +85,9 @@ __getattr__ = lazy_exports(
         "DeclaredSuite": "suites",
         "Numerics": "targets",
         "Recipe": "targets",
+        "RolloutPolicy": "rollout",
+        "load_rollout": "rollout",
+        "canary_shares": "rollout",
         "RepairUpgrade": "targets",
         "Target": "targets",
         "Tenant": "gates",

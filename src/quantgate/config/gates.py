@@ -24,6 +24,7 @@ from pydantic import (
 
 from quantgate.config.identity import content_digest
 from quantgate.config.loader import load_model, read_yaml
+from quantgate.config.rollout import RolloutPolicy
 from quantgate.config.targets import Catalog, KVCache
 from quantgate.declarations import PROFILES
 from quantgate.errors import ConfigFileError, UsageError
@@ -186,6 +187,9 @@ class Tenant(Frozen):
     applies_to: list[str] | None = Field(None, description="targets gated for this tenant; all when absent")
     floors: list[Floor] = Field(min_length=1)
     repair: bool = Field(False, description="a target failing this tenant searches for a repaired variant")
+    rollout: RolloutPolicy = Field(
+        default=RolloutPolicy(), description="how a passing version reaches traffic (canary or direct)"
+    )
 
     @field_validator("applies_to")
     @classmethod

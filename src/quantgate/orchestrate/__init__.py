@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 from quantgate.exports import lazy_exports
 
 if TYPE_CHECKING:
+    from quantgate.orchestrate.canary import canary_watch
     from quantgate.orchestrate.outcome import RunOutcome
     from quantgate.orchestrate.plan import read_plan, resolve_plan
     from quantgate.orchestrate.repair_inputs import repair_command
@@ -20,6 +21,7 @@ if TYPE_CHECKING:
 __all__ = [
     "RunOutcome",
     "RunRequest",
+    "canary_watch",
     "read_plan",
     "repair_command",
     "resolve_plan",
@@ -31,6 +33,7 @@ __getattr__ = lazy_exports(
     {
         "RunOutcome": "outcome",
         "RunRequest": "request",
+        "canary_watch": "canary",
         "read_plan": "plan",
         "repair_command": "repair_inputs",
         "resolve_plan": "plan",

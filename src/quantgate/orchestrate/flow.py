@@ -430,11 +430,17 @@ def _gate_and_report(
 
 
 @task(name="publish", retries=_RETRIES, retry_condition_fn=_only_transient)
-def publish_artifacts(root: str, report_json: Path, artifacts_dir: Path) -> PublishOutcome:
-    """Register every artifact; aliases only for the tenants the gate approved (``publish``)."""
+def publish_artifacts(root: str, gates: Path, report_json: Path, artifacts_dir: Path) -> PublishOutcome:
+    """Register every artifact; aliases only for the tenants the gate approved (``publish``).
+
+    A tenant whose rollout policy in ``gates`` is a canary gets ``canary-<tenant>``, not the approval.
+    """
+    from quantgate.config import canary_shares
     from quantgate.publish import RegistryConfig, publish_report
 
-    return publish_report(report_json, artifacts_dir, RegistryConfig.from_env(Path(root)))
+    config = RegistryConfig.from_env(Path(root))
+    canary = canary_shares(gates)  # tenant -> traffic share, for tenants whose policy is a canary
+    return publish_report(report_json, artifacts_dir, config, canary=canary)
 
 
 @task(
@@ -574,11 +580,15 @@ def _pipeline(plan: RunPlan, publish: bool, repair: bool = False) -> State[Any]:
     if publish and not (failing or build_failures or eval_failures):
         _confirm_built(plan, built_results)
         with console.Stage(console.run_logger(), "publish") as stage:
-            registered = publish_artifacts(plan.root, gated.paths.json_path, plan.artifacts_dir)
+            registered = publish_artifacts(
+                plan.root, Path(plan.gates), gated.paths.json_path, plan.artifacts_dir
+            )
             published = Published(
                 registered=registered,
                 repaired=[
-                    publish_artifacts(plan.root, where / "publish" / "report.json", where / "artifacts")
+                    publish_artifacts(
+                        plan.root, Path(plan.gates), where / "publish" / "report.json", where / "artifacts"
+                    )
                     for where in _chosen_variants(repaired)
                 ],
             )
@@ -683,7 +693,7 @@ def _regate_locked(
     )
     report_json, exit_code = gated.paths.json_path, gated.report.exit_code
     if publish and exit_code == 0:
-        publish_artifacts(str(root), report_json, out_dir / "artifacts")
+        publish_artifacts(str(root), gates_path, report_json, out_dir / "artifacts")
     elif publish:  # a failed gate publishes nothing, but withdraws the approvals it no longer gives
         withdraw_approvals(str(root), report_json, out_dir / "artifacts")
     if exit_code:

@@ -19,10 +19,20 @@ from quantgate.publish.pull import pull
 if TYPE_CHECKING:
     from quantgate.publish.cache import ENTRY, PullCache
     from quantgate.publish.local_store import LocalStore
-    from quantgate.publish.naming import alias_for, registered_model_name
+    from quantgate.publish.naming import alias_for, canary_alias_for, registered_model_name
     from quantgate.publish.operator import renew, roll_back
     from quantgate.publish.pull import pull as pull_artifact
+    from quantgate.publish.release import Ledger as ReleaseLedger
+    from quantgate.publish.release import read as read_release
     from quantgate.publish.resolve import approved_versions
+    from quantgate.publish.rollout_moves import (
+        RolloutView,
+        issue_once,
+        point_alias,
+        read_view,
+        state_tag,
+        write_state,
+    )
     from quantgate.publish.s3_store import S3Store, s3_errors
     from quantgate.publish.store import ArtifactStore
     from quantgate.publish.tracking import client as registry_client
@@ -36,19 +46,28 @@ __all__ = [
     "PublishedArtifact",
     "PullCache",
     "RegistryConfig",
+    "ReleaseLedger",
+    "RolloutView",
     "S3Store",
     "alias_for",
     "approved_versions",
+    "canary_alias_for",
+    "issue_once",
+    "point_alias",
     "publish_report",
     "pull",
     "pull_artifact",
+    "read_release",
+    "read_view",
     "registered_model_name",
     "registry_client",
     "registry_errors",
     "renew",
     "roll_back",
     "s3_errors",
+    "state_tag",
     "withdraw_failed",
+    "write_state",
 ]
 __getattr__ = lazy_exports(
     __name__,
@@ -66,6 +85,15 @@ __getattr__ = lazy_exports(
         "PullCache": "cache",
         "S3Store": "s3_store",
         "approved_versions": "resolve",
+        "RolloutView": "rollout_moves",
+        "issue_once": "rollout_moves",
+        "point_alias": "rollout_moves",
+        "read_view": "rollout_moves",
+        "state_tag": "rollout_moves",
+        "write_state": "rollout_moves",
+        "canary_alias_for": "naming",
+        "read_release": "release:read",
+        "ReleaseLedger": "release:Ledger",
         "s3_errors": "s3_store",
     },
 )

@@ -10,6 +10,11 @@ With the report's digest as ``evidence`` (publish holds the signing key), every 
 every withdrawal is also a signed release record (``release``) with the next sequence number,
 written before the alias moves: a pull installs only what the newest record releases, so an
 alias put back after a withdrawal, with the old records, is a replay the fleet refuses.
+
+A tenant whose rollout policy is a canary (``canary``: tenant -> traffic share) and that already
+has an approved version gets the new one as ``canary-<tenant>`` instead, with a ``canary-started``
+record on the canary channel: ``quantgate.rollout`` then promotes it or rolls it back on live
+evidence. The first release of a tenant goes direct: there is nothing to compare it with.
 """
 
 from __future__ import annotations
@@ -36,6 +41,7 @@ def apply(
     approved: list[str],
     failed: list[str],
     evidence: str | None = None,
+    canary: dict[str, float] | None = None,
 ) -> AliasChanges:
     """Point ``approved-<tenant>`` at ``version`` for each approved tenant; take it off for each
     failed tenant whose alias points here. Every move is announced. With ``evidence`` (a digest:
@@ -50,6 +56,14 @@ def apply(
     manifest = version.tags.get(naming.MANIFEST_SHA256) or None
     for tenant in approved:
         alias = naming.alias_for(tenant)
+        stable = current.get(alias)
+        if canary and tenant in canary and stable is not None and stable != target and evidence is not None:
+            changes.set.append(
+                start_canary(
+                    mlflow_client, cfg, name, tenant, target, manifest, content, evidence, canary[tenant]
+                )
+            )
+            continue
         if evidence is not None:  # the record first: a node then sees no alias ahead of its record
             release.issue(
                 mlflow_client,
@@ -87,3 +101,36 @@ def apply(
             events.alias_moved(cfg, name, alias, None, target, content)
             changes.removed.append(alias)
     return changes
+
+
+def start_canary(
+    mlflow_client,
+    cfg: RegistryConfig,
+    name: str,
+    tenant: str,
+    version: str,
+    manifest: str | None,
+    content: str,
+    evidence: str,
+    share: float,
+) -> str:
+    """Release ``version`` to ``share`` of ``tenant``'s traffic: a ``canary-started`` record on the
+    canary channel, then the ``canary-<tenant>`` alias (the record first, as for approvals)."""
+    alias = naming.canary_alias_for(tenant)
+    release.issue(
+        mlflow_client,
+        cfg,
+        name,
+        tenant,
+        channel="canary",
+        event="canary-started",
+        version=version,
+        manifest_sha256=manifest,
+        evidence_sha256=evidence,
+        share=share,
+    )
+    before = (mlflow_client.get_registered_model(name).aliases or {}).get(alias)
+    if str(before) != version:
+        mlflow_client.set_registered_model_alias(name, alias, version)
+        events.alias_moved(cfg, name, alias, version, None if before is None else str(before), content)
+    return alias

@@ -11,6 +11,8 @@ import re
 from quantgate.errors import UsageError
 
 ALIAS_PREFIX = "approved-"
+CANARY_PREFIX = "canary-"  # a version the gate passed, on a share of the tenant's traffic (rollout)
+ROLLOUT_STATE = "quantgate.rollout"  # + ".<tenant>": the canary watcher's state between looks
 ARTIFACT_PATH = "artifact"  # the artifact directory inside the run's artifacts
 REPORTS_PATH = "reports"  # report.json / .md / .html inside the run's artifacts
 MAX_RECORDS_BYTES = 256 * 10**6  # a version's records are read whole: a full profile's are ~10 MB
@@ -76,6 +78,17 @@ def alias_for(tenant: str) -> str:
             None, f"tenant '{tenant}' cannot be an alias", "tenant names may use letters, digits, '_' and '-'"
         )
     return alias
+
+
+def canary_alias_for(tenant: str) -> str:
+    """The alias of a tenant's canary: ``canary-<tenant>`` (checked as ``alias_for``)."""
+    alias_for(tenant)
+    return f"{CANARY_PREFIX}{tenant}"
+
+
+def channel_alias(tenant: str, channel: str) -> str:
+    """The alias a node on ``channel`` (stable, canary) follows for ``tenant``."""
+    return canary_alias_for(tenant) if channel == "canary" else alias_for(tenant)
 
 
 def experiment_name(model: str) -> str:

@@ -93,12 +93,14 @@ def publish_report(
     progress: Progress = SILENT,
     *,
     record_failed: bool = True,
+    canary: dict[str, float] | None = None,
 ) -> PublishOutcome:
     """Publish every artifact the report gated; alias each for the tenants it passed.
 
     A report whose run failed (a non-zero exit code) is refused: nothing is published on failure. An
     artifact that passed no tenant is still recorded for audit (``record_failed``) but gets
-    no alias.
+    no alias. ``canary`` (tenant -> traffic share, from gates.yaml's rollout policies): a tenant
+    there that already has an approved version gets a canary instead (``aliases.start_canary``).
     """
     report_json = Path(report_json)
     report = read_report(report_json)
@@ -113,7 +115,7 @@ def publish_report(
     mlflow_client = tracking.client(cfg)
     with tracking.registry_errors(cfg), _sigterm_as_exit():
         registered = [(job, *_register(job, mlflow_client, cfg, progress)) for job in jobs]
-        published = [_approve(job, v, created, mlflow_client, cfg) for job, v, created in registered]
+        published = [_approve(job, v, created, mlflow_client, cfg, canary) for job, v, created in registered]
     return PublishOutcome(tracking_uri=cfg.tracking_uri, model=report.model, artifacts=published)
 
 
@@ -265,7 +267,14 @@ def _register(job: _Job, mlflow_client, cfg: RegistryConfig, progress: Progress)
     return version, False
 
 
-def _approve(job: _Job, version, created: bool, mlflow_client, cfg: RegistryConfig) -> PublishedArtifact:
+def _approve(
+    job: _Job,
+    version,
+    created: bool,
+    mlflow_client,
+    cfg: RegistryConfig,
+    canary: dict[str, float] | None = None,
+) -> PublishedArtifact:
     """The gate's signed approval on ``version`` (merged with the one there), then its aliases."""
     tags = version.tags or {}
     # the manifest the version registered: the build's own, or (the same files rebuilt to the same
@@ -296,6 +305,7 @@ def _approve(job: _Job, version, created: bool, mlflow_client, cfg: RegistryConf
         job.approved,
         job.report.failed_tenants(job.artifact),
         evidence=job.report_sha256,
+        canary=canary,
     )
     gate_tags = {
         **_parent_version(mlflow_client, job),

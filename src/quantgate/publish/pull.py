@@ -75,17 +75,24 @@ def pull(
     version: str | None = None,
     offline: bool = False,
     link: bool = False,
+    channel: str = "stable",
 ) -> Path:
     """Return the local path of the verified artifact (``dest`` if given, else the cache entry).
 
     ``link``: ``dest`` gets hard links into the cache instead of copies (see ``dest``).
+    ``channel``: ``stable`` (``approved-<tenant>``) or ``canary`` (``canary-<tenant>``, a rollout's
+    canary, checked against the canary channel's signed record the same way).
     """
     name = naming.registered_model_name(model, target)
     naming.alias_for(tenant)  # a tenant that cannot be an alias is a usage error, online or not
     cache = PullCache(Path(cache_dir or default_cache_dir()) / "pull", cfg.cache_max_bytes)
-    key = f"{cfg.model_registry_uri} {name} {version or naming.alias_for(tenant)}"
+    if channel not in ("stable", "canary"):
+        raise UsageError(
+            "--channel", f"'{channel}' is not a channel", "pass --channel stable or --channel canary"
+        )
+    key = f"{cfg.model_registry_uri} {name} {version or naming.channel_alias(tenant, channel)}"
     asked = _Asked(name, model, target, tenant, allow_unapproved)
-    released = ReleaseCheck(name, tenant, cfg, cache.root)
+    released = ReleaseCheck(name, tenant, cfg, cache.root, "canary" if channel == "canary" else "stable")
     with _disk_full(cache, name):
         if offline:
             path = _offline(cache, key, asked, cfg, released)
@@ -98,6 +105,7 @@ def pull(
                     version,
                     allow_unapproved,
                     on_model=None if allow_unapproved else released,
+                    channel=channel,
                 )
             if not ENTRY.match(resolved.content_hash):
                 raise tampered(MANIFEST, resolved, "has a content hash tag that is not a sha256")

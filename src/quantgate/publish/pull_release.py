@@ -34,6 +34,7 @@ class ReleaseCheck:
     tenant: str
     cfg: RegistryConfig
     cache_root: Path
+    channel: release.Channel = "stable"  # canary: the canary channel's record and alias (rollout)
     record: ReleaseRecord | None = None
     remembered: dict[str, str] = field(default_factory=dict)  # the record's text and signature
 
@@ -46,10 +47,11 @@ class ReleaseCheck:
         """The registered model as the registry returned it: its record checked and admitted, and
         its alias for the tenant compared with what the record releases."""
         tags = dict(model.tags or {})
-        tag, sig = release.tag_names(self.tenant)
+        tag, sig = release.tag_names(self.tenant, self.channel)
         where = f"{self.name} (tag {tag})"
-        record = release.read(tags, self.tenant, where, self.cfg)
-        alias = (model.aliases or {}).get(naming.alias_for(self.tenant))
+        record = release.read(tags, self.tenant, where, self.cfg, self.channel)
+        alias_name = naming.channel_alias(self.tenant, self.channel)
+        alias = (model.aliases or {}).get(alias_name)
         if record is None and alias is None:
             return  # never released to this tenant: resolve refuses it, naming the alias
         if record is None:
@@ -65,7 +67,7 @@ class ReleaseCheck:
         if alias is not None and str(alias) != record.version:
             raise StaleReleaseError(
                 where,
-                f"alias '{naming.alias_for(self.tenant)}' points at version {alias}, but the newest signed "
+                f"alias '{alias_name}' points at version {alias}, but the newest signed "
                 f"release record ({record.sequence}, {record.event}) releases {record.releases()}: the alias "
                 "was moved without the pipeline, or put back after a withdrawal",
                 "move the alias back, or release that version through quantgate release --version N "
@@ -73,14 +75,22 @@ class ReleaseCheck:
             )
 
     def _admit(self, record: ReleaseRecord, where: str) -> None:
-        if (record.registered_model, record.tenant, record.channel) != (self.name, self.tenant, "stable"):
+        asked = (self.name, self.tenant, self.channel)
+        if (record.registered_model, record.tenant, record.channel) != asked:
             raise TamperedArtifactError(
                 where,
                 f"the signed release record is about '{record.registered_model}' for tenant '{record.tenant}' "
-                f"({record.channel}), not '{self.name}' for '{self.tenant}' (stable)",
+                f"({record.channel}), not '{self.name}' for '{self.tenant}' ({self.channel})",
                 "re-sign the release (quantgate release --renew); nothing was installed",
             )
         self.ledger.admit(record, where)
+        if record.version is None and self.channel == "canary":
+            raise UnapprovedVersionError(
+                where,
+                f"release record {record.sequence} ({record.event}): no canary of '{self.name}' runs for "
+                f"tenant '{self.tenant}'",
+                "pull --channel stable; nothing was installed",
+            )
         if record.version is None:
             raise UnapprovedVersionError(
                 where,

@@ -98,10 +98,13 @@ class ReleaseRecord(FrozenRecord):
     evidence_sha256: str = Field(pattern=SHA256)  # why: the gate report, an operator's reason, a canary's
     issued_at: AwareDatetime
     expires_at: AwareDatetime
+    # a canary's share of the tenant's traffic (canary channel, while a canary runs); absent from
+    # the text when None, so the records written before rollouts are signed and digested as before
+    share: float | None = Field(default=None, gt=0.0, lt=1.0)
 
     def text(self) -> str:
         """The exact text that is signed and stored (canonical JSON)."""
-        return self.model_dump_json()
+        return self.model_dump_json(exclude={"share"} if self.share is None else None)
 
     def digest(self) -> str:
         """sha256 of ``text()``: what a node remembers of it."""
@@ -203,6 +206,7 @@ def next_record(
     manifest_sha256: str | None,
     evidence_sha256: str,
     channel: Channel = "stable",
+    share: float | None = None,
     now: datetime | None = None,
 ) -> ReleaseRecord:
     """The record that follows the one in ``tags`` (sequence + 1), issued ``now``, expiring after
@@ -219,6 +223,7 @@ def next_record(
         evidence_sha256=evidence_sha256,
         issued_at=issued,
         expires_at=issued + timedelta(hours=cfg.release_ttl_hours),
+        share=share,
     )
 
 

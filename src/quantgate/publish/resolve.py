@@ -67,15 +67,16 @@ def resolve(
     version: str | None,
     allow_unapproved: bool,
     on_model: Callable[[Any], None] | None = None,
+    channel: str = "stable",
 ) -> Resolved:
     """The version of ``name`` that ``tenant`` may load: the one its alias points at, or
     ``version`` if that is the one (or ``allow_unapproved``, which without a version takes the
     latest completely uploaded); UnknownModelError or UnapprovedVersionError otherwise.
     ``on_model``: called with the registered model as read, before its alias is looked at (pull
-    checks the tenant's signed release record there)."""
+    checks the tenant's signed release record there). ``channel`` canary: follow ``canary-<tenant>``."""
     from mlflow.exceptions import MlflowException
 
-    alias = naming.alias_for(tenant)
+    alias = naming.channel_alias(tenant, channel)
     try:
         model = mlflow_client.get_registered_model(name)
     except MlflowException as exc:

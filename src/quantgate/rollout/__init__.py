@@ -1,1 +1,67 @@
-"""Canary rollout: evidence, decisions, release moves."""
+"""After the gate: a passing version on a share of a tenant's traffic, judged on the fleet's own
+telemetry and on replayed prompts, then promoted or rolled back through signed release records.
+
+- ``evidence``: what a look reads (live telemetry per version, paired replays) and its readers;
+- ``wealth``, ``latency``, ``decision``: the anytime-valid tests and one look's decision;
+- ``registry_state``, ``act``, ``watch``: the state between looks (in the registry), the moves
+  (record first, then aliases) and one look of the watcher, resumable after a kill;
+- ``status``: what a router sets its weights from; ``report``: the rollout report;
+- ``replay``, ``replay_compare``: logged prompts through the stable and canary endpoints, paired.
+"""
+
+from typing import TYPE_CHECKING
+
+from quantgate.exports import lazy_exports
+
+if TYPE_CHECKING:
+    from quantgate.rollout.decision import Decision, LookState, decide, floor_count
+    from quantgate.rollout.evidence import LoggedRequest, as_json, read_logs, sample_prompts
+    from quantgate.rollout.evidence_files import FileEvidence, live_to_json, replay_to_json
+    from quantgate.rollout.replay import ReplaySettings, replay_prompts, summary
+    from quantgate.rollout.report import write_report
+    from quantgate.rollout.status import rollout_status
+    from quantgate.rollout.watch import EvidenceSource, watch_once
+
+__all__ = [
+    "Decision",
+    "EvidenceSource",
+    "FileEvidence",
+    "LoggedRequest",
+    "LookState",
+    "ReplaySettings",
+    "as_json",
+    "decide",
+    "floor_count",
+    "live_to_json",
+    "read_logs",
+    "replay_prompts",
+    "replay_to_json",
+    "rollout_status",
+    "sample_prompts",
+    "summary",
+    "watch_once",
+    "write_report",
+]
+__getattr__ = lazy_exports(
+    __name__,
+    {
+        "Decision": "decision",
+        "LookState": "decision",
+        "decide": "decision",
+        "floor_count": "decision",
+        "write_report": "report",
+        "rollout_status": "status",
+        "EvidenceSource": "watch",
+        "watch_once": "watch",
+        "FileEvidence": "evidence_files",
+        "live_to_json": "evidence_files",
+        "replay_to_json": "evidence_files",
+        "LoggedRequest": "evidence",
+        "as_json": "evidence",
+        "read_logs": "evidence",
+        "sample_prompts": "evidence",
+        "ReplaySettings": "replay",
+        "replay_prompts": "replay",
+        "summary": "replay",
+    },
+)

@@ -91,7 +91,7 @@ def complete(client: httpx.Client, endpoint: str, prompt: str, settings: ReplayS
         ) from None
 
 
-def replay(
+def replay_prompts(
     prompts: Sequence[str],
     stable: str,
     canary: str,

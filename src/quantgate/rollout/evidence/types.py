@@ -2,6 +2,7 @@
 
 Evidence is cumulative since the canary started; the decision keeps the previous look's totals
 and tests the increments, so a look may come at any time."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -18,6 +19,8 @@ class LatencyHistogram:
 
 @dataclass(frozen=True)
 class VersionTelemetry:
+    """One version's live telemetry: its latency histograms, requests and errors."""
+
     version: str
     latency: tuple[LatencyHistogram, ...]
     requests: int  # finished requests, every finish reason
@@ -26,6 +29,8 @@ class VersionTelemetry:
 
 @dataclass(frozen=True)
 class LiveEvidence:
+    """Both versions' telemetry at one look, with the digest a release record cites."""
+
     stable: VersionTelemetry
     canary: VersionTelemetry
     read_at: str  # ISO 8601 UTC
@@ -34,6 +39,8 @@ class LiveEvidence:
 
 @dataclass(frozen=True)
 class ReplayPair:
+    """One replayed prompt through stable and canary, compared; the prompt only as its hash."""
+
     prompt_sha256: str  # the prompt itself is never stored
     top1_agreement: float  # share of positions whose top-1 token agrees, 0..1
     kl: float  # mean KL(stable || canary) over the returned top log-probabilities
@@ -45,6 +52,8 @@ class ReplayPair:
 
 @dataclass(frozen=True)
 class ReplayEvidence:
+    """A seeded replay of logged prompts through both endpoints, with its digest."""
+
     stable_endpoint: str
     canary_endpoint: str
     seed: int

@@ -1,0 +1,105 @@
+"""``quantgate rollout``: a tenant's canary, for a router (``status``) and for the watcher
+(``watch``: one look, as the scheduled ``canary_watch`` flow takes it)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from quantgate.cli.options import CacheOpt, RootOpt
+from quantgate.paths import cache_dir, project_root
+
+app = typer.Typer(
+    help="A tenant's canary rollout: status for a router, one look of the watcher.", no_args_is_help=True
+)
+
+ModelArg = Annotated[str, typer.Argument(help="Model name as published (the report's 'model').")]
+TargetOpt = Annotated[str, typer.Option("--target", help="Hardware target, e.g. hopper-fp8.")]
+TenantOpt = Annotated[str, typer.Option("--tenant", help="The tenant whose rollout it is.")]
+
+
+@app.command("status")
+def status(
+    model: ModelArg,
+    target: TargetOpt,
+    tenant: TenantOpt,
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON (what a router reads).")] = False,
+    cache: CacheOpt = None,
+    root: RootOpt = None,
+) -> None:
+    """Versions, traffic shares and signed record numbers; a replayed older record is refused (exit 2)."""
+    from quantgate.publish import RegistryConfig
+    from quantgate.rollout import rollout_status
+
+    cfg = RegistryConfig.from_env((root or project_root()).resolve())
+    found = rollout_status(cfg, model, target, tenant, (cache or cache_dir()).resolve() / "pull")
+    if as_json:
+        print(json.dumps(found, indent=1))
+        return
+    for version, share in found["shares"].items():
+        print(f"{found['registered_model']} {tenant}: version {version} {share:.2%}")
+    for channel in ("stable", "canary"):
+        if found[channel]:
+            r = found[channel]
+            print(f"  {channel}: record {r['sequence']} ({r['event']}) until {r['expires_at']}")
+
+
+@app.command("watch")
+def watch(
+    model: ModelArg,
+    target: TargetOpt,
+    tenant: TenantOpt,
+    live: Annotated[Path, typer.Option("--live", help="Live evidence (LiveEvidence JSON).")],
+    replay: Annotated[
+        Path | None, typer.Option("--replay", help="Replay evidence (ReplayEvidence JSON).")
+    ] = None,
+    gates: Annotated[
+        Path | None, typer.Option("--gates", help="gates.yaml (default: the project's).")
+    ] = None,
+    root: RootOpt = None,
+) -> None:
+    """One look: finish a move a killed run left, or decide on the evidence and act."""
+    from quantgate.config import load_rollout
+    from quantgate.errors import UsageError
+    from quantgate.publish import RegistryConfig
+    from quantgate.rollout import FileEvidence, watch_once
+
+    project = (root or project_root()).resolve()
+    policies = load_rollout(gates or project / "gates.yaml")
+    if tenant not in policies:
+        raise UsageError("--tenant", f"gates.yaml has no tenant '{tenant}'", f"known: {', '.join(policies)}")
+    policy, confidence = policies[tenant]
+    cfg = RegistryConfig.from_env(project)
+    outcome = watch_once(cfg, model, target, tenant, policy, confidence, FileEvidence(live, replay))
+    print(json.dumps(outcome.to_dict()), flush=True)
+
+
+@app.command("report")
+def report(
+    model: ModelArg,
+    target: TargetOpt,
+    tenant: TenantOpt,
+    out: Annotated[Path, typer.Option("--out", help="Directory for report.json, .md, .html and tests.svg.")],
+    cache: CacheOpt = None,
+    root: RootOpt = None,
+) -> None:
+    """The rollout report: the tests over the looks, the decision and why, the KPI delta."""
+    from quantgate.config import load_rollout
+    from quantgate.publish import RegistryConfig, registered_model_name, registry_client, state_tag
+    from quantgate.rollout import rollout_status, write_report
+
+    project = (root or project_root()).resolve()
+    cfg = RegistryConfig.from_env(project)
+    found = rollout_status(cfg, model, target, tenant, (cache or cache_dir()).resolve() / "pull")
+    tags = registry_client(cfg).get_registered_model(registered_model_name(model, target)).tags or {}
+    state = json.loads(tags.get(state_tag(tenant)) or "{}")
+    policies = load_rollout(project / "gates.yaml") if (project / "gates.yaml").is_file() else {}
+    from quantgate.rollout import floor_count
+
+    policy, confidence = policies.get(tenant, (None, 0.95))
+    alpha = (1 - confidence) / (2 * max(1, floor_count(policy))) if policy else 0.05
+    for kind, path in write_report(state, found, out, alpha).items():
+        print(f"{kind}: {path}")

@@ -39,7 +39,8 @@ SUBTREE_BYTES = 8 * 1024 * 1024
 
 
 class FileEntry(FrozenRecord):
-    """One file, by content: ``sha256`` holds the digest of ``scheme`` (a SHA-256 either way)."""
+    """One file, by content: ``sha256`` holds the 256-bit digest of ``scheme`` (SHA-256, its 16 KiB
+    merkle root, or BLAKE3); the field keeps its first name so records written before schemes read."""
 
     sha256: str = Field(pattern=r"^[0-9a-f]{64}$")
     bytes: NonNegativeInt

@@ -32,7 +32,9 @@ WRITTEN_BY_A_RUN = {"report.md", "report.html"}
 
 
 def _scan():
-    spec = importlib.util.spec_from_file_location("architecture_scan", ROOT / "bench" / "house" / "architecture_scan.py")
+    spec = importlib.util.spec_from_file_location(
+        "architecture_scan", ROOT / "bench" / "house" / "architecture_scan.py"
+    )
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
@@ -47,7 +49,7 @@ def _section(text: str, heading: str) -> str:
 
 
 def _fences(text: str) -> list[str]:
-    return re.findall(r"^```\n(.*?)^```", text, flags=re.M | re.S)
+    return re.findall(r"^```\n(.*?)^```", text, flags=re.MULTILINE | re.DOTALL)
 
 
 def _table(section: str) -> list[list[str]]:
@@ -59,7 +61,7 @@ def _table(section: str) -> list[list[str]]:
 def sentences(markdown: str) -> list[str]:
     """The page's prose as sentences: fenced blocks and headings left out, each table row one
     sentence (its cells joined), a paragraph split after ``.``, ``?`` or ``!``."""
-    text = re.sub(r"^```.*?^```", "", markdown, flags=re.M | re.S)
+    text = re.sub(r"^```.*?^```", "", markdown, flags=re.MULTILINE | re.DOTALL)
     out: list[str] = []
     paragraph: list[str] = []
     for line in [*text.splitlines(), ""]:
@@ -116,7 +118,9 @@ def test_every_path_the_page_names_exists():
     text = DOC.read_text()
     named = set(re.findall(r"`([^`\s<>*]+)`", text))
     named |= set(re.findall(r"(?<![\w./<>-])([\w-]+(?:/[\w.-]+)*\.(?:py|md|yaml|toml|sh))\b", text))
-    paths = {n.split("::")[0] for n in named if "/" in n or re.search(r"\.(py|md|yaml|toml|sh)$", n.split("::")[0])}
+    paths = {
+        n.split("::")[0] for n in named if "/" in n or re.search(r"\.(py|md|yaml|toml|sh)$", n.split("::")[0])
+    }
     missing = sorted(
         p
         for p in paths - WRITTEN_BY_A_RUN
@@ -132,7 +136,10 @@ def test_every_test_the_page_cites_is_defined():
     absent = [
         f"{path}::{name}"
         for path, name in cited
-        if name not in {n.name for n in ast.walk(ast.parse((ROOT / path).read_text())) if isinstance(n, ast.FunctionDef)}
+        if name
+        not in {
+            n.name for n in ast.walk(ast.parse((ROOT / path).read_text())) if isinstance(n, ast.FunctionDef)
+        }
     ]
     assert not absent, f"docs/ARCHITECTURE.md cites tests that do not exist: {absent}"
 
@@ -142,7 +149,11 @@ def test_every_dotted_name_of_a_root_module_exists():
     missing, checked = [], 0
     for module, name in re.findall(r"`(\w+)\.(\w+)`", DOC.read_text()):
         path = SRC / f"{module}.py"
-        if name != "py" and path.exists() and not re.search(rf"^(def |class )?{name}\b", path.read_text(), flags=re.M):
+        if (
+            name != "py"
+            and path.exists()
+            and not re.search(rf"^(def |class )?{name}\b", path.read_text(), flags=re.MULTILINE)
+        ):
             missing.append(f"{module}.{name}")
         checked += name != "py" and path.exists()
     assert checked >= 2 and not missing, missing
@@ -177,7 +188,10 @@ def test_the_house_figures_are_the_scans():
 
 def test_the_long_functions_are_the_scans():
     scan = _scan()
-    longs = {re.sub(r"^quantgate\.| \(\d+ lines\)$", "", f) for f in scan.long_functions(scan.modules(ROOT / "src"))}
+    longs = {
+        re.sub(r"^quantgate\.| \(\d+ lines\)$", "", f)
+        for f in scan.long_functions(scan.modules(ROOT / "src"))
+    }
     section = _section(DOC.read_text(), "Layers, checked")
     stated = re.search(r"Functions over 80 lines: (\d+)\.", section)
     assert stated is not None and int(stated.group(1)) == len(longs)
@@ -194,7 +208,9 @@ def test_the_package_table_lists_every_package():
 
 def test_the_command_list_is_the_clis():
     source = (SRC / "cli" / "commands.py").read_text()
-    commands = set(re.findall(r'app\.command\("(\w+)"\)', source)) | set(re.findall(r'name="(\w+)"\)', source))
+    commands = set(re.findall(r'app\.command\("(\w+)"\)', source)) | set(
+        re.findall(r'name="(\w+)"\)', source)
+    )
     line = next(line for line in DOC.read_text().splitlines() if line.startswith("The commands are "))
     assert set(re.findall(r"`(\w+)`", line)) == commands
 
@@ -202,7 +218,7 @@ def test_the_command_list_is_the_clis():
 def test_the_readme_layout_lists_every_package_and_root_module():
     readme = (ROOT / "README.md").read_text()
     layout = _section(readme, "Layout")
-    listed = set(re.findall(r"^([\w.]+)/?\s", layout, flags=re.M))
+    listed = set(re.findall(r"^([\w.]+)/?\s", layout, flags=re.MULTILINE))
     packages = {p.parent.name for p in SRC.glob("*/__init__.py")}
     modules = {p.name for p in SRC.glob("*.py") if p.name != "__init__.py"}
     assert packages <= listed, sorted(packages - listed)

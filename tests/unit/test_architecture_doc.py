@@ -223,3 +223,15 @@ def test_the_readme_layout_lists_every_package_and_root_module():
     modules = {p.name for p in SRC.glob("*.py") if p.name != "__init__.py"}
     assert packages <= listed, sorted(packages - listed)
     assert modules <= listed, sorted(modules - listed)
+
+
+def test_every_section_another_page_cites_is_a_heading():
+    """BENCHMARKS.md, CONTRIBUTING.md and bench/README.md cite this page's sections by name."""
+    headings = set(re.findall(r"^#+ (.+)$", DOC.read_text(), flags=re.MULTILINE))
+    cited = {
+        (page.relative_to(ROOT).as_posix(), name)
+        for page in [*ROOT.glob("*.md"), *(ROOT / "bench").glob("*.md")]
+        for name in re.findall(r'ARCHITECTURE\.md[`,]* "([^"]+)"', page.read_text())
+    }
+    assert cited, "no page cites a section: the pattern no longer reads them"
+    assert not [c for c in cited if c[1] not in headings], sorted(cited)

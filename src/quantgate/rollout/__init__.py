@@ -3,8 +3,8 @@ telemetry and on replayed prompts, then promoted or rolled back through signed r
 
 - ``evidence``: what a look reads (live telemetry per version, paired replays) and its readers;
 - ``wealth``, ``latency``, ``decision``: the anytime-valid tests and one look's decision;
-- ``registry_state``, ``act``, ``watch``: the state between looks (in the registry), the moves
-  (record first, then aliases) and one look of the watcher, resumable after a kill;
+- ``watch``: one look of the watcher, resumable after a kill; the state between looks and the
+  moves (record first, then aliases) are the registry's, in ``quantgate.publish``'s ``rollout_moves``;
 - ``status``: what a router sets its weights from; ``report``: the rollout report;
 - ``replay``, ``replay_compare``: logged prompts through the stable and canary endpoints, paired.
 """

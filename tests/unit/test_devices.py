@@ -26,6 +26,7 @@ def test_cuda_without_a_gpu_is_refused_naming_the_option(monkeypatch):
         devices.resolve("tpu")
 
 
+@pytest.mark.heavy
 @pytest.mark.parametrize("command", ["build", "eval", "repair"])
 def test_the_cli_refuses_cuda_without_a_gpu_before_any_work(command, tmp_path):
     import torch

@@ -36,6 +36,7 @@ def test_the_scan_sees_top_level_and_nested_imports_of_test_support():
     assert _test_only_imports("from quantgate.support_matrix import x\nfrom . import support\n") == []
 
 
+@pytest.mark.heavy
 def test_no_module_of_the_product_imports_test_support():
     modules = sorted(SRC.rglob("*.py"))
     assert len(modules) > 50, f"found only {len(modules)} modules under {SRC}"

@@ -37,6 +37,7 @@ def _workflows(repo_root):
     return sorted((repo_root / ".github" / "workflows").glob("*.yml"))
 
 
+@pytest.mark.heavy
 def test_every_workflow_passes_actionlint(actionlint, repo_root):
     files = [str(p.relative_to(repo_root)) for p in _workflows(repo_root)]
     assert len(files) >= 2
@@ -44,6 +45,7 @@ def test_every_workflow_passes_actionlint(actionlint, repo_root):
     assert result.returncode == 0, result.stdout + result.stderr
 
 
+@pytest.mark.heavy
 def test_actionlint_catches_a_broken_workflow(actionlint):
     broken = "on: push\njobs:\n  a:\n    runs-on: ubuntu-latest\n    steps:\n      - run: echo ${{ github.no_such_field }}\n"
     result = actionlint("-", stdin=broken)

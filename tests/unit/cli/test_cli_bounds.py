@@ -31,6 +31,7 @@ def _refused(run, option: str) -> str:
     return lines[0]
 
 
+@pytest.mark.heavy
 @pytest.mark.parametrize(
     "command",
     [
@@ -117,6 +118,7 @@ def test_pull_with_seed_on_an_address_the_host_lacks_is_refused_before_the_pull(
     assert not cache.exists() and not (tmp_path / "r").exists()  # no registry call, nothing written
 
 
+@pytest.mark.heavy
 def test_a_run_of_a_checkpoint_intake_refuses_prints_one_line_and_leaves_no_out(cli, tmp_path):
     checkpoint = write_tiny_model(tmp_path / "ck")
     (checkpoint / "extra.bin").write_bytes(b"pickle")  # intake refuses pickle files

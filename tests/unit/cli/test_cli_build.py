@@ -7,6 +7,7 @@ import pytest
 pytestmark = pytest.mark.unit
 
 
+@pytest.mark.heavy
 def test_bad_checkpoint_exits_2_names_the_file_and_writes_nothing(cli, tiny_llama, tmp_path):
     (tiny_llama / "pytorch_model.bin").write_bytes(b"\x80\x04not really a pickle")
     out = tmp_path / "out"
@@ -17,6 +18,7 @@ def test_bad_checkpoint_exits_2_names_the_file_and_writes_nothing(cli, tiny_llam
     assert not out.exists()
 
 
+@pytest.mark.heavy
 def test_unknown_target_suggests_the_nearest(cli, tiny_llama, tmp_path):
     run = cli(
         "build", "--checkpoint", str(tiny_llama), "--targets", "hoper-fp8", "--out", str(tmp_path / "o")
@@ -32,6 +34,7 @@ def test_usage_error_exits_2(cli):
     assert "No such option" in run.stderr
 
 
+@pytest.mark.heavy
 def test_build_prints_a_table_and_exits_0(cli, tiny_llama, tmp_path):
     run = cli(
         "build", "--checkpoint", str(tiny_llama), "--targets", "hopper-fp8", "--out", str(tmp_path / "o")
@@ -41,6 +44,7 @@ def test_build_prints_a_table_and_exits_0(cli, tiny_llama, tmp_path):
     assert (tmp_path / "o" / "hopper-fp8" / "manifest.json").exists()
 
 
+@pytest.mark.heavy
 def test_a_build_keeps_its_cache_in_cache_dir(cli, tiny_llama, tmp_path):
     # the FP8 engine's quantization-config memo once went to $QUANTGATE_CACHE whatever --cache-dir said
     user_cache = tmp_path / "user-cache"
@@ -54,6 +58,7 @@ def test_a_build_keeps_its_cache_in_cache_dir(cli, tiny_llama, tmp_path):
     assert not user_cache.exists() or not any(user_cache.rglob("*"))
 
 
+@pytest.mark.heavy
 def test_a_max_memory_that_is_no_size_is_refused_before_any_work(cli, tiny_llama, tmp_path):
     out = tmp_path / "out"
     run = cli(

@@ -19,6 +19,7 @@ E1 = Path(__file__).resolve().parents[1] / "gate" / "fixtures" / "e1"
 NAME = "ck[/] [bold]b[/bold] :thumbs_up: \x1b[31mred\x1b]0;t\x07\nerror: forged"
 
 
+@pytest.mark.heavy
 def test_gate_prints_a_hostile_model_name_as_text(cli, tmp_path):
     results = Path(shutil.copytree(E1, tmp_path / "e1"))
     run_json = json.loads((results / "run.json").read_text())

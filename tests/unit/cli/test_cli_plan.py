@@ -32,6 +32,7 @@ def plan(tiny_llama, repo_root, tmp_path):
     )
 
 
+@pytest.mark.heavy
 def test_a_build_from_the_plan_runs_no_intake(cli, plan, tiny_llama, tmp_path):
     standalone = cli(
         "build", "--checkpoint", str(tiny_llama), "--targets", "hopper-fp8", "--out", str(tmp_path / "a")
@@ -50,6 +51,7 @@ def test_a_build_from_the_plan_runs_no_intake(cli, plan, tiny_llama, tmp_path):
     assert alone["build_key"] == manifest["build_key"]
 
 
+@pytest.mark.heavy
 @pytest.mark.parametrize(
     ("command", "option", "value"),
     [
@@ -67,6 +69,7 @@ def test_an_option_the_plan_carries_is_refused(cli, plan, tmp_path, command, opt
     assert not (tmp_path / "o").exists()
 
 
+@pytest.mark.heavy
 @pytest.mark.parametrize("command", ["build", "eval"])
 def test_a_step_refuses_a_checkpoint_changed_since_the_plan(cli, plan, tiny_llama, tmp_path, command):
     config = tiny_llama / "config.json"
@@ -78,6 +81,7 @@ def test_a_step_refuses_a_checkpoint_changed_since_the_plan(cli, plan, tiny_llam
     assert not (tmp_path / "o").exists()
 
 
+@pytest.mark.heavy
 @pytest.mark.parametrize(
     ("command", "option", "value", "planned"),
     [

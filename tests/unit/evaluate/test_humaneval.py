@@ -57,6 +57,7 @@ def _logs(tmp_path, answer) -> list[dict]:
     )
 
 
+@pytest.mark.heavy
 @pytest.mark.skipif(unavailable() is not None, reason=f"no sandbox can be built here: {unavailable()}")
 def test_canonical_completions_pass_and_wrong_ones_fail_through_lm_evals_log_fake_lm(tmp_path):
     right = _logs(tmp_path, lambda p: p["canonical_solution"])

@@ -106,6 +106,7 @@ evaluate(source, sys.argv[8], artifacts, out, [load_suite(spec)], ctx)
 """
 
 
+@pytest.mark.heavy
 def test_two_evaluations_in_separate_processes_write_identical_results(setup, tmp_path, repo_root):
     """Each process computes its own source reference (its own cache) and scores both artifacts:
     every result file, summary.json included, is the same bytes."""

@@ -425,6 +425,7 @@ def test_the_canonical_solution_passes_and_returns_plain_values():
     assert result.passed, result
 
 
+@pytest.mark.heavy
 @needs_root
 def test_escape_attempts_are_stopped_for_a_non_root_user(tmp_path, host_endpoints):
     """The whole battery through user namespaces, as a developer's workstation runs it."""

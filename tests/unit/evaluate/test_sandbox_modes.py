@@ -115,6 +115,7 @@ def _owned(path: Path, text: str, mode: int) -> Path:
     return path
 
 
+@pytest.mark.heavy
 @needs_root
 def test_non_root_user_runs_programs_in_a_user_namespace_sandbox(tmp_path, host_dirs):
     """The userns path end to end: programs run, and every hostile one is contained."""

@@ -64,6 +64,7 @@ def test_the_sources_own_scores_from_its_reference_are_a_scoring_pass_bit_for_bi
     assert float(torch.cat([s.nll for s in own]).mean()) > 0
 
 
+@pytest.mark.heavy
 def test_fused_pass_agrees_with_the_eager_one(tiny_llama, monkeypatch):
     """QUANTGATE_COMPILE=1: the decoder's MLP and norms and the log-sum-exp run through
     torch.compile, and the measures are the eager ones to float rounding."""

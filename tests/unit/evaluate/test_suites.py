@@ -56,6 +56,7 @@ def test_missing_data_names_the_file_and_every_place_searched(tmp_path, monkeypa
     assert "--data-dir" in message
 
 
+@pytest.mark.heavy
 def test_missing_data_with_the_hub_unreachable_is_bad_input_naming_the_data_dir(tmp_path, monkeypatch):
     """A build machine without the hub and without the data: exit 2 and where to put the data, not
     a transient error that no retry can fix (HF_ENDPOINT: a loopback port nothing listens on)."""

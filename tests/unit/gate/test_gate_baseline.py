@@ -66,6 +66,7 @@ def _verdict(report, artifact: str, tenant: str):
     return next(v for v in report.verdicts if v.artifact == artifact and v.tenant == tenant)
 
 
+@pytest.mark.heavy
 def test_first_release_then_deltas_then_a_regression_fails(e1, repo_root, policy, registry, tmp_path):
     first = _gate(e1, policy, repo_root, registry=registry)
     assert first.baselines_from == f"registry {registry.tracking_uri}"
@@ -145,6 +146,7 @@ def test_an_unreachable_registry_is_transient_not_a_pass(e1, repo_root, policy, 
     assert err.value.exit_code == 75
 
 
+@pytest.mark.heavy
 def test_quantgate_gate_reads_the_registry_from_the_environment(e1, repo_root, policy, tmp_path):
     env = {"MLFLOW_TRACKING_URI": f"http://127.0.0.1:{free_port()}", "MLFLOW_HTTP_REQUEST_MAX_RETRIES": "0"}
     args = [
@@ -171,6 +173,7 @@ def test_quantgate_gate_reads_the_registry_from_the_environment(e1, repo_root, p
     assert report["schema_version"] == 3 and report["baselines_from"].startswith("--previous ")
 
 
+@pytest.mark.heavy
 def test_a_version_of_this_very_build_is_no_baseline(e1, repo_root, policy, registry, tmp_path):
     """What a repeated run finds is what the first found (the flow's gate step stays cached)."""
     from quantgate.gate.baseline import from_registry

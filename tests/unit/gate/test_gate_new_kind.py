@@ -185,6 +185,7 @@ def test_the_kinds_declarations_validate_gates_yaml(world):
         load_gates(path, Catalog(project))
 
 
+@pytest.mark.heavy
 def test_quantgate_gate_finds_the_kind_in_a_fresh_process(world, tmp_path):
     plugins = os.pathsep.join(filter(None, [str(world["plugins"]), os.environ.get("PYTHONPATH")]))
     run = quantgate(

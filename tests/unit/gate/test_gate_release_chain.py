@@ -145,6 +145,7 @@ def _release(e1: Path, tmp_path: Path, i: int) -> Path:
     return results
 
 
+@pytest.mark.heavy
 def test_the_same_chain_through_the_registry(e1, repo_root, policy, tmp_path):
     from quantgate.publish import RegistryConfig, publish_report
     from support.artifacts import write_artifact
@@ -190,6 +191,7 @@ def _regressed(e1: Path, tmp_path: Path, i: int) -> Path:
     return results
 
 
+@pytest.mark.heavy
 def test_a_tenant_the_previous_report_failed_is_compared_with_what_it_is_still_served(
     e1, repo_root, policy, tmp_path
 ):

@@ -231,6 +231,7 @@ def test_report_json(e1, repo_root, tmp_path):
     )
 
 
+@pytest.mark.heavy
 def test_gating_never_imports_torch(e1, repo_root):
     """The gate reads suite kinds from the registry; their modules import torch only to run models."""
     code = (

@@ -668,6 +668,7 @@ CLI_CASES = [
 ]
 
 
+@pytest.mark.heavy
 @pytest.mark.parametrize("case_id", CLI_CASES)
 def test_command_line_exits_2_and_writes_nothing(case_id, tiny_llama, tmp_path):
     case = next(c for c in CASES if c.id == case_id)
@@ -693,6 +694,7 @@ def _without_dac_override() -> None:
             raise OSError(ctypes.get_errno(), "prctl(PR_CAPBSET_DROP)")
 
 
+@pytest.mark.heavy
 @pytest.mark.parametrize("rel", ["config.json", "tokenizer_config.json", WEIGHTS, "chat_template.jinja"])
 def test_unreadable_file_is_refused_naming_it(rel, tiny_llama, tmp_path):
     (tiny_llama / rel).chmod(0)

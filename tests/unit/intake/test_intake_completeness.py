@@ -132,6 +132,7 @@ def test_a_persistent_buffer_is_required(tmp_path, policy, refuse):
     refuse(source, IncompleteCheckpointError, "model.layers.1.mlp.gate.e_score_correction_bias")
 
 
+@pytest.mark.heavy
 def test_cli_build_refuses_an_incomplete_checkpoint_in_one_line(tiny_llama, tmp_path):
     _edit_weights(tiny_llama, drop=["model.layers.1.self_attn.o_proj.weight"])
     out = tmp_path / "out"

@@ -46,6 +46,7 @@ def test_the_source_on_the_cpu_has_no_bf16_linear_left_and_says_so(tiny_source):
     assert "accumulate in float32 on the CPU" in loaded.numerics.notes[0]
 
 
+@pytest.mark.heavy
 def test_an_artifact_keeps_its_quantized_linears_and_widens_the_rest(artifacts):
     model = load_for_eval(artifacts["hopper-fp8"]).model
     assert isinstance(model.get_output_embeddings(), Float32GemmLinear)  # the lm_head is not quantized

@@ -32,7 +32,8 @@ from quantgate.numerics.weights import DecodedWeight
 from quantgate.serving.check import check_artifact
 from support.builds import build_targets
 
-pytestmark = pytest.mark.unit
+# every test here reads moe_artifacts: twelve tiny MoE builds (four layouts, three targets)
+pytestmark = [pytest.mark.unit, pytest.mark.heavy]
 
 KINDS = ("mixtral", "qwen2_moe", "qwen3_moe", "deepseek_v3")
 CASES = [(kind, target) for kind in KINDS for target in ("hopper-fp8", "rocm-cdna3-fp8", "blackwell-nvfp4")]

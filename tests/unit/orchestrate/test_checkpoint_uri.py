@@ -10,7 +10,7 @@ from quantgate.errors import InputError
 from quantgate.orchestrate.checkpoint_uri import local_checkpoint
 from support.servers import TEST_CREDENTIALS, moto_s3
 
-pytestmark = pytest.mark.unit
+pytestmark = [pytest.mark.unit, pytest.mark.heavy]
 
 
 @pytest.fixture

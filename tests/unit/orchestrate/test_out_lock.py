@@ -164,6 +164,7 @@ def _plan(checkpoint, repo_root, out, run_id):
     )
 
 
+@pytest.mark.heavy
 def test_a_step_refuses_a_plan_another_run_wrote(tiny_llama, repo_root, tmp_path, monkeypatch):
     """Run A's build step, started with A's id, finds run B's plan.json in the shared --out: it
     stops (exit 2, one line naming the plan) instead of building B's checkpoint as A's."""

@@ -75,6 +75,7 @@ def _refused_by_the_release_record(pull_call, pull_cache) -> None:
     assert installed_entries(pull_cache) == []
 
 
+@pytest.mark.heavy
 def test_an_alias_moved_to_a_version_the_gate_failed_is_refused(artifacts, report, registry, pull_cache):
     """draft-int4 failed every tenant: registered for audit, signed, no alias. Someone points
     approved-chat at it; before the fix the pull installed it (exit 0)."""
@@ -97,6 +98,7 @@ def test_an_alias_moved_to_a_version_the_gate_failed_is_refused(artifacts, repor
     ).target == ("draft-int4")
 
 
+@pytest.mark.heavy
 def test_a_version_holding_another_models_signed_artifact_is_refused(
     artifacts, registry, pull_cache, tmp_path
 ):
@@ -147,6 +149,7 @@ def test_a_version_whose_manifest_is_another_targets_is_refused(registry, pull_c
     assert installed_entries(pull_cache) == []
 
 
+@pytest.mark.heavy
 def test_a_manifest_tag_pointed_at_another_targets_manifest_is_refused(registry, pull_cache, tmp_path):
     """Only the tags moved (the signed approval left as it was): the approval names the manifest."""
     arts = _twins(tmp_path)
@@ -177,6 +180,7 @@ def test_a_manifest_tag_pointed_at_another_targets_manifest_is_refused(registry,
     assert installed_entries(pull_cache) == []
 
 
+@pytest.mark.heavy
 def test_a_cache_hit_is_the_versions_own_manifest(registry, pull_cache, tmp_path):
     """Pulling rocm-cdna3-fp8 after hopper-fp8 (the same files): before the fix the hopper-fp8
     entry, whose manifest says hopper-fp8, was served for rocm-cdna3-fp8."""
@@ -191,6 +195,7 @@ def test_a_cache_hit_is_the_versions_own_manifest(registry, pull_cache, tmp_path
     assert pull(MODEL, "rocm-cdna3-fp8", "chat", registry, cache_dir=pull_cache, offline=True) == rocm
 
 
+@pytest.mark.heavy
 def test_an_edited_approval_does_not_verify(published, registry, pull_cache):
     client = _client(registry)
     tags = client.get_model_version(published.registered_model, published.version).tags
@@ -210,6 +215,7 @@ def test_an_edited_approval_does_not_verify(published, registry, pull_cache):
     assert installed_entries(pull_cache) == []
 
 
+@pytest.mark.heavy
 def test_a_version_without_a_signed_approval_is_refused_until_published_again(
     published, artifacts, report, registry, pull_cache
 ):
@@ -225,6 +231,7 @@ def test_a_version_without_a_signed_approval_is_refused_until_published_again(
     )
 
 
+@pytest.mark.heavy
 def test_a_report_gating_other_tenants_keeps_the_earlier_approvals(published, artifacts, registry, tmp_path):
     """Re-gating the same content for 'code' only (it passes) leaves 'chat' approved; a later report
     failing 'chat' withdraws it from the signed approval as well as from the alias."""
@@ -251,6 +258,7 @@ def test_a_report_gating_other_tenants_keeps_the_earlier_approvals(published, ar
         pull(MODEL, "hopper-fp8", "chat", registry, cache_dir=tmp_path / "cache")
 
 
+@pytest.mark.heavy
 def test_an_offline_pull_checks_the_remembered_approval(published, registry, pull_cache):
     pull(MODEL, "hopper-fp8", "chat", registry, cache_dir=pull_cache)
     index = pull_cache / "pull" / "index.json"

@@ -34,6 +34,7 @@ def test_a_report_nested_100k_deep_is_refused_in_one_line(tmp_path):
     assert not (tmp_path / "report.md").exists()
 
 
+@pytest.mark.heavy
 def test_the_approved_versions_nested_report_is_a_baseline_problem_not_a_crash(published, registry, tmp_path):
     """quantgate gate compares with the approved version's report.json from the store: one nested
     100,000 deep crashed it (RecursionError). Now that baseline says why it has no report."""
@@ -46,6 +47,7 @@ def test_the_approved_versions_nested_report_is_a_baseline_problem_not_a_crash(p
     assert chat.report is None and "nested deeper" in chat.problem
 
 
+@pytest.mark.heavy
 def test_quantgate_gate_with_the_approved_versions_report_nested_100k_deep(repo_root, registry, tmp_path):
     """The attack through the command line: ``quantgate gate`` of a real (trimmed) evaluation,
     whose hopper-fp8 the registry approves with a gate report nested 100,000 deep."""
@@ -79,6 +81,7 @@ def test_a_report_over_the_size_limit_is_refused_before_it_is_read(tmp_path, mon
         read_report(tmp_path / "report.json")
 
 
+@pytest.mark.heavy
 def test_a_huge_manifest_signature_is_refused_by_its_size_before_it_is_read(published, registry, pull_cache):
     """A 600 MB manifest.sig cost 2 GB of memory before its refusal (read whole, then parsed).
     Here 60 MB: refused by its size, and pull's peak allocation stays far below the file."""
@@ -101,6 +104,7 @@ def test_a_huge_manifest_signature_is_refused_by_its_size_before_it_is_read(publ
     assert not list((pull_cache / "pull" / ".partial").rglob(SIGNATURE))
 
 
+@pytest.mark.heavy
 def test_a_huge_approval_tag_is_refused_before_it_is_parsed(published, registry, pull_cache):
     client = MlflowClient(tracking_uri=registry.tracking_uri, registry_uri=registry.model_registry_uri)
     client.set_model_version_tag(

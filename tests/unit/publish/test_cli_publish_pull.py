@@ -11,7 +11,7 @@ import pytest
 from support.artifacts import MODEL
 from support.cli import quantgate
 
-pytestmark = pytest.mark.unit
+pytestmark = [pytest.mark.unit, pytest.mark.heavy]
 
 
 def _cli(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess:

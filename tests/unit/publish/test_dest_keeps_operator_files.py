@@ -12,7 +12,7 @@ from quantgate.errors import DestinationError
 from quantgate.publish import publish_report, pull
 from support.artifacts import MODEL, write_artifact, write_report
 
-pytestmark = pytest.mark.unit
+pytestmark = [pytest.mark.unit, pytest.mark.heavy]
 
 
 def _publish_new_content(tmp_path, registry, files: dict[str, bytes], name: str):

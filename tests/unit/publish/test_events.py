@@ -44,6 +44,7 @@ def test_outside_prefect_nothing_is_emitted_and_prefect_is_not_even_imported():
     assert done.stdout.split() == ["skipped", "prefect-not-imported"]
 
 
+@pytest.mark.heavy
 def test_an_unreachable_prefect_server_does_not_fail_the_publish_or_start_a_server(tmp_path):
     env = {k: v for k, v in os.environ.items() if not k.startswith("PREFECT_")}
     env |= {

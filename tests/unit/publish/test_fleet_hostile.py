@@ -22,7 +22,7 @@ from support.fleet import Listener, RawPeer
 from support.servers import free_port
 from support.tmpfs import files_under, small_tmpfs
 
-pytestmark = pytest.mark.unit
+pytestmark = [pytest.mark.unit, pytest.mark.heavy]
 
 STALL_S = 20  # the pull's own no-byte limit: a silent seed used to end the pull here (exit 75)
 FILES = ("model.safetensors", "config.json", "sub/tokenizer.json")

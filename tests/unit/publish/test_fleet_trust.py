@@ -27,7 +27,7 @@ from quantgate.publish.local_store import local_path
 from support.artifacts import MODEL, installed_entries, write_artifact
 from support.servers import free_port
 
-pytestmark = pytest.mark.unit
+pytestmark = [pytest.mark.unit, pytest.mark.heavy]
 
 NAME = f"{MODEL}.hopper-fp8"
 

@@ -59,6 +59,7 @@ def test_publish_registers_version_with_lineage_and_aliases_only_approved_tenant
     assert json.loads(json.dumps(outcome.to_dict()))["artifacts"][0]["registered_model"].startswith(MODEL)
 
 
+@pytest.mark.heavy
 def test_publishing_the_same_content_twice_creates_no_second_version(artifacts, report, registry):
     first = publish_report(report, artifacts, registry)
     second = publish_report(report, artifacts, registry)
@@ -68,6 +69,7 @@ def test_publishing_the_same_content_twice_creates_no_second_version(artifacts, 
     assert len(client.search_model_versions(f"name = '{MODEL}.hopper-fp8'")) == 1
 
 
+@pytest.mark.heavy
 def test_new_content_moves_the_alias_and_a_failing_tenant_loses_it(artifacts, report, registry, tmp_path):
     first = publish_report(report, artifacts, registry).artifacts[0]
     rebuilt = write_artifact(

@@ -24,7 +24,7 @@ from quantgate.publish.local_store import local_path
 from quantgate.publish.signing import SIGNATURE, generate_key_pair, sign, verify
 from support.artifacts import MODEL, installed_entries, write_artifact, write_report
 
-pytestmark = pytest.mark.unit
+pytestmark = [pytest.mark.unit, pytest.mark.heavy]
 
 
 def _client(cfg) -> MlflowClient:

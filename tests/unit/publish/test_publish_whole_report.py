@@ -18,7 +18,7 @@ from quantgate.errors import ArtifactAlteredError, InputError, ReportError
 from quantgate.publish import RegistryConfig, publish_report
 from support.artifacts import write_artifact, write_report
 
-pytestmark = pytest.mark.unit
+pytestmark = [pytest.mark.unit, pytest.mark.heavy]
 
 
 def _registered(cfg) -> list[str]:

@@ -21,7 +21,7 @@ from quantgate.publish.local_store import local_path
 from quantgate.publish.signing import SIGNATURE
 from support.artifacts import MODEL, installed_entries, write_artifact, write_report
 
-pytestmark = pytest.mark.unit
+pytestmark = [pytest.mark.unit, pytest.mark.heavy]
 
 
 def _placed(dest):

@@ -13,7 +13,7 @@ from quantgate.publish import pull
 from quantgate.publish.dest import RECORD
 from support.artifacts import MODEL
 
-pytestmark = pytest.mark.unit
+pytestmark = [pytest.mark.unit, pytest.mark.heavy]
 
 
 def _placed(dest):

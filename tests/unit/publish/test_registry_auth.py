@@ -22,7 +22,7 @@ from quantgate.publish.signing import generate_key_pair
 from support.artifacts import write_artifact, write_report
 from support.servers import free_port
 
-pytestmark = pytest.mark.unit
+pytestmark = [pytest.mark.unit, pytest.mark.heavy]
 
 ADMIN = ("admin", "admin-password-1234")
 PIPELINE = ("pipeline", "pipeline-password-1234")

@@ -21,7 +21,7 @@ from quantgate.publish.release import Ledger
 from support.artifacts import MODEL, installed_entries, write_artifact, write_report
 from support.cli import quantgate
 
-pytestmark = pytest.mark.unit
+pytestmark = [pytest.mark.unit, pytest.mark.heavy]
 
 NAME = f"{MODEL}.hopper-fp8"
 

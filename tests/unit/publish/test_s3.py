@@ -20,7 +20,7 @@ from quantgate.units import MB
 from support.artifacts import MODEL, write_artifact, write_report
 from support.servers import free_port
 
-pytestmark = pytest.mark.unit
+pytestmark = [pytest.mark.unit, pytest.mark.heavy]
 
 # 6 MB parts: S3's smallest part is 5 MiB (5.24 MB), and s3transfer raises smaller ones to it
 SMALL_PARTS = TransferSettings(concurrency=4, multipart_threshold_mb=6, multipart_chunksize_mb=6)

@@ -62,6 +62,7 @@ def built(source, tmp_path_factory, repo_root, catalog) -> dict[str, Path]:
     return {r.target: r.path for r in results}
 
 
+@pytest.mark.heavy
 @pytest.mark.parametrize("target", TARGETS)
 def test_support_files_are_the_sources_bytes_and_the_manifest_says_so(built, source, target):
     artifact = built[target]
@@ -181,6 +182,7 @@ def test_config_keys_come_back_nested_but_quantization_keys_do_not(tmp_path):
     assert (out / "config.json").read_bytes() == before  # nothing restored: not rewritten
 
 
+@pytest.mark.heavy
 def test_an_artifact_built_before_source_files_were_recorded_is_rebuilt(
     tiny_llama, tmp_path, catalog, repo_root
 ):

@@ -28,6 +28,7 @@ def calibration(repo_root):
     return build_set(load_spec(repo_root / "calibration_sets" / "default.yaml"))
 
 
+@pytest.mark.heavy
 def test_an_artifact_is_hashed_once_by_its_build_and_a_later_change_is_still_caught(
     tiny_llama, tmp_path, catalog, repo_root, calibration, monkeypatch
 ):
@@ -73,6 +74,7 @@ def _source_names(source: Path) -> set[str]:
     return names
 
 
+@pytest.mark.heavy
 def test_fp8_targets_share_bytes_and_have_per_channel_scales(
     tiny_llama, tmp_path, catalog, repo_root, calibration
 ):
@@ -104,6 +106,7 @@ def test_fp8_targets_share_bytes_and_have_per_channel_scales(
     assert not [p for p in (tmp_path / "out").iterdir() if p.name.startswith(".")], "temporary dirs left"
 
 
+@pytest.mark.heavy
 def test_rebuild_with_unchanged_inputs_reuses(tiny_llama, tmp_path, catalog, repo_root, calibration):
     record = intake(tiny_llama, load_gates(repo_root / "gates.yaml", catalog))
     first = build_targets(record, ["hopper-fp8"], tmp_path / "out", catalog, calibration)[0]
@@ -113,6 +116,7 @@ def test_rebuild_with_unchanged_inputs_reuses(tiny_llama, tmp_path, catalog, rep
     assert {p.name: p.stat().st_mtime_ns for p in again.path.iterdir()} == before
 
 
+@pytest.mark.heavy
 def test_changed_recipe_or_damaged_artifact_rebuilds(tiny_llama, tmp_path, catalog, repo_root, calibration):
     record = intake(tiny_llama, load_gates(repo_root / "gates.yaml", catalog))
     out = tmp_path / "out"
@@ -136,6 +140,7 @@ def test_changed_recipe_or_damaged_artifact_rebuilds(tiny_llama, tmp_path, catal
     assert rebuilt.manifest.recipe.sha256 != built.manifest.recipe.sha256
 
 
+@pytest.mark.heavy
 @pytest.mark.parametrize("kind", ["mixtral", "qwen2_moe"])
 def test_moe_fp8_keeps_routers_and_quantizes_every_expert(kind, tmp_path, catalog, repo_root, calibration):
     source = write_tiny_model(tmp_path / kind, kind)
@@ -153,6 +158,7 @@ def test_moe_fp8_keeps_routers_and_quantizes_every_expert(kind, tmp_path, catalo
     assert {n for n in _source_names(source) if n.endswith(".weight")} <= set(tensors)
 
 
+@pytest.mark.heavy
 def test_moe_nvfp4_calibrates_every_expert(tmp_path, catalog, repo_root, calibration):
     source = write_tiny_model(tmp_path / "mixtral", "mixtral")
     record = intake(source, load_gates(repo_root / "gates.yaml", catalog))
@@ -175,6 +181,7 @@ def test_moe_nvfp4_calibrates_every_expert(tmp_path, catalog, repo_root, calibra
     } == experts
 
 
+@pytest.mark.heavy
 def test_an_artifact_built_before_experts_got_the_source_names_is_rebuilt(
     tmp_path, catalog, repo_root, calibration
 ):
@@ -215,6 +222,7 @@ def test_a_moe_calibration_load_leaves_later_intakes_as_it_found_them(kind, tmp_
 
 # on a GPU llm-compressor leaves the calibrated model dispatched, and the cast to bf16 once
 # missed its stored weights: the H200's draft-int4 was float32 and failed the serving check
+@pytest.mark.heavy
 @pytest.mark.parametrize("device", CPU_AND_CUDA)
 def test_nvfp4_and_int4_formats(tiny_llama, tmp_path, catalog, repo_root, calibration, device):
     record = intake(tiny_llama, load_gates(repo_root / "gates.yaml", catalog))

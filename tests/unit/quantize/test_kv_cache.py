@@ -63,6 +63,7 @@ def overridden(tmp_path_factory, _tiny_models, gates, catalog, calibration):
     }
 
 
+@pytest.mark.heavy
 def test_four_targets_under_targets_get_fp8_kv_exactly_where_their_yaml_says(overridden, catalog):
     _, results = overridden
     layers = [f"model.layers.{i}.self_attn.{p}" for i in range(2) for p in ("k_scale", "v_scale")]
@@ -95,6 +96,7 @@ def test_llm_compressor_and_the_data_free_pass_declare_the_same_scheme(overridde
     assert "kv_cache_scheme" in json.dumps(recipe)
 
 
+@pytest.mark.heavy
 def test_a_draft_through_its_class_declares_no_kv_anywhere(
     _tiny_models, gates, catalog, calibration, tmp_path
 ):
@@ -135,6 +137,7 @@ def test_fp8_kv_without_a_calibration_set_is_refused_before_anything_is_written(
     assert not (tmp_path / "out").exists()
 
 
+@pytest.mark.heavy
 def test_the_decision_and_the_calibration_set_are_in_the_data_free_build_key(
     overridden, catalog, calibration, tmp_path
 ):
@@ -165,6 +168,7 @@ def test_the_decision_and_the_calibration_set_are_in_the_data_free_build_key(
     assert ours == theirs
 
 
+@pytest.mark.heavy
 def test_stored_scale_is_absmax_over_448_of_the_served_numerics(overridden, catalog, calibration, tmp_path):
     """The streamed layer-by-layer pass (float64, canonical) agrees with one whole-model pass of
     load_for_eval (W8A8 in bf16, no KV emulation) to that pass's rounding, and the stored scale is
@@ -234,6 +238,7 @@ def deep_artifact(tmp_path_factory, gates, catalog, calibration) -> Path:
     return built.path
 
 
+@pytest.mark.heavy
 def test_the_kv_pass_gives_the_same_bytes_whatever_the_threads_and_summation_order(
     deep_artifact, catalog, calibration, monkeypatch
 ):
@@ -278,6 +283,7 @@ def test_the_kv_pass_on_the_gpu_gives_the_cpus_bytes(deep_artifact, catalog, cal
     assert on_gpu.absmax == on_cpu.absmax
 
 
+@pytest.mark.heavy
 def test_mixture_of_experts_gets_its_kv_scales_too(_tiny_models, gates, catalog, calibration, tmp_path):
     record = intake(_tiny_models["mixtral"], gates)
     (result,) = build_targets(
@@ -292,6 +298,7 @@ def test_mixture_of_experts_gets_its_kv_scales_too(_tiny_models, gates, catalog,
     assert load_for_eval(result.path).numerics.kv_cache_layers == 2
 
 
+@pytest.mark.heavy
 def test_a_sharded_artifact_gets_its_scales_as_one_more_indexed_file(tmp_path, gates, catalog, calibration):
     source = write_large_llama(
         tmp_path / "sharded", hidden_size=128, intermediate_size=256, num_hidden_layers=3, vocab_size=512,
@@ -343,6 +350,7 @@ def test_check_declared_refuses_a_scheme_the_policy_did_not_ask_for(overridden, 
         kvc.check_declared(draft, "draft-int4", KVCache.FP8_E4M3)
 
 
+@pytest.mark.heavy
 def test_a_layer_of_the_pass_costs_what_the_layer_holds(overridden, catalog, calibration, monkeypatch):
     """A 1,400-layer artifact in 10,000 shards (30 MB) spent 3.3 s a layer in this pass: each layer
     walked every tensor name of the artifact eight times, rebuilt transformers' conversion mapping

@@ -97,6 +97,7 @@ def _linears(artifact: Path) -> list[str]:
     return names
 
 
+@pytest.mark.heavy
 def test_converted_export_has_llm_compressors_tensors_and_config(nvfp4, tmp_path):
     export = _as_modelopt_export(nvfp4, tmp_path / "export")
     to_compressed_tensors(export, _linears(nvfp4))

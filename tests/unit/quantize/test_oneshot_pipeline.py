@@ -23,7 +23,7 @@ from support.builds import build_targets
 from support.cli import quantgate
 from support.devices import CPU_AND_CUDA
 
-pytestmark = pytest.mark.unit
+pytestmark = [pytest.mark.unit, pytest.mark.heavy]
 
 
 def _tensors(artifact) -> dict[str, torch.Tensor]:

@@ -139,6 +139,7 @@ def test_a_manifest_over_the_size_limit_is_not_read_whole(tmp_path, monkeypatch)
         load_manifest(artifact)
 
 
+@pytest.mark.heavy
 @pytest.mark.parametrize(
     ("case", "damage", "named"),
     [
@@ -175,6 +176,7 @@ def test_eval_refuses_a_malformed_manifest_with_exit_2_and_writes_nothing(
 # --- --out that cannot be a directory: exit 2 naming it, before any work
 
 
+@pytest.mark.heavy
 @pytest.mark.parametrize("command", ["build", "build under", "eval", "gate"])
 def test_out_naming_an_existing_file_is_exit_2_naming_it(tiny_llama, tmp_path, command):
     taken = tmp_path / "taken"
@@ -216,6 +218,7 @@ def _tiny_text_suite(tmp_path: Path, repo_root: Path, cache: Path) -> tuple[list
     return [load_suite(spec)], EvalContext("smoke", DataDir((tmp_path / "data",)), repo_root, cache)
 
 
+@pytest.mark.heavy
 def test_a_killed_build_leaves_a_leftover_that_the_next_build_removes_and_eval_never_sees(
     tiny_llama, tmp_path, catalog, repo_root
 ):
@@ -252,6 +255,7 @@ def test_a_killed_build_leaves_a_leftover_that_the_next_build_removes_and_eval_n
 # --- a full disk: exit 75, one line, nothing partial
 
 
+@pytest.mark.heavy
 def test_a_full_disk_during_build_is_exit_75_in_one_line_and_leaves_nothing(tiny_llama, tmp_path):
     with small_tmpfs(tmp_path / "fs", 64) as fs:
         out = fs / "artifacts"
@@ -260,6 +264,7 @@ def test_a_full_disk_during_build_is_exit_75_in_one_line_and_leaves_nothing(tiny
         assert list(fs.iterdir()) == []  # no half artifact, no temporary directory, no empty --out
 
 
+@pytest.mark.heavy
 def test_a_full_disk_keeps_an_existing_out_and_its_artifacts(
     tiny_llama, tmp_path, catalog, repo_root, calibration
 ):
@@ -287,6 +292,7 @@ def built(_tiny_models, tmp_path_factory, catalog, repo_root, calibration):
     return record, out
 
 
+@pytest.mark.heavy
 @pytest.mark.parametrize("full", ["results", "reference cache"])
 def test_a_full_disk_during_evaluation_is_transient_and_leaves_no_half_results(
     built, tmp_path, repo_root, full
@@ -313,6 +319,7 @@ def test_a_full_disk_during_evaluation_is_transient_and_leaves_no_half_results(
 # --- a failed build leaves no empty --out
 
 
+@pytest.mark.heavy
 def test_a_build_refused_for_fp8_source_weights_leaves_no_output_directory(tiny_llama, tmp_path):
     from safetensors.torch import load_file, save_file
 

@@ -13,7 +13,7 @@ import pytest
 
 from support.cli import quantgate
 
-pytestmark = pytest.mark.unit
+pytestmark = [pytest.mark.unit, pytest.mark.heavy]
 
 TARGETS = "hopper-fp8,blackwell-nvfp4,draft-int4"  # data-free + KV pass, and both calibrated engines
 

@@ -87,6 +87,7 @@ def assert_same_artifact(ours: Path, reference: Path) -> None:
     assert index == json.loads((reference / "model.safetensors.index.json").read_text())
 
 
+@pytest.mark.heavy
 @pytest.mark.parametrize("fixture", ["tiny_llama", "tiny_mixtral", "tiny_qwen_moe"])
 def test_same_artifact_as_model_free_ptq(fixture, request, tmp_path, repo_root):
     source = request.getfixturevalue(fixture)
@@ -98,6 +99,7 @@ def test_same_artifact_as_model_free_ptq(fixture, request, tmp_path, repo_root):
     assert all(tensors[n][1].dtype == torch.bfloat16 for n in routers)
 
 
+@pytest.mark.heavy
 def test_multi_shard_checkpoint_keeps_its_shards_and_index(tmp_path, repo_root):
     source = write_large_llama(
         tmp_path / "sharded",

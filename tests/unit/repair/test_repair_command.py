@@ -13,7 +13,7 @@ from quantgate.progress import SILENT
 from support.cli import quantgate
 from support.repair_project import TARGET, write_gates
 
-pytestmark = pytest.mark.unit
+pytestmark = [pytest.mark.unit, pytest.mark.heavy]
 
 
 @pytest.fixture(scope="module")

@@ -28,7 +28,7 @@ from quantgate.repair.units import quantized_units
 from quantgate.serving.check import require_loadable
 from support.repair_project import TARGET, write_gates
 
-pytestmark = pytest.mark.unit
+pytestmark = [pytest.mark.unit, pytest.mark.heavy]
 
 
 @pytest.fixture(scope="module")

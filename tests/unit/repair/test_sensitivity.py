@@ -32,6 +32,7 @@ def uniform(request, tmp_path, repo_root):
     return record, tmp_path / "artifacts" / "blackwell-nvfp4", request.param
 
 
+@pytest.mark.heavy
 def test_replaying_earlier_layers_gives_the_same_scores_as_full_passes(uniform, tmp_path):
     record, artifact, kind = uniform
     units = quantized_units(artifact)
@@ -49,6 +50,7 @@ def test_replaying_earlier_layers_gives_the_same_scores_as_full_passes(uniform, 
     assert [fast.scores[u.name] for u in ranked] == sorted(fast.scores.values(), reverse=True)
 
 
+@pytest.mark.heavy
 @pytest.mark.parametrize("uniform", ["llama"], indirect=True)
 def test_a_second_measurement_comes_from_the_cache(uniform, tmp_path):
     record, artifact, _ = uniform

@@ -129,6 +129,7 @@ def test_report_md_lines_stay_lines(e1_report):
     assert not any(line.startswith(("# forged", "| forged")) for line in text.splitlines())
 
 
+@pytest.mark.heavy
 def test_report_html_escapes_every_name(e1_report):
     html = render_html(_hostile(e1_report))
     assert "<script" not in html.lower() and "<img src=x" not in html and "onerror=alert(1)>" not in html

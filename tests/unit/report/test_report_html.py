@@ -16,7 +16,7 @@ import pytest
 
 from quantgate.report import render_html
 
-pytestmark = pytest.mark.unit
+pytestmark = [pytest.mark.unit, pytest.mark.heavy]
 
 HOSTILE = "<script>alert(1)</script>"
 

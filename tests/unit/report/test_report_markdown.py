@@ -70,6 +70,7 @@ def test_markdown_failing_run(e1_report):
     assert "FAIL (exit 1)" in text and "> required artifacts passing no tenant: rocm-cdna3-fp8" in text
 
 
+@pytest.mark.heavy
 def test_write_reports(e1_report, tmp_path):
     paths = write_reports(e1_report, tmp_path / "R")
     assert set(paths) == {"md", "html"}
@@ -79,6 +80,7 @@ def test_write_reports(e1_report, tmp_path):
     assert sorted(p.name for p in (tmp_path / "R").iterdir()) == ["report.html", "report.md"]
 
 
+@pytest.mark.heavy
 def test_deltas_against_the_previous_approved_version(e1_report):
     report = e1_report
     import copy

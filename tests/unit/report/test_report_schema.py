@@ -92,6 +92,7 @@ def test_unreadable_or_not_json(tmp_path):
         read_report(tmp_path / "report.json")
 
 
+@pytest.mark.heavy
 def test_quantgate_report_refuses_a_malformed_report_with_exit_2(e1_report, tmp_path):
     e1_report["verdicts"][0]["floors"][0]["status"] = "great"
     (tmp_path / "report.json").write_text(json.dumps(e1_report))

@@ -76,6 +76,7 @@ def test_a_wrongly_typed_field_is_named_at_the_file(e1_report, tmp_path, case):
     assert message.startswith(f"{path}: not a readable gate report ({field}: ") and "\n" not in message
 
 
+@pytest.mark.heavy
 def test_quantgate_report_refuses_it_in_one_line(e1_report, tmp_path):
     e1_report["numerics"][_first(e1_report["numerics"])]["mode"] = 5
     (tmp_path / "report.json").write_text(json.dumps(e1_report))
@@ -86,6 +87,7 @@ def test_quantgate_report_refuses_it_in_one_line(e1_report, tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["report.json"]  # nothing rendered
 
 
+@pytest.mark.heavy
 def test_an_unknown_size_renders(e1_report):
     """``sizes`` allows null (a size not measured): both formats show a dash."""
     e1_report["sizes"] = {"source": 100, "hopper-fp8": None}

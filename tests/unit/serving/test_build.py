@@ -19,7 +19,7 @@ from quantgate.serving.check import check_artifact
 from support.builds import build_targets
 from support.cli import quantgate
 
-pytestmark = pytest.mark.unit
+pytestmark = [pytest.mark.unit, pytest.mark.heavy]
 
 
 def _project(tmp_path: Path, repo_root: Path, **tp: list[int]) -> Path:

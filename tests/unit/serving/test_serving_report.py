@@ -51,6 +51,7 @@ def test_report_json_round_trips_the_table(draft_table):
     assert Report.model_validate_json(report.model_dump_json()) == report
 
 
+@pytest.mark.heavy
 def test_a_manifest_without_serving_still_reads(tmp_path, tiny_llama, catalog, repo_root):
     record = intake(tiny_llama, load_gates(repo_root / "gates.yaml", catalog))
     artifacts = tmp_path / "artifacts"

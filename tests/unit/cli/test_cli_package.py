@@ -24,7 +24,9 @@ SUPPORT = {"__init__", "__main__", "commands", "options"}  # the package's modul
 
 def test_every_command_module_is_registered():
     modules = {p.stem for p in Path(commands.__file__).parent.glob("*.py")} - SUPPORT
-    assert {c.callback.__module__.rsplit(".", 1)[1] for c in app.registered_commands} == modules
+    commands_ = {c.callback.__module__.rsplit(".", 1)[1] for c in app.registered_commands}
+    groups = {g.typer_instance.info.name or g.name for g in app.registered_groups}  # `quantgate rollout …`
+    assert commands_ | groups == modules
     assert STEPS <= {c.name for c in app.registered_commands}
 
 

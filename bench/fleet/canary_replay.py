@@ -4,7 +4,7 @@ Usage:  .venv/bin/python bench/fleet/canary_replay.py [--size 16] [--max-tokens 
 
 Three llama.cpp servers (llama-cpp-python's ``llama_cpp.server``, one thread each) on this CPU:
 the default model's GGUF (SmolLM2-135M-Instruct, Q4_1) twice, and the same GGUF requantized to
-Q4_0 by llama.cpp's own quantizer (``tests/support/serving_engines.py``). ``quantgate replay``
+Q4_0 by llama.cpp's own quantizer (``tests/support/serving_engines.py``), with the model's whole 8192-token context. ``quantgate replay``
 (the command line, in its own process) sends the same seeded, traffic-mixed sample of the default
 calibration spec's logged prompts to two of them:
 
@@ -29,9 +29,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from tests.support.serving_engines import llama_server, requantized  # noqa: E402
+from quantgate.embedded.smollm2 import gguf_path
+from tests.support.serving_engines import llama_server, requantized
 
-from quantgate.embedded.smollm2 import gguf_path  # noqa: E402
+N_CTX = 8192  # SmolLM2's own context: the default traffic's long documents run past 2048 tokens
 
 
 def replay(stable: str, canary: str, size: int, max_tokens: int) -> dict:
@@ -39,7 +40,7 @@ def replay(stable: str, canary: str, size: int, max_tokens: int) -> dict:
     args = [sys.executable, "-m", "quantgate.cli", "replay", "--stable", stable, "--canary", canary]
     args += ["--size", str(size), "--max-tokens", str(max_tokens), "--seed", "0", "--json"]
     start = time.perf_counter()
-    done = subprocess.run(args, capture_output=True, text=True)
+    done = subprocess.run(args, check=False, capture_output=True, text=True)
     wall = time.perf_counter() - start
     if done.returncode != 0:
         raise SystemExit(f"quantgate replay exited {done.returncode}: {done.stderr[-2000:]}")
@@ -57,9 +58,9 @@ def main() -> None:
     with ExitStack() as stack:
         tmp = Path(stack.enter_context(__import__("tempfile").TemporaryDirectory()))
         q4_0 = requantized(gguf, tmp / "smollm2-q4_0.gguf")
-        stable = stack.enter_context(llama_server(gguf))
-        twin = stack.enter_context(llama_server(gguf))
-        canary = stack.enter_context(llama_server(q4_0))
+        stable = stack.enter_context(llama_server(gguf, n_ctx=N_CTX))
+        twin = stack.enter_context(llama_server(gguf, n_ctx=N_CTX))
+        canary = stack.enter_context(llama_server(q4_0, n_ctx=N_CTX))
         figures = {
             "twin (Q4_1 vs Q4_1)": replay(stable, twin, args.size, args.max_tokens),
             "requantized (Q4_1 vs Q4_0)": replay(stable, canary, args.size, args.max_tokens),

@@ -256,5 +256,9 @@ def _chat_only_spec() -> str:
     """A calibration spec whose traffic is all one class, so the replay sample takes every prompt."""
     from quantgate.paths import project_root
 
-    default = (project_root() / "calibration_sets" / "default.yaml").read_text()
-    return default
+    default = project_root() / "calibration_sets" / "default.yaml"
+    return (
+        f"version: 1\nname: chat-only\ntraffic_log: {default.parent / 'traffic' / 'default-traffic.jsonl'}\n"
+        f"size: {len(PROMPTS)}\nmix: {{chat: 1.0}}\n"
+        "length_buckets: [{name: any, max_chars: 100000, share: 1.0}]\n"
+    )

@@ -48,11 +48,11 @@ def requantized(gguf: Path, out: Path, ftype: str = "Q4_0") -> Path:
 
 
 @contextlib.contextmanager
-def llama_server(gguf: Path, timeout_s: float = 120) -> Iterator[str]:
-    """llama.cpp's server on ``gguf``; yields its base URL."""
+def llama_server(gguf: Path, timeout_s: float = 120, n_ctx: int = 2048) -> Iterator[str]:
+    """llama.cpp's server on ``gguf`` with an ``n_ctx``-token context; yields its base URL."""
     port = free_port()
     args = [sys.executable, "-m", "llama_cpp.server", "--model", str(gguf), "--host", "127.0.0.1"]
-    args += ["--port", str(port), "--n_threads", "1", "--n_ctx", "2048"]
+    args += ["--port", str(port), "--n_threads", "1", "--n_ctx", str(n_ctx)]
     url = f"http://127.0.0.1:{port}"
 
     def ready() -> bool:

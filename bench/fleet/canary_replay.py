@@ -38,7 +38,8 @@ N_CTX = 8192  # SmolLM2's own context: the default traffic's long documents run 
 def replay(stable: str, canary: str, size: int, max_tokens: int) -> dict:
     """One ``quantgate replay --json`` run: its summary, digest and wall time."""
     args = [sys.executable, "-m", "quantgate.cli", "replay", "--stable", stable, "--canary", canary]
-    args += ["--size", str(size), "--max-tokens", str(max_tokens), "--seed", "0", "--timeout", "900", "--json"]
+    args += ["--size", str(size), "--max-tokens", str(max_tokens), "--seed", "0"]
+    args += ["--timeout", "900", "--json"]  # a long document's prefill takes minutes on a busy CPU
     start = time.perf_counter()
     done = subprocess.run(args, check=False, capture_output=True, text=True)
     wall = time.perf_counter() - start

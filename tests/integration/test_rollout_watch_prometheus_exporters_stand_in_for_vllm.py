@@ -11,7 +11,9 @@ records in a real ``mlflow server`` on moto S3.
   (Q4_1 -> Q4_0) agrees with stable below the floor on replayed prompts, and is rolled back.
 
 Traffic per look is large (simulated: tens of thousands of requests a second) and the policies'
-minimum evidence small, so each decision takes a few looks.
+minimum evidence small, so each decision takes a few looks. The replay file is read whole at every
+look and its pairs are tested once: 24 short prompts are enough evidence against a 0.9 floor when
+the canary agrees about half the time, as Q4_0 does here (12 were not).
 """
 
 from __future__ import annotations
@@ -57,7 +59,7 @@ tenants:
       share: 0.05
       minimum: {requests: 50000, replay_pairs: 8}
       live: {max_p99_increase: 0.05, max_error_rate_increase: 0.005}
-      replay: {min_top1_agreement: 0.99}
+      replay: {min_top1_agreement: 0.9}
 """
 STABLE_RATE = 190_000  # simulated requests a second, per stable replica (two of them)
 CANARY_RATE = 20_000  # one canary replica: 5 % of the traffic
@@ -74,6 +76,18 @@ PROMPTS = [
     "Once upon a time, in a small village,",
     "Explain what a CPU does in one sentence.",
     "The opposite of hot is",
+    "Q: How many days are in a week?\nA:",
+    "A haiku about the sea:\n",
+    "import numpy as np\n# compute the mean of a list\n",
+    "The largest ocean on Earth is",
+    "Give a synonym for happy:",
+    "Q: What is 9 times 7?\nA:",
+    "Dear team, the deployment is",
+    "SELECT name FROM users WHERE",
+    "The chemical symbol for gold is",
+    "Three tips for better sleep:\n1.",
+    "In 1969, astronauts",
+    "Convert 5 kilometres to metres:",
 ]
 
 
@@ -238,7 +252,7 @@ def test_watch_rolls_back_a_canary_whose_llama_cpp_replay_agrees_below_its_floor
     replay = tmp_path / "replay.json"
     replay.write_text(done.stdout)
     agreement = json.loads(done.stdout)["summary"]["top1_agreement"]
-    assert agreement < 0.99, agreement  # the requantized canary answers differently
+    assert agreement < 0.9, agreement  # the requantized canary answers differently
 
     stack, url = _telemetry(a1, a2)  # its live telemetry is stable's twin
     with stack:

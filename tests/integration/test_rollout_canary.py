@@ -24,17 +24,14 @@ from mlflow import MlflowClient
 
 from quantgate.config import RolloutPolicy
 from quantgate.publish import RegistryConfig
-from quantgate.publish.signing import generate_key_pair
 from quantgate.rollout import live_to_json, watch_once
 from quantgate.rollout import simulate as sim
-from support.artifacts import MODEL, write_artifact, write_report
+from support.artifacts import MODEL
 from support.cli import quantgate
-from support.servers import TEST_CREDENTIALS, mlflow_server, moto_s3
+from support.rollout import NAME, TARGET, aliases, publish_version, records, rollout_registry
 
 pytestmark = pytest.mark.integration
 
-TARGET = "hopper-fp8"
-NAME = f"{MODEL}.{TARGET}"
 GATES = """
 tenants:
   chat:
@@ -53,49 +50,12 @@ SHAPE = sim.Shape("lognormal", 0.5)
 @pytest.fixture(scope="module")
 def fleet(tmp_path_factory):
     """(environment, project root): moto S3, an mlflow server, keys, gates.yaml with the policy."""
-    base = tmp_path_factory.mktemp("rollout")
-    public = generate_key_pair(base / "keys" / "pipeline.key")
-    (base / "project").mkdir()
-    (base / "project" / "gates.yaml").write_text(GATES)
-    with (
-        pytest.MonkeyPatch.context() as patch,
-        moto_s3() as s3,
-        mlflow_server(
-            f"sqlite:///{base / 'mlflow.db'}", f"s3://{s3.bucket}/mlflow", s3.url, timeout_s=300
-        ) as url,
-    ):
-        patch.setenv("MLFLOW_DISABLE_TELEMETRY", "true")
-        env = {
-            **TEST_CREDENTIALS,
-            "MLFLOW_TRACKING_URI": url,
-            "MLFLOW_S3_ENDPOINT_URL": s3.url,
-            "QUANTGATE_SIGNING_KEY": str(base / "keys" / "pipeline.key"),
-            "QUANTGATE_TRUSTED_KEYS": str(public),
-        }
-        for key, value in env.items():
-            patch.setenv(key, value)
-        yield env, base / "project"
+    with rollout_registry(tmp_path_factory.mktemp("rollout"), GATES) as found:
+        yield found.env, found.root
 
 
 def _publish(env, root: Path, tmp: Path, n: int) -> tuple[str, bytes]:
-    """Publish a new version of the artifact (random bytes); its version and its weights."""
-    weights = os.urandom(100_000)
-    arts = tmp / f"arts-{n}"
-    write_artifact(arts / TARGET, TARGET, {"model.safetensors": weights, "config.json": b"{}"})
-    report = write_report(tmp / f"gate-{n}", {TARGET: ["chat"]})
-    done = quantgate(
-        "publish",
-        "--report",
-        str(report.parent),
-        "--artifacts",
-        str(arts),
-        "--json",
-        "--root",
-        str(root),
-        env=env,
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
-    return json.loads(done.stdout)["artifacts"][0]["version"], weights
+    return publish_version(env, root, tmp, n)
 
 
 def _pull(env, root: Path, cache: Path, channel: str):
@@ -184,13 +144,7 @@ def _watch_until_decided(root: Path, source: Simulated, max_looks: int = 30):
     raise AssertionError(f"undecided after {max_looks} looks: {outcome.reason}")
 
 
-def _records(channel: str) -> dict:
-    tags = MlflowClient().get_registered_model(NAME).tags
-    return json.loads(tags[f"quantgate.release.{channel}.chat"])
-
-
-def _aliases() -> dict:
-    return {a: str(v) for a, v in (MlflowClient().get_registered_model(NAME).aliases or {}).items()}
+_records, _aliases = records, aliases
 
 
 def test_canaries_promoted_and_rolled_back_on_live_and_replay_evidence(fleet, tmp_path):

@@ -3,7 +3,8 @@
 ``llama_server`` runs llama.cpp's OpenAI-compatible server (``python -m llama_cpp.server``, from
 the llama-cpp-python wheel that .ci/run builds from source) on a GGUF; ``requantized`` writes a
 second quantization of a GGUF with llama.cpp's own quantizer; ``prometheus`` runs Debian's
-``prometheus`` binary scraping the given targets every second. Each is a child process on a free
+``prometheus`` binary scraping the given targets every second; ``vllm_exporter`` runs a process that
+stands in for one vLLM replica's metrics. Each is a child process on a free
 127.0.0.1 port, stopped by its own pid when the context exits.
 """
 
@@ -47,11 +48,11 @@ def requantized(gguf: Path, out: Path, ftype: str = "Q4_0") -> Path:
 
 
 @contextlib.contextmanager
-def llama_server(gguf: Path, timeout_s: float = 120) -> Iterator[str]:
-    """llama.cpp's server on ``gguf``; yields its base URL."""
+def llama_server(gguf: Path, timeout_s: float = 120, n_ctx: int = 2048) -> Iterator[str]:
+    """llama.cpp's server on ``gguf`` with an ``n_ctx``-token context; yields its base URL."""
     port = free_port()
     args = [sys.executable, "-m", "llama_cpp.server", "--model", str(gguf), "--host", "127.0.0.1"]
-    args += ["--port", str(port), "--n_threads", "1", "--n_ctx", "2048"]
+    args += ["--port", str(port), "--n_threads", "1", "--n_ctx", str(n_ctx)]
     url = f"http://127.0.0.1:{port}"
 
     def ready() -> bool:
@@ -88,3 +89,21 @@ def prometheus(targets: list[str], timeout_s: float = 60) -> Iterator[str]:
 
         with _process(args, dict(os.environ), ready, "prometheus", timeout_s):
             yield url
+
+
+@contextlib.contextmanager
+def vllm_exporter(model: str, version: str, timeout_s: float = 60, **traffic: float) -> Iterator[str]:
+    """An exporter process standing in for one vLLM replica (``vllm_exporter.py``: ``rate``,
+    ``slower``, ``error_rate``, ``seed``); yields its ``host:port`` for Prometheus to scrape."""
+    port = free_port()
+    args = [sys.executable, str(Path(__file__).with_name("vllm_exporter.py")), "--port", str(port)]
+    args += ["--model", model, "--version", version]
+    for key, value in traffic.items():
+        args += [f"--{key.replace('_', '-')}", str(value)]
+
+    def ready() -> bool:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=2) as response:
+            return response.status == 200
+
+    with _process(args, dict(os.environ), ready, "vLLM stand-in exporter", timeout_s):
+        yield f"127.0.0.1:{port}"

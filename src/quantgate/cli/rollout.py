@@ -52,9 +52,38 @@ def watch(
     model: ModelArg,
     target: TargetOpt,
     tenant: TenantOpt,
-    live: Annotated[Path, typer.Option("--live", help="Live evidence (LiveEvidence JSON).")],
+    prometheus: Annotated[
+        str | None,
+        typer.Option(
+            "--prometheus", help="Prometheus server over the engine's metrics, e.g. http://prom:9090."
+        ),
+    ] = None,
+    telemetry: Annotated[
+        Path | None,
+        typer.Option("--telemetry", help="Telemetry settings (YAML: prometheus_url, engine, metric names)."),
+    ] = None,
+    engine: Annotated[
+        str | None, typer.Option("--engine", help="Engine preset of metric names (vllm, vllm-v0).")
+    ] = None,
+    served_model: Annotated[
+        str | None,
+        typer.Option("--served-model", help="The model label's value in the metrics (default: MODEL)."),
+    ] = None,
+    logs: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--logs", help="Request log (JSONL; a path or s3://...) whose errors count; repeatable."
+        ),
+    ] = None,
+    live: Annotated[
+        Path | None, typer.Option("--live", help="Live evidence as a file (LiveEvidence JSON) instead.")
+    ] = None,
     replay: Annotated[
-        Path | None, typer.Option("--replay", help="Replay evidence (ReplayEvidence JSON).")
+        Path | None,
+        typer.Option("--replay", help="Replay evidence (what 'quantgate replay --json' writes)."),
+    ] = None,
+    source: Annotated[
+        str | None, typer.Option("--source", help="Your own evidence source: module:factory(root).")
     ] = None,
     gates: Annotated[
         Path | None, typer.Option("--gates", help="gates.yaml (default: the project's).")
@@ -65,7 +94,7 @@ def watch(
     from quantgate.config import load_rollout
     from quantgate.errors import UsageError
     from quantgate.publish import RegistryConfig
-    from quantgate.rollout import FileEvidence, watch_once
+    from quantgate.rollout import SourceOptions, evidence_source, watch_once
 
     project = (root or project_root()).resolve()
     policies = load_rollout(gates or project / "gates.yaml")
@@ -73,7 +102,18 @@ def watch(
         raise UsageError("--tenant", f"gates.yaml has no tenant '{tenant}'", f"known: {', '.join(policies)}")
     policy, confidence = policies[tenant]
     cfg = RegistryConfig.from_env(project)
-    outcome = watch_once(cfg, model, target, tenant, policy, confidence, FileEvidence(live, replay))
+    options = SourceOptions(
+        source=source,
+        live=live,
+        replay=replay,
+        prometheus=prometheus,
+        telemetry=telemetry,
+        engine=engine,
+        logs=tuple(logs or ()),
+        served_model=served_model,
+    )
+    found = evidence_source(project, cfg, options)
+    outcome = watch_once(cfg, model, target, tenant, policy, confidence, found)
     print(json.dumps(outcome.to_dict()), flush=True)
 
 

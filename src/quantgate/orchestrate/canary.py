@@ -6,14 +6,14 @@ the look, and publishes the decision as a Markdown artifact. It keeps nothing on
 the state between looks, and a move a killed run left half done, are in the registry, so any
 worker may take the next run, and a run killed anywhere is completed by the next one.
 
-The evidence source is named, not built in: ``source`` is ``"module:factory"``, a callable taking
-``(root)`` and returning an ``EvidenceSource`` (the Prometheus and request-log readers, the replay
-runner), or, without it, ``live``/``replay`` JSON files (``quantgate.rollout.FileEvidence``).
+The evidence source is named by the same options as ``quantgate rollout watch``
+(``quantgate.rollout.SourceOptions``): ``prometheus`` or ``telemetry`` (the built-in reader of
+Prometheus, with ``logs`` adding request-log errors), or ``live`` (a JSON file), or ``source``
+(``"module:factory"``, a callable taking ``(root)``); ``replay`` adds a replay JSON file.
 """
 
 from __future__ import annotations
 
-import importlib
 import json
 from pathlib import Path
 from typing import Any
@@ -22,22 +22,6 @@ from prefect import flow, get_run_logger
 from prefect.artifacts import create_markdown_artifact
 
 from quantgate.errors import UsageError
-
-
-def evidence_source(root: Path, source: str | None, live: str | None, replay: str | None):
-    """The look's ``EvidenceSource``: ``source`` ("module:factory") called with ``root``, or the files."""
-    from quantgate.rollout import FileEvidence
-
-    if source:
-        module, _, attr = source.partition(":")
-        if not attr:
-            raise UsageError(
-                "source", f"'{source}' is not 'module:factory'", "name a callable as module:attr"
-            )
-        return getattr(importlib.import_module(module), attr)(root)
-    if not live:
-        raise UsageError("source", "no evidence source", "pass source (module:factory) or live (a JSON file)")
-    return FileEvidence(Path(live), Path(replay) if replay else None)
 
 
 @flow(name="canary-watch", validate_parameters=True)
@@ -49,25 +33,35 @@ def canary_watch(
     source: str | None = None,
     live: str | None = None,
     replay: str | None = None,
+    prometheus: str | None = None,
+    telemetry: str | None = None,
+    engine: str | None = None,
+    logs: list[str] | None = None,
+    served_model: str | None = None,
 ) -> dict[str, Any]:
     """One look at ``tenant``'s canary of ``model`` on ``target``: finish a pending move, or decide and act."""
     from quantgate.config import load_rollout
     from quantgate.publish import RegistryConfig
-    from quantgate.rollout import watch_once
+    from quantgate.rollout import SourceOptions, evidence_source, watch_once
 
     project = Path(root).resolve()
     policies = load_rollout(project / "gates.yaml")
     if tenant not in policies:
         raise UsageError("tenant", f"gates.yaml has no tenant '{tenant}'", f"known: {', '.join(policies)}")
     policy, confidence = policies[tenant]
+    cfg = RegistryConfig.from_env(project)
+    options = SourceOptions(
+        source=source,
+        live=Path(live) if live else None,
+        replay=Path(replay) if replay else None,
+        prometheus=prometheus,
+        telemetry=Path(telemetry) if telemetry else None,
+        engine=engine,
+        logs=tuple(logs or ()),
+        served_model=served_model,
+    )
     outcome = watch_once(
-        RegistryConfig.from_env(project),
-        model,
-        target,
-        tenant,
-        policy,
-        confidence,
-        evidence_source(project, source, live, replay),
+        cfg, model, target, tenant, policy, confidence, evidence_source(project, cfg, options)
     )
     get_run_logger().info("canary %s %s %s: %s (%s)", model, target, tenant, outcome.action, outcome.reason)
     create_markdown_artifact(

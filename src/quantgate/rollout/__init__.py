@@ -6,7 +6,9 @@ telemetry and on replayed prompts, then promoted or rolled back through signed r
 - ``watch``: one look of the watcher, resumable after a kill; the state between looks and the
   moves (record first, then aliases) are the registry's, in ``quantgate.publish``'s ``rollout_moves``;
 - ``status``: what a router sets its weights from; ``report``: the rollout report;
-- ``replay``, ``replay_compare``: logged prompts through the stable and canary endpoints, paired.
+- ``replay``, ``replay_compare``: logged prompts through the stable and canary endpoints, paired;
+- ``telemetry_source``: the watcher's built-in evidence source (Prometheus, request logs, a replay
+  file); ``sources``: which source a look reads, from the CLI's and the flow's named options.
 """
 
 from typing import TYPE_CHECKING
@@ -19,7 +21,9 @@ if TYPE_CHECKING:
     from quantgate.rollout.evidence_files import FileEvidence, live_to_json, replay_to_json
     from quantgate.rollout.replay import ReplaySettings, replay_prompts, summary
     from quantgate.rollout.report import write_report
+    from quantgate.rollout.sources import SourceOptions, evidence_source
     from quantgate.rollout.status import rollout_status
+    from quantgate.rollout.telemetry_source import TelemetryEvidence
     from quantgate.rollout.watch import EvidenceSource, watch_once
 
 __all__ = [
@@ -29,8 +33,11 @@ __all__ = [
     "LoggedRequest",
     "LookState",
     "ReplaySettings",
+    "SourceOptions",
+    "TelemetryEvidence",
     "as_json",
     "decide",
+    "evidence_source",
     "floor_count",
     "live_to_json",
     "read_logs",
@@ -63,5 +70,8 @@ __getattr__ = lazy_exports(
         "ReplaySettings": "replay",
         "replay_prompts": "replay",
         "summary": "replay",
+        "SourceOptions": "sources",
+        "evidence_source": "sources",
+        "TelemetryEvidence": "telemetry_source",
     },
 )

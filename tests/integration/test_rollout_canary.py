@@ -82,8 +82,9 @@ def _pulled_weights(env, root, cache, channel) -> bytes:
     return (Path(done.stdout.strip().splitlines()[-1]) / "model.safetensors").read_bytes()
 
 
-def _status(env, root, cache) -> dict:
-    done = quantgate(
+def _run_status(env, root, cache):
+    """`quantgate rollout status --json` for the chat tenant, as a router calls it."""
+    return quantgate(
         "rollout",
         "status",
         MODEL,
@@ -98,6 +99,10 @@ def _status(env, root, cache) -> dict:
         str(root),
         env=env,
     )
+
+
+def _status(env, root, cache) -> dict:
+    done = _run_status(env, root, cache)
     assert done.returncode == 0, done.stderr[-3000:]
     return json.loads(done.stdout)
 
@@ -198,21 +203,7 @@ def test_canaries_promoted_and_rolled_back_on_live_and_replay_evidence(fleet, tm
     refused = _pull(env, root, cache, "stable")
     assert refused.returncode == 2 and "older than" in refused.stderr, refused.stderr[-2000:]
     assert sorted(p.name for p in (cache / "pull").iterdir()) == before  # nothing installed
-    status = quantgate(
-        "rollout",
-        "status",
-        MODEL,
-        "--target",
-        TARGET,
-        "--tenant",
-        "chat",
-        "--json",
-        "--cache-dir",
-        str(cache),
-        "--root",
-        str(root),
-        env=env,
-    )
+    status = _run_status(env, root, cache)
     assert status.returncode == 2 and "older than" in status.stderr, status.stderr[-2000:]
 
 

@@ -1,7 +1,9 @@
 """Canary calibration: how often the watcher's anytime-valid decision errs, looked at every N requests,
 against a fixed-horizon Mann-Whitney judge (Kayenta's) looked at the same times.
 
-Usage:  .venv/bin/python bench/fleet/canary_calibration.py [--runs 40] [--looks 40] [--out F]
+Usage:  .venv/bin/python bench/fleet/canary_calibration.py [--runs 40] [--looks 40] [--jobs N] [--out F]
+
+``--jobs`` runs the canaries in N processes (each run is seeded, so the figures do not depend on N).
 
 Each cell is a traffic share (1 %, 5 %), a request rate (the requests of one look: rate x 60 s,
 all versions together) and a latency shape, light to heavy tails (lognormal sigma 0.3, 0.8, 1.5;
@@ -25,9 +27,11 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import platform
 import statistics
 import time
+from concurrent.futures import ProcessPoolExecutor
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -94,6 +98,11 @@ def run(shape, share, rate, slower, looks, seed, buckets):
     return "undecided", looks, ca.requests, mw_look
 
 
+def _run(task):
+    """``run`` over one packed task, for the process pool."""
+    return run(*task)
+
+
 def se(p: float, n: int) -> float:
     """Monte-Carlo standard error of a share."""
     return math.sqrt(max(p * (1 - p), 1e-12) / n)
@@ -106,6 +115,9 @@ def main() -> None:
     )
     parser.add_argument("--runs", type=int, default=40)
     parser.add_argument("--looks", type=int, default=40)
+    parser.add_argument(
+        "--jobs", type=int, default=os.cpu_count() or 1, help="processes (default: every core)"
+    )
     parser.add_argument("--out", type=Path)
     args = parser.parse_args()
     buckets = sim.geometric_buckets(0.001, 2000.0, 1.02)
@@ -114,42 +126,49 @@ def main() -> None:
         f"{'shape':14} {'share':>5} {'rate':>5} | {'equal rolled back':>18} | {'at floor promoted':>18} | "
         f"{'10% slower: reqs to detect (detected)':>38} | {'Mann-Whitney equal rolled back':>30}"
     )
-    for shape in SHAPES:
-        for share in SHARES:
-            for rate in RATES:
-                seeds = range(args.runs)
-                equal = [run(shape, share, rate, 1.0, args.looks, 10_000 + s, buckets) for s in seeds]
-                floor = [run(shape, share, rate, 1.05, args.looks, 20_000 + s, buckets) for s in seeds]
-                slow = [run(shape, share, rate, 1.10, args.looks, 30_000 + s, buckets) for s in seeds]
-                rb = sum(a == "rollback" for a, *_ in equal) / args.runs
-                pr = sum(a == "promote" for a, *_ in floor) / args.runs
-                det = [r for a, _, r, _ in slow if a == "rollback"]
-                mw = sum(m is not None for *_, m in equal) / args.runs
-                cell = {
-                    "shape": f"{shape.kind} {shape.param:g}",
-                    "share": share,
-                    "rate_per_s": rate,
-                    "equal_rolled_back": rb,
-                    "equal_rolled_back_se": se(rb, args.runs),
-                    "equal_promoted": sum(a == "promote" for a, *_ in equal) / args.runs,
-                    "floor_promoted": pr,
-                    "floor_promoted_se": se(pr, args.runs),
-                    "slower10_detected": len(det) / args.runs,
-                    "slower10_median_canary_requests": statistics.median(det) if det else None,
-                    "mann_whitney_equal_rolled_back": mw,
-                    "mann_whitney_se": se(mw, args.runs),
-                }
-                cells.append(cell)
-                med = f"{cell['slower10_median_canary_requests']:,.0f}" if det else "-"
-                print(
-                    f"{cell['shape']:14} {share:>5.0%} {rate:>5} | {rb:>8.1%} ± {se(rb, args.runs):.1%}    | "
-                    f"{pr:>8.1%} ± {se(pr, args.runs):.1%}    | {med:>20} ({len(det) / args.runs:.0%})"
-                    f"{'':>10} | {mw:>14.1%} ± {se(mw, args.runs):.1%}",
-                    flush=True,
-                )
+    grid = [(shape, share, rate) for shape in SHAPES for share in SHARES for rate in RATES]
+    kinds = ((1.0, 10_000), (1.05, 20_000), (1.10, 30_000))  # equal, at the floor, 10 % slower
+    tasks = [
+        (shape, share, rate, slower, args.looks, base + s, buckets)
+        for shape, share, rate in grid
+        for slower, base in kinds
+        for s in range(args.runs)
+    ]
+    with ProcessPoolExecutor(max_workers=args.jobs) as pool:
+        outcomes = list(pool.map(_run, tasks, chunksize=max(1, len(tasks) // (8 * args.jobs))))
+    for index, (shape, share, rate) in enumerate(grid):
+        block = outcomes[index * 3 * args.runs : (index + 1) * 3 * args.runs]
+        equal, floor, slow = (block[k * args.runs : (k + 1) * args.runs] for k in range(3))
+        rb = sum(a == "rollback" for a, *_ in equal) / args.runs
+        pr = sum(a == "promote" for a, *_ in floor) / args.runs
+        det = [r for a, _, r, _ in slow if a == "rollback"]
+        mw = sum(m is not None for *_, m in equal) / args.runs
+        cell = {
+            "shape": f"{shape.kind} {shape.param:g}",
+            "share": share,
+            "rate_per_s": rate,
+            "equal_rolled_back": rb,
+            "equal_rolled_back_se": se(rb, args.runs),
+            "equal_promoted": sum(a == "promote" for a, *_ in equal) / args.runs,
+            "floor_promoted": pr,
+            "floor_promoted_se": se(pr, args.runs),
+            "slower10_detected": len(det) / args.runs,
+            "slower10_median_canary_requests": statistics.median(det) if det else None,
+            "mann_whitney_equal_rolled_back": mw,
+            "mann_whitney_se": se(mw, args.runs),
+        }
+        cells.append(cell)
+        med = f"{cell['slower10_median_canary_requests']:,.0f}" if det else "-"
+        print(
+            f"{cell['shape']:14} {share:>5.0%} {rate:>5} | {rb:>8.1%} ± {se(rb, args.runs):.1%}    | "
+            f"{pr:>8.1%} ± {se(pr, args.runs):.1%}    | {med:>20} ({len(det) / args.runs:.0%})"
+            f"{'':>10} | {mw:>14.1%} ± {se(mw, args.runs):.1%}",
+            flush=True,
+        )
     result = {
         "runs": args.runs,
         "looks": args.looks,
+        "jobs": args.jobs,
         "seconds": time.perf_counter() - started,
         "machine": platform.processor() or platform.machine(),
         "cells": cells,

@@ -105,7 +105,7 @@ def imports(mods: dict[str, Path], module: str) -> list[tuple[str, str | None, i
 
 
 # libraries of public modules below every stage: each module is imported by its own path
-LIBRARIES = {"quantgate.stats", "quantgate.declarations"}
+LIBRARIES = {"quantgate.stats", "quantgate.declarations", "quantgate.contracts", "quantgate.runtime"}
 
 
 def private_imports(mods: dict[str, Path]) -> list[str]:

@@ -273,7 +273,7 @@ def test_status_is_monotone_in_damage_on_every_damage_path():
 def test_an_advisory_floor_that_can_never_fail_is_refused_when_the_gates_are_loaded(repo_root, tmp_path):
     """Finding 7: advisory ratio floors below 8 windows could never fail, silently."""
     from quantgate.config import Catalog, load_gates
-    from quantgate.errors import ConfigFileError
+    from quantgate.runtime.errors import ConfigFileError
 
     text = (repo_root / "gates.yaml").read_text()
     policy = tmp_path / "gates.yaml"

@@ -25,12 +25,12 @@ import tempfile
 import time
 from pathlib import Path
 
-from quantgate.units import GB
+from quantgate.runtime.units import GB
 
 
 def _run(argvs: list[list[str]], env: dict[str, str] | None = None) -> tuple[float, int]:
     """Wall seconds until every process has exited, and the sum of their peak RSS."""
-    from quantgate.memory import peak_rss_bytes
+    from quantgate.runtime.memory import peak_rss_bytes
 
     with contextlib.ExitStack() as stack:
         errs = [stack.enter_context(tempfile.TemporaryFile("w+")) for _ in argvs]
@@ -52,7 +52,7 @@ def _run(argvs: list[list[str]], env: dict[str, str] | None = None) -> tuple[flo
 
 
 def _manifest_seconds(out: Path) -> dict[str, float]:
-    from quantgate.artifact import read_manifest
+    from quantgate.contracts.artifact import read_manifest
 
     return {p.name: read_manifest(p).build.seconds for p in sorted(out.iterdir()) if read_manifest(p)}
 
@@ -69,8 +69,8 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=None, help="write the figures as JSON here")
     args = parser.parse_args()
 
+    from quantgate.config import cache_dir
     from quantgate.embedded.smollm2 import default_checkpoint
-    from quantgate.paths import cache_dir
 
     checkpoint = default_checkpoint(cache_dir())
     targets = args.targets.split(",")

@@ -45,7 +45,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from quantgate.units import GB, MB
+from quantgate.runtime.units import GB, MB
 
 # synthetic checkpoints are test support (tests/support/models.py), outside the product
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tests"))
@@ -174,7 +174,7 @@ def _sync_tree(root: Path) -> float:
 
 def _run(argv: list[str], env: dict[str, str] | None = None) -> tuple[float, int]:
     """Wall seconds and peak RSS (VmHWM polled every 20 ms) of one child process."""
-    from quantgate.memory import peak_rss_bytes
+    from quantgate.runtime.memory import peak_rss_bytes
 
     with tempfile.TemporaryFile("w+") as err:
         started = time.perf_counter()
@@ -329,7 +329,7 @@ def main() -> None:
                 sync_s = _sync_tree(dst)
                 runs[name].append({"seconds": seconds, "sync_seconds": sync_s, "peak_rss_bytes": peak})
                 if name.startswith("quantgate_build"):  # the build step alone, as its manifest records it
-                    from quantgate.artifact import read_manifest
+                    from quantgate.contracts.artifact import read_manifest
 
                     runs[name][-1]["build_step_seconds"] = read_manifest(dst / "hopper-fp8").build.seconds
                 print(

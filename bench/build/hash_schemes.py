@@ -1,5 +1,5 @@
 """The source content hash's schemes side by side: plain sha256 (one core per file), the SHA-256
-merkle over 16 KiB blocks (quantgate.hashing.merkle_file, subtrees on threads) and BLAKE3 (the
+merkle over 16 KiB blocks (quantgate.runtime.hashing.merkle_file, subtrees on threads) and BLAKE3 (the
 ``blake3`` wheel, its own threads), on one file of SIZE_GB (a checkpoint in one shard, the case
 that ran on one core) with 1 and 2 workers. The file is read once first, so the page cache holds it
 and the figures are the hash's, not the disk's.
@@ -17,7 +17,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from quantgate.hashing import blake3_file, merkle_file, sha256_file
+from quantgate.runtime.hashing import blake3_file, merkle_file, sha256_file
 
 
 def _timed(fn) -> tuple[float, str]:

@@ -53,6 +53,7 @@ def main() -> None:
     from lm_eval.models.huggingface import HFLM
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
+    from quantgate.config import cache_dir, project_root
     from quantgate.declarations.suite_kinds.text import TextSizes
     from quantgate.embedded.smollm2 import default_checkpoint
     from quantgate.evaluate.data import DataDir, load_text
@@ -60,7 +61,6 @@ def main() -> None:
     from quantgate.evaluate.suites import load_suite
     from quantgate.evaluate.suites.text import windows
     from quantgate.numerics.load import load_source_for_eval
-    from quantgate.paths import cache_dir, project_root
 
     root = project_root()
     checkpoint = default_checkpoint(cache_dir())

@@ -57,9 +57,9 @@ def _records(eval_dir: Path, model: str, suite: str) -> dict:
 def decide(eval_dir: Path, artifact: str, floor_spec: tuple, n: int | None = None) -> dict:
     """The gate's fixed-design decision on the first ``n`` windows (all: None)."""
     from quantgate.config.gates import Floor
+    from quantgate.contracts.results import SampleDesign
     from quantgate.gate import floor as step
     from quantgate.gate.verdict import as_result
-    from quantgate.results import SampleDesign
     from quantgate.stats.sequence import ordered_columns
 
     _, suite_name, metric, kind, value = floor_spec

@@ -135,7 +135,7 @@ def main() -> None:
     from pull_throughput import synthetic_artifact  # bench/fleet/ is on the path when run as a script
 
     from quantgate.publish import RegistryConfig, publish_report
-    from quantgate.units import MB
+    from quantgate.runtime.units import MB
     from support.artifacts import write_report
     from support.servers import TEST_CREDENTIALS, moto_s3
 

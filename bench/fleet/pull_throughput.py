@@ -25,7 +25,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from quantgate.units import MB
+from quantgate.runtime.units import MB
 
 # the S3 server is test support (tests/support/servers.py), outside the product
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tests"))

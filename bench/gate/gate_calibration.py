@@ -356,7 +356,7 @@ def events_population(kind: str, family: str, factor: float, rng, real: Real | N
     answer 5 times in 24 (the GPU-against-CPU flips measured on support-domain), so an identical copy
     loses answers too, and the source's records carry its own re-evaluation on that device, which
     the gate pairs the artifact's losses with."""
-    from quantgate.metrics import RERUN
+    from quantgate.declarations.metrics import RERUN
 
     rate = float(family.split("@")[1])
     solved = rng.random(POP) < 0.5
@@ -428,7 +428,7 @@ class Columns:
 
     @classmethod
     def of(cls, suite, pop: Population) -> Columns:
-        from quantgate.metrics import record_columns
+        from quantgate.declarations.metrics import record_columns
         from quantgate.stats.sequence import ordered_columns
 
         return cls(
@@ -444,9 +444,9 @@ class Columns:
 
 def run_new(suite, floor, cols: Columns, idx: np.ndarray, design: str) -> str:
     """This tree's gate on one draw: the sequential design's early looks, then the fixed design."""
+    from quantgate.contracts.results import SampleDesign
     from quantgate.gate import floor as step
     from quantgate.gate.verdict import Before
-    from quantgate.results import SampleDesign
     from quantgate.stats import ItemRange, forms, sequence
 
     measure = suite.metrics()[floor.metric]

@@ -122,10 +122,10 @@ def _modelopt_root(dest: Path) -> Path:
 
 
 def builds(args) -> dict:
-    from quantgate.artifact import read_manifest
     from quantgate.calibration import build_set, load_spec
     from quantgate.config.gates import load_gates
     from quantgate.config.targets import Catalog
+    from quantgate.contracts.artifact import read_manifest
     from quantgate.intake import intake
     from quantgate.quantize import build_planned, plan
 
@@ -613,9 +613,9 @@ def prepare(skeleton: Path, data: Path) -> None:
     the WikiText file, into the git-ignored folders the device call carries."""
     import subprocess
 
+    from quantgate.config import cache_dir
     from quantgate.embedded.smollm2 import default_checkpoint
     from quantgate.evaluate.data import DataDir
-    from quantgate.paths import cache_dir
 
     wheels = ROOT / ".whl"
     platforms = [arg for p in PLATFORMS for arg in ("--platform", p)]

@@ -8,9 +8,10 @@ worktree of an older commit) and prints one line per figure:
 - cross-stage private imports: an import that runs (at any depth of a module, function-local
   ones included; not those under ``if TYPE_CHECKING:``, which name types and never run), by one stage or by a top-level module of another stage's module or of a name its
   ``__init__`` does not list in ``__all__``. A stage is a package directly under
-  ``src/quantgate``; ``config`` counts as one like the others, ``stats`` and ``declarations`` do not
-  (libraries of public modules below every stage: ``stats.bounds``, a suite kind's declaration
-  ``declarations.suite_kinds.text``). pyproject's import-linter
+  ``src/quantgate``; ``config`` counts as one like the others, ``stats``, ``declarations``,
+  ``contracts`` and ``runtime`` do not (libraries of public modules below every stage:
+  ``stats.bounds``, a suite kind's declaration ``declarations.suite_kinds.text``,
+  ``contracts.artifact``, ``runtime.atomic``). pyproject's import-linter
   contracts check the same rule (tests/unit/test_layers.py); this script counts, for a table.
 - cycles: the strongly connected groups of the stage graph (top-level modules are one node each)
   of the same imports, and the stage pairs that import each other.
@@ -105,7 +106,7 @@ def imports(mods: dict[str, Path], module: str) -> list[tuple[str, str | None, i
 
 
 # libraries of public modules below every stage: each module is imported by its own path
-LIBRARIES = {"quantgate.stats", "quantgate.declarations"}
+LIBRARIES = {"quantgate.stats", "quantgate.declarations", "quantgate.contracts", "quantgate.runtime"}
 
 
 def private_imports(mods: dict[str, Path]) -> list[str]:

@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
+from quantgate.config import cache_dir
 from quantgate.embedded.smollm2 import default_checkpoint
-from quantgate.memory import peak_rss_bytes
-from quantgate.paths import cache_dir
+from quantgate.runtime.memory import peak_rss_bytes
 
 
 @pytest.fixture(scope="session")

@@ -10,7 +10,7 @@ import torch
 import yaml
 from safetensors import safe_open
 
-from quantgate.artifact import SUPPORT_FILES, read_manifest, verify_files
+from quantgate.contracts.artifact import SUPPORT_FILES, read_manifest, verify_files
 from quantgate.embedded.smollm2 import default_checkpoint, gguf_path
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]

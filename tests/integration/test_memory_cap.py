@@ -10,8 +10,8 @@ from __future__ import annotations
 import pytest
 from safetensors import safe_open
 
-from quantgate.artifact import read_manifest
-from quantgate.units import GB, MB, format_bytes
+from quantgate.contracts.artifact import read_manifest
+from quantgate.runtime.units import GB, MB, format_bytes
 from support.models import write_large_llama
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]

@@ -28,12 +28,12 @@ import pytest
 import yaml
 from mlflow import MlflowClient
 
-from quantgate.artifact import MANIFEST, read_manifest
-from quantgate.hashing import sha256_file
+from quantgate.contracts.artifact import MANIFEST, read_manifest
 from quantgate.publish import RegistryConfig, naming
 from quantgate.publish.config import TransferSettings
 from quantgate.publish.s3_store import S3Store
-from quantgate.units import MB
+from quantgate.runtime.hashing import sha256_file
+from quantgate.runtime.units import MB
 from support.artifacts import write_artifact, write_report
 from support.cli import quantgate
 from support.fault_proxy import Fault, FaultProxy

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from quantgate.artifact import MANIFEST, read_manifest
+from quantgate.contracts.artifact import MANIFEST, read_manifest
 from quantgate.embedded.smollm2 import MODEL_NAME
 from quantgate.publish import RegistryConfig, pull
 from quantgate.publish.signing import generate_key_pair

@@ -268,7 +268,7 @@ def test_watch_rolls_back_a_canary_whose_llama_cpp_replay_agrees_below_its_floor
 
 def _chat_only_spec() -> str:
     """A calibration spec whose traffic is all one class, so the replay sample takes every prompt."""
-    from quantgate.paths import project_root
+    from quantgate.config import project_root
 
     default = project_root() / "calibration_sets" / "default.yaml"
     return (

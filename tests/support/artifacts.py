@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from quantgate.artifact import Manifest, hash_files, tool_versions, write_manifest
+from quantgate.contracts.artifact import Manifest, hash_files, tool_versions, write_manifest
 
 MODEL = "tiny-model"
 

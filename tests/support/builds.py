@@ -9,8 +9,8 @@ from pathlib import Path
 from quantgate.calibration import CalibrationSet
 from quantgate.config import Catalog, KVCache
 from quantgate.intake import SourceRecord
-from quantgate.progress import SILENT, Progress
 from quantgate.quantize import build_planned, plan
+from quantgate.runtime.progress import SILENT, Progress
 
 
 def build_targets(

@@ -12,7 +12,7 @@ from pathlib import Path
 import torch
 from safetensors.torch import load_file, save_file
 
-from quantgate.artifact import hash_files, read_manifest, write_manifest
+from quantgate.contracts.artifact import hash_files, read_manifest, write_manifest
 
 Damage = Callable[[str, torch.Tensor, torch.Generator], torch.Tensor | None]
 LAYER = 15  # of the default model's 30: the middle of the stack

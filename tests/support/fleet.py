@@ -97,9 +97,9 @@ def wait_for(path: Path, proc: subprocess.Popen | None, timeout_s: float, log: P
 
 
 def _main(job_path: str) -> int:
-    from quantgate.errors import QuantgateError
     from quantgate.fleet import FleetSettings, open_node, seed_cache
     from quantgate.publish import PullCache, RegistryConfig, pull
+    from quantgate.runtime.errors import QuantgateError
 
     job = json.loads(Path(job_path).read_text())
     cfg = RegistryConfig.model_validate_json(job["registry"])

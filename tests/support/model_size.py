@@ -18,7 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from quantgate.errors import CheckpointConfigError
+from quantgate.runtime.errors import CheckpointConfigError
 
 
 @dataclass(frozen=True)

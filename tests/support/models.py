@@ -17,7 +17,7 @@ from typing import Any
 
 import torch
 
-from quantgate.units import MB
+from quantgate.runtime.units import MB
 
 _CORPUS = [
     "The quick brown fox jumps over the lazy dog.",

@@ -71,9 +71,9 @@ def test_the_house_counting_string_and_type_only_imports_has_no_circle_and_no_ar
         ),
         # a helper naming a stage's type for the type checker only
         (
-            "metrics.py",
+            "declarations/metrics.py",
             "\nfrom typing import TYPE_CHECKING\n\nif TYPE_CHECKING:\n    from quantgate.gate import Before\n",
-            "quantgate.metrics -> quantgate.gate",
+            "quantgate.declarations.metrics -> quantgate.gate",
         ),
         # a registry below the stages naming a stage's protocol and package
         (
@@ -133,10 +133,10 @@ def test_the_contracts_hold():
         ),
         # a contract importing a stage, hidden in a function
         (
-            "artifact.py",
+            "contracts/artifact.py",
             "\n\ndef _late():\n    from quantgate.serving import ServingTable\n\n    return ServingTable\n",
             ["layer order"],
-            "quantgate.artifact -> quantgate.serving",
+            "quantgate.contracts.artifact -> quantgate.serving",
         ),
     ],
 )

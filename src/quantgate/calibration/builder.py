@@ -18,11 +18,11 @@ from random import Random
 
 from pydantic import ConfigDict, Field, model_validator
 
-from quantgate.atomic import write_bytes, write_json
 from quantgate.calibration.spec import CalibrationSpec, load_spec
-from quantgate.errors import CalibrationError
-from quantgate.frozen import Frozen
-from quantgate.suggest import did_you_mean
+from quantgate.runtime.atomic import write_bytes, write_json
+from quantgate.runtime.errors import CalibrationError
+from quantgate.runtime.frozen import Frozen
+from quantgate.runtime.suggest import did_you_mean
 
 SAMPLER_VERSION = 1  # bump when sampling changes, so cached sets are not reused across it
 LOG_FIX = 'write one JSON object per line: {"id": "...", "class": "chat", "text": "..."}'
@@ -304,7 +304,7 @@ def _sidecar_path(data_path: Path) -> Path:
 def write_set(cal_set: CalibrationSet, directory: str | Path) -> Path:
     """Write ``<name>-<sha256[:12]>.jsonl`` and its sidecar ``.json``; return the JSONL's path.
 
-    Both are written atomically (``quantgate.atomic``), the data before the
+    Both are written atomically (``quantgate.runtime.atomic``), the data before the
     sidecar, so a sidecar always describes a complete file. The sidecar keeps every cache key
     known to produce this set.
     """

@@ -16,7 +16,7 @@ from typing import Literal
 from pydantic import Field, NonNegativeFloat, PositiveInt, ValidationInfo, field_validator
 
 from quantgate.config import load_model
-from quantgate.frozen import Frozen
+from quantgate.runtime.frozen import Frozen
 
 SHARE_TOLERANCE = 1e-9
 

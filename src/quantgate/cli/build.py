@@ -37,13 +37,13 @@ def build(
     max_memory: BuildMaxMemoryOpt = None,
 ) -> None:
     """Validate the source checkpoint, then build one artifact per target."""
-    from quantgate import offload
-    from quantgate.devices import resolve
     from quantgate.orchestrate import read_plan, resolve_plan
-    from quantgate.progress import RichProgress
     from quantgate.quantize import build_planned
     from quantgate.report import print_table, text_table
-    from quantgate.units import format_bytes
+    from quantgate.runtime import offload
+    from quantgate.runtime.devices import resolve
+    from quantgate.runtime.progress import RichProgress
+    from quantgate.runtime.units import format_bytes
 
     # a run's step computes where its plan says (read below), unless --device names a device
     asked = None if plan_file is not None and device == "auto" else resolve(device)

@@ -26,9 +26,9 @@ from quantgate.cli import (
     run,
     seed,
 )
-from quantgate.errors import DiskFullError, QuantgateError, StepFailed, TransientError
-from quantgate.escape import visible
-from quantgate.step_parent import end_with_parent
+from quantgate.runtime.errors import DiskFullError, QuantgateError, StepFailed, TransientError
+from quantgate.runtime.escape import visible
+from quantgate.runtime.step_parent import end_with_parent
 
 app = typer.Typer(
     name="quantgate",
@@ -67,7 +67,7 @@ def main() -> None:
             SUITE_KINDS,
             WEIGHT_FORMATS,
         )
-        from quantgate.extensions import check_plugins
+        from quantgate.runtime.extensions import check_plugins
 
         check_plugins(
             [ENGINES, SUITE_KINDS, WEIGHT_FORMATS, ACTIVATION_FORMATS, KV_CACHE_FORMATS]

@@ -31,12 +31,12 @@ from quantgate.cli.options import (
     split,
     spread,
 )
-from quantgate.errors import UsageError
-from quantgate.escape import visible
+from quantgate.runtime.errors import UsageError
+from quantgate.runtime.escape import visible
 
 if TYPE_CHECKING:
     from quantgate.evaluate import EvalRun
-    from quantgate.progress import Progress
+    from quantgate.runtime.progress import Progress
 
 
 # the options only ``eval`` takes (the shared ones are in ``options``)
@@ -75,10 +75,10 @@ def eval_(
 ) -> None:
     """Evaluate the source once and every artifact against it, in each target's numerics."""
     from quantgate.config import Catalog, load_gates
-    from quantgate.devices import resolve
     from quantgate.evaluate import DataDir, EvalContext, evaluate
     from quantgate.orchestrate import read_plan, resolve_plan
-    from quantgate.progress import SILENT, RichProgress
+    from quantgate.runtime.devices import resolve
+    from quantgate.runtime.progress import SILENT, RichProgress
 
     if plan_file is not None:
         refuse_beside_plan(

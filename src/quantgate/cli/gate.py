@@ -9,9 +9,9 @@ import typer
 
 from quantgate.cli.options import GatesOpt, ResultsOpt, RootOpt, TenantsOpt, out_dir, split
 from quantgate.cli.report import render_reports
-from quantgate.errors import UsageError
-from quantgate.escape import visible
-from quantgate.paths import project_root
+from quantgate.config import project_root
+from quantgate.runtime.errors import UsageError
+from quantgate.runtime.escape import visible
 
 
 def gate(

@@ -13,10 +13,10 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from quantgate.errors import UsageError
+from quantgate.runtime.errors import UsageError
 
 if TYPE_CHECKING:
-    from quantgate.sharding import Shards
+    from quantgate.runtime.sharding import Shards
 
 CheckpointOpt = Annotated[
     Path | None,
@@ -153,7 +153,7 @@ def memory_budget(
 ) -> int | None:
     """``--max-memory`` as bytes (``offload.budget``), checked with ``--devices`` before any work: a
     value that is no size, or a budget beside a model spread over several devices, is a usage error."""
-    from quantgate import offload, sharding
+    from quantgate.runtime import offload, sharding
 
     budget = offload.budget(max_memory, device)
     if budget is not None and sharding.count(devices, device, config) > 1:
@@ -170,7 +170,7 @@ def spread(devices: str, device: str, config: Path | None = None) -> Shards | No
     started, when it did; else the command runs again under ``torch.distributed.run`` with one
     process per device, and this process exits with its status (before any work: the options are
     checked first, so a usage error is reported once, not by every rank)."""
-    from quantgate import sharding
+    from quantgate.runtime import sharding
 
     wanted = sharding.count(devices, device, config)
     shards = sharding.current()

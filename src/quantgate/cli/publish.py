@@ -9,7 +9,7 @@ from typing import Annotated
 import typer
 
 from quantgate.cli.options import ReportDirOpt, RootOpt
-from quantgate.paths import project_root
+from quantgate.config import project_root
 
 
 def publish(
@@ -30,9 +30,9 @@ def publish(
     Registry: MLFLOW_TRACKING_URI, else the embedded one under artifacts_registry/ (see its README).
     """
     from quantgate.config import canary_shares
-    from quantgate.progress import RichProgress
     from quantgate.publish import RegistryConfig, publish_report
     from quantgate.report import print_table, text_table
+    from quantgate.runtime.progress import RichProgress
 
     project = (root or project_root()).resolve()
     cfg = RegistryConfig.from_env(project)

@@ -12,8 +12,8 @@ from typing import Annotated
 import typer
 
 from quantgate.cli.options import CacheOpt, RootOpt
-from quantgate.errors import UsageError
-from quantgate.paths import cache_dir, project_root
+from quantgate.config import cache_dir, project_root
+from quantgate.runtime.errors import UsageError
 
 
 def pull(
@@ -78,8 +78,8 @@ def pull(
     root: RootOpt = None,
 ) -> None:
     """Download the approved artifact, verify every sha256, and print the local path to load."""
-    from quantgate.progress import RichProgress
     from quantgate.publish import RegistryConfig, pull_artifact
+    from quantgate.runtime.progress import RichProgress
 
     cfg = RegistryConfig.from_env((root or project_root()).resolve())
     if verify is not None:

@@ -8,8 +8,8 @@ from typing import Annotated
 import typer
 
 from quantgate.cli.options import RootOpt
-from quantgate.errors import UsageError
-from quantgate.paths import project_root
+from quantgate.config import project_root
+from quantgate.runtime.errors import UsageError
 
 
 def release(
@@ -34,8 +34,8 @@ def release(
 ) -> None:
     """Roll a tenant back to an approved version, or renew its release, as a new signed record."""
     from quantgate import publish
-    from quantgate.escape import visible
     from quantgate.publish import RegistryConfig, alias_for, registered_model_name
+    from quantgate.runtime.escape import visible
 
     if renew == (version is not None):
         raise UsageError("--version", "give either --version N (a rollback) or --renew", "pass exactly one")

@@ -15,7 +15,7 @@ from typing import Annotated
 
 import typer
 
-from quantgate.paths import project_root
+from quantgate.config import project_root
 
 
 def _prompts(spec_path: Path, logs: list[Path], size: int, seed: int) -> list[str]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from quantgate.cli.options import ReportDirOpt
-from quantgate.escape import visible
+from quantgate.runtime.escape import visible
 
 
 def report(report_dir: ReportDirOpt) -> None:
@@ -16,8 +16,8 @@ def report(report_dir: ReportDirOpt) -> None:
 
 def render_reports(report_json: Path) -> list[Path]:
     """report.md and report.html beside report.json (``gate`` writes them this way too)."""
+    from quantgate.contracts.report_schema import read_report
     from quantgate.report import write_reports
-    from quantgate.report_schema import read_report
 
     report = read_report(report_json, fix="run quantgate gate --out DIR first")
     return list(write_reports(report, report_json.parent).values())

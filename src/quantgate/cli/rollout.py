@@ -10,7 +10,7 @@ from typing import Annotated
 import typer
 
 from quantgate.cli.options import CacheOpt, RootOpt
-from quantgate.paths import cache_dir, project_root
+from quantgate.config import cache_dir, project_root
 
 app = typer.Typer(
     help="A tenant's canary rollout: status for a router, one look of the watcher.", no_args_is_help=True
@@ -92,9 +92,9 @@ def watch(
 ) -> None:
     """One look: finish a move a killed run left, or decide on the evidence and act."""
     from quantgate.config import load_rollout
-    from quantgate.errors import UsageError
     from quantgate.publish import RegistryConfig
     from quantgate.rollout import SourceOptions, evidence_source, watch_once
+    from quantgate.runtime.errors import UsageError
 
     project = (root or project_root()).resolve()
     policies = load_rollout(gates or project / "gates.yaml")

@@ -31,8 +31,8 @@ from quantgate.cli.options import (
     out_dir,
     split,
 )
-from quantgate.errors import UsageError
-from quantgate.escape import visible
+from quantgate.runtime.errors import UsageError
+from quantgate.runtime.escape import visible
 
 if TYPE_CHECKING:
     from quantgate.orchestrate import RunOutcome
@@ -113,9 +113,9 @@ def run(
     """Build, evaluate, gate and publish in one Prefect flow run (ephemeral, or PREFECT_API_URL's server)."""
     from pydantic import ValidationError
 
-    from quantgate.devices import resolve
     from quantgate.orchestrate import RunRequest, run_flow, usage_error
-    from quantgate.sharding import count
+    from quantgate.runtime.devices import resolve
+    from quantgate.runtime.sharding import count
 
     where = resolve(device)
     count(devices, where)  # a count that is not one, or more GPUs than there are: refused before the flow
@@ -166,8 +166,8 @@ def run(
 
 def _print_outcome(outcome: RunOutcome, flow_run: str) -> None:
     """The verdict table, what repair found and published, failed builds, and the report files."""
+    from quantgate.contracts.report_schema import read_report
     from quantgate.report import print_table, verdict_table
-    from quantgate.report_schema import read_report
 
     report = read_report(outcome.reports.json_path)
     aliases = outcome.published.aliases() if outcome.published else None

@@ -12,7 +12,7 @@ import threading
 from pathlib import Path
 
 from quantgate.cli.options import CacheOpt, RootOpt
-from quantgate.paths import cache_dir, project_root
+from quantgate.config import cache_dir, project_root
 
 
 def serve(cache: Path, root: Path | None) -> None:

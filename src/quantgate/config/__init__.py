@@ -1,6 +1,7 @@
 """Validated configuration: targets and recipes (``targets``), gates.yaml (``gates``), the suites
 of ``eval_suites/`` (``suites``), ``QUANTGATE_*`` settings (``environment``), and the YAML loader
-whose errors name ``file:line`` and the nearest valid key (``loader``).
+whose errors name ``file:line`` and the nearest valid key (``loader``), and where the project and the
+cache are (``paths``: ``project_root``, ``cache_dir``).
 
 Config is immutable data checked once at the boundary, so a typo fails before any build. It sits
 below every stage and imports none: a recipe's engine, a target's formats and a suite's kind are checked
@@ -9,7 +10,7 @@ against ``quantgate.declarations``. Other modules import the names listed here, 
 
 from typing import TYPE_CHECKING
 
-from quantgate.exports import lazy_exports
+from quantgate.runtime.exports import lazy_exports
 
 if TYPE_CHECKING:
     from quantgate.config.environment import expanded, overridden, path_setting, setting
@@ -24,6 +25,7 @@ if TYPE_CHECKING:
     )
     from quantgate.config.identity import content_digest, file_digest
     from quantgate.config.loader import load_model, project_of
+    from quantgate.config.paths import cache_dir, project_root
     from quantgate.config.rollout import RolloutPolicy, canary_shares, load_rollout
     from quantgate.config.suites import DeclaredSuite, declare_suite, declare_suites, suite_names
     from quantgate.config.targets import (
@@ -53,6 +55,7 @@ __all__ = [
     "Target",
     "Tenant",
     "WeightNumerics",
+    "cache_dir",
     "canary_shares",
     "check_target_names",
     "content_digest",
@@ -66,6 +69,7 @@ __all__ = [
     "overridden",
     "path_setting",
     "project_of",
+    "project_root",
     "project_suites",
     "resolve_targets",
     "setting",
@@ -101,6 +105,8 @@ __getattr__ = lazy_exports(
         "overridden": "environment",
         "path_setting": "environment",
         "project_of": "loader",
+        "project_root": "paths",
+        "cache_dir": "paths",
         "project_suites": "gates",
         "resolve_targets": "gates",
         "setting": "environment",

@@ -28,8 +28,8 @@ from typing import Any
 
 import yaml
 
-from quantgate.errors import ConfigFileError
-from quantgate.units import format_bytes
+from quantgate.runtime.errors import ConfigFileError
+from quantgate.runtime.units import format_bytes
 
 MAX_BYTES = 1_000_000  # SI: the largest config in the project (gates.yaml) is under 10 kB
 MAX_DEPTH = 32

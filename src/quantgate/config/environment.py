@@ -17,7 +17,7 @@ from typing import Any, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
-from quantgate.errors import SettingError
+from quantgate.runtime.errors import SettingError
 
 M = TypeVar("M", bound=BaseModel)
 

@@ -27,10 +27,10 @@ from quantgate.config.loader import load_model, read_yaml
 from quantgate.config.rollout import RolloutPolicy
 from quantgate.config.targets import Catalog, KVCache
 from quantgate.declarations import PROFILES
-from quantgate.errors import ConfigFileError, UsageError
-from quantgate.frozen import Frozen
+from quantgate.runtime.errors import ConfigFileError, UsageError
+from quantgate.runtime.frozen import Frozen
+from quantgate.runtime.suggest import did_you_mean, nearest
 from quantgate.stats import ItemRange
-from quantgate.suggest import did_you_mean, nearest
 
 if TYPE_CHECKING:
     from quantgate.declarations import SuiteDeclaration

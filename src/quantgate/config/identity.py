@@ -15,7 +15,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from quantgate.hashing import sha256_file
+from quantgate.runtime.hashing import sha256_file
 
 
 def content_digest(value: BaseModel | Any) -> str:

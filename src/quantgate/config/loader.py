@@ -18,8 +18,8 @@ import yaml
 from pydantic import BaseModel, ValidationError
 
 from quantgate.config import bounded_yaml
-from quantgate.errors import ConfigFileError
-from quantgate.suggest import nearest
+from quantgate.runtime.errors import ConfigFileError
+from quantgate.runtime.suggest import nearest
 
 M = TypeVar("M", bound=BaseModel)
 MAX_FILES = 32  # one config and everything it includes

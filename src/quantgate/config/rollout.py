@@ -14,8 +14,8 @@ from typing import Literal
 
 from pydantic import Field, PositiveFloat, PositiveInt, ValidationError, model_validator
 
-from quantgate.errors import ConfigFileError
-from quantgate.frozen import Frozen
+from quantgate.runtime.errors import ConfigFileError
+from quantgate.runtime.frozen import Frozen
 
 
 class LiveFloors(Frozen):

@@ -14,8 +14,8 @@ from pathlib import Path
 
 from quantgate.config.loader import load_model, read_yaml
 from quantgate.declarations import SUITE_KINDS, SuiteDeclaration, SuiteSpec
-from quantgate.errors import ConfigFileError, UsageError
-from quantgate.suggest import did_you_mean
+from quantgate.runtime.errors import ConfigFileError, UsageError
+from quantgate.runtime.suggest import did_you_mean
 
 
 @dataclass(frozen=True)

@@ -18,9 +18,9 @@ from pydantic import Field, PositiveInt, field_validator
 
 from quantgate.config.identity import content_digest
 from quantgate.config.loader import load_model
-from quantgate.errors import ConfigFileError, UsageError
-from quantgate.frozen import Frozen
-from quantgate.suggest import did_you_mean
+from quantgate.runtime.errors import ConfigFileError, UsageError
+from quantgate.runtime.frozen import Frozen
+from quantgate.runtime.suggest import did_you_mean
 
 
 class WeightNumerics(StrEnum):
@@ -51,7 +51,7 @@ class KVCache(StrEnum):
 class Numerics(Frozen):
     """What an evaluation must emulate to measure what this hardware will compute.
 
-    ``weights`` and ``activations`` name formats in the registries of ``quantgate.extensions``
+    ``weights`` and ``activations`` name formats in the registries of ``quantgate.runtime.extensions``
     (quantgate's own are the members of ``WeightNumerics`` and ``ActivationNumerics``; a format
     registered from outside, through its entry point, is a valid name too): a new format is one
     module, and a target selects it by name with no edit here."""
@@ -100,7 +100,7 @@ class Serving(Frozen):
     @classmethod
     def _read_release(cls, version: str) -> str:
         """Only releases whose load rules were read from their source can be checked."""
-        from quantgate.serving_releases import RELEASES_READ
+        from quantgate.declarations.serving_releases import RELEASES_READ
 
         if version not in RELEASES_READ:
             raise ValueError(

@@ -8,7 +8,7 @@ the shared helpers; the stages' runners and formats derive from or are checked a
 
 from typing import TYPE_CHECKING
 
-from quantgate.exports import lazy_exports
+from quantgate.runtime.exports import lazy_exports
 
 if TYPE_CHECKING:
     from quantgate.declarations.kinds import ENTRY_POINTS, SUITE_KINDS

@@ -8,7 +8,7 @@ registry imports them and they never import it.
 from __future__ import annotations
 
 from quantgate.declarations.suites import SuiteDeclaration
-from quantgate.extensions import PluginRegistry
+from quantgate.runtime.extensions import PluginRegistry
 
 ENTRY_POINTS = "quantgate.suite_kinds"
 

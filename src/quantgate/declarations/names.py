@@ -1,7 +1,7 @@
 """The names a recipe and a target may use for a build engine or a numerics format, known below
 configuration: quantgate's own, written here, and an installed plugin's, read from its
 distribution's entry points (nothing imported). The stages hold the registries of what the names
-run (``quantgate.quantize.engines``, ``quantgate.numerics``); tests/unit/test_extensions.py
+run (``quantgate.quantize.engines``, ``quantgate.numerics``); tests/unit/runtime/test_extensions.py
 checks that each lists exactly the names declared here, so a new built-in engine or format is its
 module and one name here.
 """
@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from importlib.metadata import entry_points
 
-from quantgate.extensions import installed, load_plugin
+from quantgate.runtime.extensions import installed, load_plugin
 
 
 @dataclass(frozen=True)

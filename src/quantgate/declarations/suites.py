@@ -19,10 +19,10 @@ from typing import Any, ClassVar
 
 from pydantic import Field
 
-from quantgate.errors import UsageError
-from quantgate.frozen import Frozen
-from quantgate.metrics import Metric, item_error
-from quantgate.registry import mark
+from quantgate.declarations.metrics import Metric, item_error
+from quantgate.runtime.errors import UsageError
+from quantgate.runtime.frozen import Frozen
+from quantgate.runtime.registry import mark
 
 PROFILES = ("smoke", "full")
 

@@ -2,7 +2,7 @@
 
 from typing import TYPE_CHECKING
 
-from quantgate.exports import lazy_exports
+from quantgate.runtime.exports import lazy_exports
 
 if TYPE_CHECKING:
     from quantgate.embedded.smollm2 import MODEL_NAME, default_checkpoint

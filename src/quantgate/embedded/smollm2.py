@@ -22,10 +22,10 @@ import json
 from pathlib import Path
 from typing import Any
 
-from quantgate.atomic import install_dir, staged_dir
-from quantgate.errors import MissingDependencyError
-from quantgate.hashing import sha256_file
-from quantgate.progress import SILENT, Progress
+from quantgate.runtime.atomic import install_dir, staged_dir
+from quantgate.runtime.errors import MissingDependencyError
+from quantgate.runtime.hashing import sha256_file
+from quantgate.runtime.progress import SILENT, Progress
 
 GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
 MODEL_NAME = "smollm2-135m-instruct"

@@ -16,11 +16,11 @@ from pathlib import Path
 
 from pydantic import BaseModel
 
-from quantgate.atomic import write_text
 from quantgate.config import expanded, path_setting
 from quantgate.declarations import DataSource
-from quantgate.errors import InputError
-from quantgate.hashing import sha256_file
+from quantgate.runtime.atomic import write_text
+from quantgate.runtime.errors import InputError
+from quantgate.runtime.hashing import sha256_file
 
 
 class MissingDataError(InputError):

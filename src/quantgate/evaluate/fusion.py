@@ -17,8 +17,8 @@ from collections.abc import Callable
 import torch
 from torch import nn
 
-from quantgate import sharding
-from quantgate.errors import UsageError
+from quantgate.runtime import sharding
+from quantgate.runtime.errors import UsageError
 
 MIN_TOKENS = 65_536
 ENV = "QUANTGATE_COMPILE"

@@ -8,7 +8,7 @@ Greedy whatever the checkpoint says: transformers' ``generate`` (ours, and lm-ev
 the model's generation config, read from the checkpoint's generation_config.json, so a file
 saying ``num_beams: 48`` turned every evaluation into beam search (4.7x slower, and the source's
 traces changed); sampling, repetition penalties, forced or suppressed tokens and ``max_time``
-change what is generated as well. ``quantgate.greedy.pin_greedy`` replaces it, when a model is
+change what is generated as well. ``quantgate.runtime.greedy.pin_greedy`` replaces it, when a model is
 loaded for evaluation, by plain greedy decoding that keeps only the model's token ids (where it
 stops, what it pads with), and says what it overrode, a note recorded with every result.
 """
@@ -20,10 +20,10 @@ from typing import TYPE_CHECKING
 import torch
 
 from quantgate.evaluate import decode
-from quantgate.greedy import greedy_config, token_ids
+from quantgate.runtime.greedy import greedy_config, token_ids
 
 if TYPE_CHECKING:
-    from quantgate.progress import Progress
+    from quantgate.runtime.progress import Progress
 
 
 @torch.inference_mode()

@@ -26,7 +26,7 @@ from lm_eval.models.huggingface import HFLM
 from transformers import StoppingCriteria, StoppingCriteriaList
 
 from quantgate.evaluate import decode
-from quantgate.greedy import token_ids
+from quantgate.runtime.greedy import token_ids
 
 CHECK_EVERY = decode.CHECK_EVERY  # decoding steps between two checks, at most 7 steps late
 

@@ -13,9 +13,7 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from quantgate.atomic import install_dir, staged_dir, write_json
-from quantgate.errors import InputError
-from quantgate.results import (
+from quantgate.contracts.results import (
     RUN_JSON,
     SUMMARY_JSON,
     ReferenceCache,
@@ -23,6 +21,8 @@ from quantgate.results import (
     read_summary,
     write_run_info,
 )
+from quantgate.runtime.atomic import install_dir, staged_dir, write_json
+from quantgate.runtime.errors import InputError
 
 _SAME = ("model", "model_class", "profile", "source_hash", "suites", "environment")
 

@@ -21,17 +21,17 @@ from typing import Any
 
 import torch
 
-from quantgate import sharding
-from quantgate.artifact import Manifest, artifact_dirs, require_manifest, verify_files
-from quantgate.atomic import staged_file, write_json
 from quantgate.config import Gates
-from quantgate.errors import InputError
+from quantgate.contracts.artifact import Manifest, artifact_dirs, require_manifest, verify_files
+from quantgate.contracts.results import RunInfo, SuiteResultFile, write_run_info, write_suite_result
+from quantgate.declarations.metrics import RERUN
 from quantgate.evaluate import environment, skip
 from quantgate.evaluate.sequential import BATCH_MIN, watched
 from quantgate.evaluate.sequential import run as sequential_run
 from quantgate.evaluate.suites import EvalContext, LoadedSuite, SuiteResult
-from quantgate.metrics import RERUN
-from quantgate.results import RunInfo, SuiteResultFile, write_run_info, write_suite_result
+from quantgate.runtime import sharding
+from quantgate.runtime.atomic import staged_file, write_json
+from quantgate.runtime.errors import InputError
 
 # 2: references computed with tiled prefill attention and log-sum-exp scoring; a version-1
 # reference (sdpa) paired with a version-2 artifact pass would carry attention rounding as KLD.
@@ -209,11 +209,11 @@ def evaluate(
 ) -> EvalRun:
     """Evaluate the source (from its reference cache when present) and every artifact.
 
-    ``device`` ("cpu" or "cuda", resolved by ``quantgate.devices``): where the models run. On a GPU
+    ``device`` ("cpu" or "cuda", resolved by ``quantgate.runtime.devices``): where the models run. On a GPU
     with FP8 tensor cores FP8 W8A8 linears run natively, every other format emulated on that GPU
     (``load_for_eval``; each result's numerics say which, per linear); run.json records it.
     ``max_memory`` (bytes, ``--max-memory``): each model keeps at most that on the device and its
-    other decoder layers offloaded (``quantgate.offload``): the same numbers, so the same caches.
+    other decoder layers offloaded (``quantgate.runtime.offload``): the same numbers, so the same caches.
 
     ``reference_only`` evaluates the source alone: an orchestrator runs it once, then one
     evaluation per artifact in parallel, each finding every reference in the cache.
@@ -341,7 +341,7 @@ def evaluate(
 
 def _sequential(ctx: EvalContext, suite: LoadedSuite, loaded, reference, source: SuiteResult, watches):
     """One suite of one artifact, sequentially: its result over the items used, and the design block."""
-    from quantgate.metrics import record_columns
+    from quantgate.declarations.metrics import record_columns
     from quantgate.stats.sequence import ordered_columns
 
     runner = suite.runner

@@ -74,7 +74,7 @@ def undecided(
     when the others were decided: unless its tenant has already failed on a floor decided here,
     when nothing it shows can change that tenant's verdict.
     """
-    from quantgate.metrics import record_columns
+    from quantgate.declarations.metrics import record_columns
     from quantgate.stats import sequence
 
     design = source.sampling or {}

@@ -24,15 +24,15 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
+from quantgate.contracts.results import SuiteResultFile
 from quantgate.evaluate.sequential import Watch
 from quantgate.evaluate.suites import LoadedSuite, SuiteResult
-from quantgate.results import SuiteResultFile
 
 
 def decidable(watch: Watch, suite: LoadedSuite, source: SuiteResult) -> bool:
     """Whether scoring an artifact on ``suite`` could change ``watch``'s effect on its verdict."""
+    from quantgate.declarations.metrics import record_columns
     from quantgate.gate import can_change_verdict, plan
-    from quantgate.metrics import record_columns
     from quantgate.stats.sequence import ordered_columns
 
     floor = watch.floor

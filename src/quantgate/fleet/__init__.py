@@ -16,7 +16,7 @@ nothing of it; its public names are those below (a name that is also a module's,
 
 from typing import TYPE_CHECKING
 
-from quantgate.exports import lazy_exports
+from quantgate.runtime.exports import lazy_exports
 
 if TYPE_CHECKING:
     from quantgate.fleet.fetch import METADATA_WAIT_S, NoTorrent, TorrentRefused

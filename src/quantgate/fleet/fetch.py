@@ -32,15 +32,15 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
-from quantgate.artifact import MANIFEST, Manifest
-from quantgate.errors import QuantgateError, RegistryUnavailableError
+from quantgate.contracts.artifact import MANIFEST, Manifest
 from quantgate.fleet import torrent as torrents
 from quantgate.fleet.node import Node, closed_flags
 from quantgate.fleet.order import load_order
 from quantgate.fleet.origin import RangeReader
 from quantgate.fleet.pieces import complete, held, want, wanted_pieces
 from quantgate.fleet.watch import PEER_DEADLINE_S, PeerWatch, PieceWatch, endpoint
-from quantgate.progress import SILENT, Progress
+from quantgate.runtime.errors import QuantgateError, RegistryUnavailableError
+from quantgate.runtime.progress import SILENT, Progress
 
 SIGNATURE = "manifest.sig"
 TICK_S = 0.05

@@ -23,9 +23,9 @@ import socket
 import time
 from collections.abc import Iterator
 
-from quantgate.errors import UsageError
 from quantgate.fleet.settings import FleetSettings, endpoints
-from quantgate.units import MB
+from quantgate.runtime.errors import UsageError
+from quantgate.runtime.units import MB
 
 LISTEN_WAIT_S = 5.0
 RECONNECT_S = 1.0  # a listed peer not connected is tried again this often

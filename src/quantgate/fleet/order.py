@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from quantgate.artifact import MANIFEST
+from quantgate.contracts.artifact import MANIFEST
 
 INDEX_SUFFIX = ".safetensors.index.json"
 

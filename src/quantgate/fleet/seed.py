@@ -19,10 +19,10 @@ import threading
 from pathlib import Path
 from typing import Any, Protocol
 
-from quantgate.artifact import MANIFEST
-from quantgate.atomic import write_bytes
+from quantgate.contracts.artifact import MANIFEST
 from quantgate.fleet import torrent as torrents
 from quantgate.fleet.node import Node, closed_flags
+from quantgate.runtime.atomic import write_bytes
 
 RESCAN_S = 2.0
 SIGNATURE = "manifest.sig"

@@ -29,8 +29,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from quantgate.artifact import MANIFEST
-from quantgate.safe_path import path_problem
+from quantgate.contracts.artifact import MANIFEST
+from quantgate.runtime.safe_path import path_problem
 
 TORRENT = "manifest.torrent"  # beside manifest.json in the store
 MAX_TORRENT_BYTES = 64 * 1024 * 1024  # piece layers of a 2 TB artifact at 4 MiB pieces: 16 MB

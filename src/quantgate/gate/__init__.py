@@ -8,13 +8,13 @@
 
 What it reads comes from elsewhere: the floors from ``quantgate.config.gates``; each metric's
 direction, statistic and per-item columns from the suite kind that owns it
-(``quantgate.evaluate.suites``); the shape of ``report.json`` from ``quantgate.report_schema``.
+(``quantgate.evaluate.suites``); the shape of ``report.json`` from ``quantgate.contracts.report_schema``.
 No code here knows one suite kind from another.
 """
 
 from typing import TYPE_CHECKING
 
-from quantgate.exports import lazy_exports
+from quantgate.runtime.exports import lazy_exports
 
 if TYPE_CHECKING:
     from quantgate.gate.baseline import Baselines, from_registry, from_report_dir

@@ -25,11 +25,18 @@ from pathlib import Path
 from typing import Any
 
 from quantgate.config import Floor
-from quantgate.errors import ReportError, UsageError
-from quantgate.frozen import FrozenRecord
+from quantgate.contracts.report_schema import (
+    BASELINES_DIR,
+    RECORDS_DIR,
+    REPORT_JSON,
+    BaselineRef,
+    Report,
+    read_report,
+)
 from quantgate.gate.verdict import Before
-from quantgate.report_schema import BASELINES_DIR, RECORDS_DIR, REPORT_JSON, BaselineRef, Report, read_report
-from quantgate.safe_path import path_problem
+from quantgate.runtime.errors import ReportError, UsageError
+from quantgate.runtime.frozen import FrozenRecord
+from quantgate.runtime.safe_path import path_problem
 
 
 class Baseline(FrozenRecord):

@@ -37,8 +37,8 @@ from typing import Any, Literal
 import numpy as np
 
 from quantgate.config import Floor
-from quantgate.metrics import Events, Metric
-from quantgate.results import SampleDesign
+from quantgate.contracts.results import SampleDesign
+from quantgate.declarations.metrics import Events, Metric
 from quantgate.stats import betting, bounds, forms
 from quantgate.stats.bounds import Interval
 from quantgate.stats.linear import ItemRange

@@ -16,13 +16,9 @@ import json
 from pathlib import Path
 from typing import Any, cast
 
-from quantgate.artifact import Manifest, artifact_dirs, read_manifest
-from quantgate.atomic import staged_file, write_json
 from quantgate.config import Catalog, Gates, load_gates, project_suites
-from quantgate.errors import InputError, UsageError
-from quantgate.gate.baseline import Baselines, from_registry, from_report_dir
-from quantgate.gate.verdict import Results, gate, no_evidence
-from quantgate.report_schema import (
+from quantgate.contracts.artifact import Manifest, artifact_dirs, read_manifest
+from quantgate.contracts.report_schema import (
     BASELINES_DIR,
     RECORDS_DIR,
     REPORT_JSON,
@@ -30,9 +26,13 @@ from quantgate.report_schema import (
     Report,
     SequentialDesign,
 )
-from quantgate.results import SOURCE, read_evaluation
-from quantgate.serving_table import ServingTable
-from quantgate.suggest import did_you_mean
+from quantgate.contracts.results import SOURCE, read_evaluation
+from quantgate.contracts.serving_table import ServingTable
+from quantgate.gate.baseline import Baselines, from_registry, from_report_dir
+from quantgate.gate.verdict import Results, gate, no_evidence
+from quantgate.runtime.atomic import staged_file, write_json
+from quantgate.runtime.errors import InputError, UsageError
+from quantgate.runtime.suggest import did_you_mean
 
 
 def _manifests(artifacts_dir: Path | None) -> dict[str, Manifest]:

@@ -18,11 +18,11 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from quantgate.config import Floor, Gates, Tenant
+from quantgate.contracts.report_schema import STATUS_TEXT, BaselineRef, FloorResult, Status, Verdict
+from quantgate.contracts.results import SuiteResultFile
+from quantgate.declarations.metrics import Metric, record_columns
 from quantgate.gate import floor as floor_step
 from quantgate.gate.floor import INTERVAL_NAME, Before
-from quantgate.metrics import Metric, record_columns
-from quantgate.report_schema import STATUS_TEXT, BaselineRef, FloorResult, Status, Verdict
-from quantgate.results import SuiteResultFile
 from quantgate.stats import ItemRange, sequence
 
 if TYPE_CHECKING:

@@ -12,16 +12,16 @@ index naming every tensor, tensor inventory, source dtypes, NaN/Inf scan), ``saf
 (strict header reader), ``bounds`` (config counts bounded by the tensors present, before any
 model is built), ``tokenizer_files`` (tokenizer files bounded and loaded in a bounded child, their
 regexes probed by ``regex_probes``, every token id a row of the embedding), ``completeness``
-(every declared tensor present, nothing extra), ``record`` (the stat cache is ``quantgate.stat_cache``).
+(every declared tensor present, nothing extra), ``record`` (the stat cache is ``quantgate.runtime.stat_cache``).
 """
 
 from typing import TYPE_CHECKING
 
-from quantgate.exports import lazy_exports
-from quantgate.hashing import FileEntry
 from quantgate.intake.checkpoint import confirm, intake
 from quantgate.intake.record import SourceRecord
 from quantgate.intake.safetensors_header import SafetensorsHeader, TensorInfo, read_header
+from quantgate.runtime.exports import lazy_exports
+from quantgate.runtime.hashing import FileEntry
 
 if TYPE_CHECKING:
     from quantgate.intake.weights import model_files

@@ -14,10 +14,10 @@ import re
 from pathlib import Path
 from typing import Any
 
-from quantgate.errors import CheckpointConfigError, RemoteCodeError, ShapeMismatchError
 from quantgate.intake import bounded_json
 from quantgate.intake.completeness import Loaded
 from quantgate.intake.safetensors_header import TensorInfo
+from quantgate.runtime.errors import CheckpointConfigError, RemoteCodeError, ShapeMismatchError
 
 MOE_KEYS = ("num_local_experts", "num_experts", "n_routed_experts")
 _EXPERT = re.compile(r"^(.*\.experts)\.(\d+)\.")

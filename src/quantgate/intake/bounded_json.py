@@ -3,7 +3,7 @@ and every number finite.
 
 Every JSON document intake reads (config.json and the other ``*config.json`` files, the shard
 index, each safetensors header, the tokenizer's files) comes from the checkpoint's author, and is
-read by ``quantgate.bounded_json`` within size, depth and integer bounds. Intake adds the size
+read by ``quantgate.runtime.bounded_json`` within size, depth and integer bounds. Intake adds the size
 limit of each kind of file, and one more bound: every number must be finite. Python's parser
 takes ``NaN``, ``Infinity`` and ``1e999`` (which becomes ``inf``) without a word, and a
 ``rope_theta`` of NaN built an artifact whose every k/v scale was NaN.
@@ -15,8 +15,8 @@ import math
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from quantgate import bounded_json as shared
-from quantgate.bounded_json import MAX_DEPTH, MAX_INT_DIGITS, JsonRefused, read_bytes
+from quantgate.runtime import bounded_json as shared
+from quantgate.runtime.bounded_json import MAX_DEPTH, MAX_INT_DIGITS, JsonRefused, read_bytes
 
 __all__ = [
     "CONFIG_BYTES",
@@ -35,7 +35,7 @@ INDEX_BYTES = 64 * 1024**2  # a shard index: DeepSeek-V3's 90,000 tensor names t
 
 
 def parse(text: str | bytes, object_pairs_hook: Callable[[list[tuple[str, Any]]], Any] | None = None) -> Any:
-    """``quantgate.bounded_json.parse``, and ``JsonRefused`` for a number that is not finite."""
+    """``quantgate.runtime.bounded_json.parse``, and ``JsonRefused`` for a number that is not finite."""
     value = shared.parse(text, object_pairs_hook=object_pairs_hook)
     number = _first_non_finite(value)
     if number is not None:

@@ -21,8 +21,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from quantgate.errors import CheckpointConfigError
 from quantgate.intake.safetensors_header import TensorInfo
+from quantgate.runtime.errors import CheckpointConfigError
 
 LAYER_KEYS = ("num_hidden_layers", "n_layer", "n_layers", "num_layers")
 HEAD_KEYS = ("num_attention_heads", "num_key_value_heads", "n_head", "num_heads", "num_kv_heads")

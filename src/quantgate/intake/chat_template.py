@@ -28,10 +28,10 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from quantgate.errors import CheckpointConfigError
 from quantgate.intake import bounded_child, bounded_json
 from quantgate.intake.architecture import read_json
 from quantgate.intake.tree import excerpt
+from quantgate.runtime.errors import CheckpointConfigError
 
 # Real templates render a short conversation in milliseconds and a few MB. The wall-clock limit
 # leaves room for a machine whose cores are busy; CPU time is what the template is allowed.

@@ -24,19 +24,19 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from quantgate.config import Gates
-from quantgate.errors import (
+from quantgate.intake import architecture, bounds, chat_template, completeness, tokenizer_files, tree, weights
+from quantgate.intake.record import SourceRecord
+from quantgate.intake.safetensors_header import SafetensorsHeader
+from quantgate.runtime.errors import (
     CheckpointConfigError,
     CheckpointError,
     EmptyCheckpointError,
     SymlinkEscapeError,
     TransientError,
 )
-from quantgate.hashing import FileEntry
-from quantgate.intake import architecture, bounds, chat_template, completeness, tokenizer_files, tree, weights
-from quantgate.intake.record import SourceRecord
-from quantgate.intake.safetensors_header import SafetensorsHeader
-from quantgate.progress import SILENT, Progress
-from quantgate.stat_cache import StatCache
+from quantgate.runtime.hashing import FileEntry
+from quantgate.runtime.progress import SILENT, Progress
+from quantgate.runtime.stat_cache import StatCache
 
 
 def intake(path: Path, policy: Gates, progress: Progress = SILENT, cache: Path | None = None) -> SourceRecord:

@@ -24,8 +24,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from quantgate.errors import IncompleteCheckpointError
 from quantgate.intake.safetensors_header import TensorInfo
+from quantgate.runtime.errors import IncompleteCheckpointError
 
 SHOWN = 3  # names listed per kind of problem; the count says how many there are
 _EXPERT = re.compile(r"^(.*\.experts)\.(\d+)\.(.+)$")

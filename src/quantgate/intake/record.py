@@ -13,8 +13,8 @@ from pathlib import Path
 
 from pydantic import Field, NonNegativeInt
 
-from quantgate.frozen import FrozenRecord
-from quantgate.hashing import FileEntry
+from quantgate.runtime.frozen import FrozenRecord
+from quantgate.runtime.hashing import FileEntry
 
 
 class SourceRecord(FrozenRecord):

@@ -18,8 +18,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from quantgate.errors import CorruptSafetensorsError
 from quantgate.intake import bounded_json
+from quantgate.runtime.errors import CorruptSafetensorsError
 
 # The safetensors library refuses headers larger than this (``MAX_HEADER_SIZE``).
 MAX_HEADER_BYTES = 100_000_000

@@ -26,10 +26,10 @@ import json
 from pathlib import Path
 from typing import Any
 
-from quantgate.errors import CheckpointConfigError
 from quantgate.intake import bounded_child, bounded_json, regex_probes
 from quantgate.intake.architecture import read_json
 from quantgate.intake.tree import excerpt
+from quantgate.runtime.errors import CheckpointConfigError
 
 TOKENIZER_JSON = "tokenizer.json"
 # Real tokenizer.json files: Llama-3 9 MB, Qwen2 7 MB, Gemma-3 (262k tokens) 33 MB

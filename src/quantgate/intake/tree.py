@@ -14,15 +14,15 @@ import stat
 import threading
 from pathlib import Path
 
-from quantgate.errors import (
+from quantgate.runtime.errors import (
     CheckpointError,
     EmptyCheckpointError,
     PickleFileError,
     RemoteCodeError,
     SymlinkEscapeError,
 )
-from quantgate.hashing import SOURCE_SCHEME, FileEntry, Scheme, content_hash, sha256_files
-from quantgate.progress import SILENT, Progress
+from quantgate.runtime.hashing import SOURCE_SCHEME, FileEntry, Scheme, content_hash, sha256_files
+from quantgate.runtime.progress import SILENT, Progress
 
 PICKLE_SUFFIXES = frozenset({".bin", ".pt", ".pth", ".pkl", ".pickle", ".ckpt"})
 CODE_SUFFIXES = frozenset({".py", ".pyc", ".pyw"})

@@ -17,18 +17,18 @@ from pathlib import Path
 
 import torch
 
-from quantgate.errors import (
+from quantgate.intake import bounded_json
+from quantgate.intake.safetensors_header import DTYPES, SafetensorsHeader, TensorInfo, read_header
+from quantgate.runtime.errors import (
     CheckpointError,
     CorruptSafetensorsError,
     IncompleteCheckpointError,
     MissingShardError,
     NonFiniteWeightsError,
 )
-from quantgate.hashing import per_file
-from quantgate.intake import bounded_json
-from quantgate.intake.safetensors_header import DTYPES, SafetensorsHeader, TensorInfo, read_header
-from quantgate.progress import SILENT, Progress
-from quantgate.safe_path import path_problem
+from quantgate.runtime.hashing import per_file
+from quantgate.runtime.progress import SILENT, Progress
+from quantgate.runtime.safe_path import path_problem
 
 # dtypes that can hold NaN or Inf (E2M1/E2M3/E3M2 have no such encodings)
 _SCANNED = frozenset(

@@ -17,7 +17,6 @@ measures W8A16 where the hardware runs W8A8, and reports which numerics it used.
 
 from typing import TYPE_CHECKING
 
-from quantgate.exports import lazy_exports
 from quantgate.numerics.cpu_gemm import CPU_BF16_GEMM, Float32GemmLinear
 from quantgate.numerics.emulated import EmulatedLinear
 from quantgate.numerics.formats import (
@@ -31,6 +30,7 @@ from quantgate.numerics.formats import (
 from quantgate.numerics.load import EvalModel, NumericsReport, load_for_eval, load_source_for_eval
 from quantgate.numerics.moe import QuantizedExperts, RoutedExperts
 from quantgate.numerics.weights import DecodedWeight, register_weights, weight_format, weight_formats
+from quantgate.runtime.exports import lazy_exports
 
 if TYPE_CHECKING:
     from quantgate.numerics.artifact import disk_to_memory, emulated_modules

@@ -19,15 +19,15 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import nn
 
-from quantgate import sharding
-from quantgate.errors import InputError
 from quantgate.numerics import moe
 from quantgate.numerics.emulated import EmulatedLinear
 from quantgate.numerics.formats import ActivationFormat
 from quantgate.numerics.weights import WeightDecodeError, WeightFormat
+from quantgate.runtime import sharding
+from quantgate.runtime.errors import InputError
 
 if TYPE_CHECKING:
-    from quantgate.sharding import Slicer
+    from quantgate.runtime.sharding import Slicer
 
 _QUANTIZED_MARKERS = (".weight_scale", ".weight_packed")
 

@@ -21,7 +21,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from quantgate import sharding
+from quantgate.runtime import sharding
 
 CPU_BF16_GEMM = "float32"  # the value ``environment.switches`` records
 

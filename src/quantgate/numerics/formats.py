@@ -5,7 +5,7 @@ Each format is a pure tensor function, registered under the name a target YAML u
 function plus ``@register_activation(name)`` or ``@register_kv_cache(name)``, in a module of
 this package or, from outside, in a module that an installed distribution names under the
 ``quantgate.activation_formats`` / ``quantgate.kv_cache_formats`` entry point; nothing central is
-edited (the registries are this module's, of the type ``quantgate.extensions.PluginRegistry`` that
+edited (the registries are this module's, of the type ``quantgate.runtime.extensions.PluginRegistry`` that
 engines and suite kinds share).
 Weight formats (how bytes on disk decode) live in ``weights.py`` under the same pattern.
 
@@ -28,7 +28,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from quantgate.extensions import PluginRegistry
+from quantgate.runtime.extensions import PluginRegistry
 
 FP8_E4M3FN_MAX = 448.0  # torch.finfo(torch.float8_e4m3fn).max
 FP8_E4M3FNUZ_MAX = 240.0  # torch.finfo(torch.float8_e4m3fnuz).max

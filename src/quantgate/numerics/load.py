@@ -47,11 +47,8 @@ import torch
 from pydantic import BaseModel, ConfigDict
 from torch import nn
 
-from quantgate import offload, sharding
-from quantgate.artifact import read_manifest
 from quantgate.config import ActivationNumerics, KVCache, Target, WeightNumerics
-from quantgate.errors import InputError, UsageError
-from quantgate.greedy import pin_greedy
+from quantgate.contracts.artifact import read_manifest
 from quantgate.numerics import attention as tiled_attention
 from quantgate.numerics.artifact import (
     check_config,
@@ -73,6 +70,9 @@ from quantgate.numerics.kvcache import attention_modules, install_kv_cache, late
 from quantgate.numerics.moe import RoutedExperts
 from quantgate.numerics.native import NativeFP8Linear, NativeResult, apply_native, to_kernel
 from quantgate.numerics.weights import WeightFormat, weight_format
+from quantgate.runtime import offload, sharding
+from quantgate.runtime.errors import InputError, UsageError
+from quantgate.runtime.greedy import pin_greedy
 
 _ACCUMULATION_NOTE = (
     "emulated: precise fp32 accumulation of exactly decoded operands; a serving kernel with fast "

@@ -38,10 +38,10 @@ from typing import ClassVar, TypeGuard
 import torch
 from torch import Tensor, nn
 
-from quantgate import sharding
 from quantgate.numerics.emulated import EmulatedLinear
 from quantgate.numerics.formats import FP8_E4M3FN_MAX, activation_format
 from quantgate.numerics.moe import QuantizedExperts, RoutedExperts, Routes, expert_bounds
+from quantgate.runtime import sharding
 
 MIN_CAPABILITY = (8, 9)  # Ada: the first NVIDIA architecture with FP8 tensor cores
 _NATIVE_PAIRS = {("fp8_e4m3fn", "fp8_e4m3fn_per_token")}  # (weights, activations) run natively

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from quantgate.extensions import PluginRegistry
+from quantgate.runtime.extensions import PluginRegistry
 
 
 @dataclass(frozen=True)

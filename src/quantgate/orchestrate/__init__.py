@@ -8,7 +8,7 @@ holds the entrypoints that ``prefect.yaml`` deploys.
 
 from typing import TYPE_CHECKING
 
-from quantgate.exports import lazy_exports
+from quantgate.runtime.exports import lazy_exports
 
 if TYPE_CHECKING:
     from quantgate.orchestrate.canary import canary_watch

@@ -21,7 +21,7 @@ from typing import Any
 from prefect import flow, get_run_logger
 from prefect.artifacts import create_markdown_artifact
 
-from quantgate.errors import UsageError
+from quantgate.runtime.errors import UsageError
 
 
 @flow(name="canary-watch", validate_parameters=True)

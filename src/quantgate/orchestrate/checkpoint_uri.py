@@ -16,9 +16,9 @@ import os
 from pathlib import Path
 from urllib.parse import urlparse
 
-from quantgate.atomic import install_dir, staged_dir
-from quantgate.errors import InputError, TransientError
-from quantgate.safe_path import safe_relpath
+from quantgate.runtime.atomic import install_dir, staged_dir
+from quantgate.runtime.errors import InputError, TransientError
+from quantgate.runtime.safe_path import safe_relpath
 
 
 def local_checkpoint(uri: str, cache: Path) -> Path:

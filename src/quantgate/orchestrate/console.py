@@ -26,8 +26,8 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, Self
 
-from quantgate.errors import StepFailed, StepTimeout, TransientError
-from quantgate.escape import visible
+from quantgate.runtime.errors import StepFailed, StepTimeout, TransientError
+from quantgate.runtime.escape import visible
 
 LOGGER = "quantgate.run"
 HEARTBEAT_S = 30.0  # the first "still running" line; each later one waits twice as long ...

@@ -34,9 +34,7 @@ from prefect.futures import as_completed
 from prefect.runtime import flow_run
 from prefect.states import Completed, Failed, State
 
-from quantgate import errors
-from quantgate.atomic import write_json
-from quantgate.errors import InputError, TransientError
+from quantgate.contracts.results import SOURCE
 from quantgate.orchestrate import console, heavy_slots, out_lock
 from quantgate.orchestrate.outcome import (
     OUTCOME,
@@ -51,11 +49,13 @@ from quantgate.orchestrate.outcome import (
 from quantgate.orchestrate.plan import RUN_ID_ENV, RunPlan, digest, resolve_plan, stamped
 from quantgate.orchestrate.request import RunRequest
 from quantgate.orchestrate.steps import LogProgress, run_step, stop_all
-from quantgate.progress import SILENT, Progress
 from quantgate.publish import PublishOutcome
 from quantgate.repair import RepairOutcome
-from quantgate.results import SOURCE
-from quantgate.units import format_bytes
+from quantgate.runtime import errors
+from quantgate.runtime.atomic import write_json
+from quantgate.runtime.errors import InputError, TransientError
+from quantgate.runtime.progress import SILENT, Progress
+from quantgate.runtime.units import format_bytes
 
 if TYPE_CHECKING:
     from quantgate.gate import Baselines
@@ -146,7 +146,7 @@ class PlanRefused:
     raised one was Prefect's traceback on the console, twice (the task's and the flow's), before
     the command line's one error line (issue 44). ``quantgate run`` raises ``error()``."""
 
-    kind: str  # the InputError subclass's name (quantgate.errors)
+    kind: str  # the InputError subclass's name (quantgate.runtime.errors)
     path: str | None
     problem: str
     fix: str
@@ -168,10 +168,9 @@ def plan_of(request: RunRequest, run_id: str = "", progress: Progress = SILENT) 
     the checkpoint fetched when it is a URI (``s3://``), the device resolved where the flow runs
     (a deployment's ``auto`` is its worker's GPU), the evaluation data from ``$QUANTGATE_DATA``
     when not given, so that every step reads the same directory."""
-    from quantgate.config import path_setting
-    from quantgate.devices import resolve
+    from quantgate.config import cache_dir, path_setting
     from quantgate.orchestrate.checkpoint_uri import local_checkpoint
-    from quantgate.paths import cache_dir
+    from quantgate.runtime.devices import resolve
 
     cache = (request.cache_dir or cache_dir()).resolve()
     checkpoint = local_checkpoint(request.checkpoint, cache) if request.checkpoint else None
@@ -259,7 +258,7 @@ def build_artifacts(plan: RunPlan, targets: list[str], name: str) -> list[BuiltA
 
 def _built_artifact(plan: RunPlan, target: str) -> BuiltArtifact:
     """What the manifest of ``target``'s installed artifact says was built."""
-    from quantgate.artifact import require_manifest
+    from quantgate.contracts.artifact import require_manifest
 
     manifest = require_manifest(plan.artifacts_dir / target)
     return BuiltArtifact(
@@ -307,7 +306,7 @@ def evaluate_reference(plan: RunPlan) -> Evaluated:
 
 
 def _evaluated(name: str, out: Path) -> Evaluated:
-    from quantgate.results import EvaluationPart
+    from quantgate.contracts.results import EvaluationPart
 
     part = EvaluationPart.read(name, out)
     return Evaluated(name=part.name, dir=part.dir, summary=part.summary, ran_in=_where())
@@ -460,7 +459,7 @@ def publish_artifacts(root: str, gates: Path, report_json: Path, artifacts_dir: 
 def repair_failed(plan: RunPlan, report_json: Path, verdicts: list[VerdictRow]) -> RepairOutcome:
     """Search variants for the failed (target, tenant) pairs marked ``repair`` (``quantgate repair
     --plan``, a heavy step: it builds and evaluates); repair.json, and the report re-rendered with it."""
-    from quantgate.errors import StepFailed, StepTimeout
+    from quantgate.runtime.errors import StepFailed, StepTimeout
 
     out = Path(plan.out) / "repair"
     (out / "repair.json").unlink(missing_ok=True)
@@ -667,7 +666,7 @@ def regate(
     Reads ``<out>/eval`` and ``<out>/artifacts`` of an earlier ``build_and_gate`` run; no model
     is loaded. Aliases move only for tenants the new floors approve.
     """
-    from quantgate.paths import project_root
+    from quantgate.config import project_root
 
     root = project_root()
     out_dir = Path(out).resolve()

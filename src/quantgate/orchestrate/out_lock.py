@@ -41,9 +41,9 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from quantgate.atomic import write_json
-from quantgate.errors import UsageError
 from quantgate.orchestrate.reaper import start_time
+from quantgate.runtime.atomic import write_json
+from quantgate.runtime.errors import UsageError
 
 LOCK = ".quantgate-run.lock"
 HOLDER = ".quantgate-run.holder.json"

@@ -13,11 +13,11 @@ from collections import Counter
 from pathlib import Path
 from typing import Literal
 
-from quantgate.frozen import FrozenRecord
+from quantgate.contracts.report_schema import Report
+from quantgate.contracts.results import EvaluationPart
 from quantgate.publish import PublishOutcome
 from quantgate.repair import RepairOutcome
-from quantgate.report_schema import Report
-from quantgate.results import EvaluationPart
+from quantgate.runtime.frozen import FrozenRecord
 
 OUTCOME = "outcome.json"
 

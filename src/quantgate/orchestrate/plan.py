@@ -32,16 +32,16 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import Field, ValidationError
 
-from quantgate.artifact import tool_versions
-from quantgate.atomic import write_text
 from quantgate.config import Catalog, Frozen, content_digest
-from quantgate.errors import InputError, UsageError
+from quantgate.contracts.artifact import tool_versions
 from quantgate.evaluate import DEFAULT as SEQUENTIAL_DEFAULT
 from quantgate.evaluate import numerics_switches
 from quantgate.intake import SourceRecord
-from quantgate.progress import SILENT, Progress
 from quantgate.quantize import PlannedBuild
-from quantgate.suggest import did_you_mean
+from quantgate.runtime.atomic import write_text
+from quantgate.runtime.errors import InputError, UsageError
+from quantgate.runtime.progress import SILENT, Progress
+from quantgate.runtime.suggest import did_you_mean
 
 if TYPE_CHECKING:
     from quantgate.calibration import CalibrationSet
@@ -332,14 +332,13 @@ def resolve_plan(
     ``suites``: the suite specs and every data set they read. A part left out stays empty in the
     plan (no builds, no calibration, no suites) and its inputs are neither read nor required: a
     build needs no evaluation data, an evaluation no calibration set. Default root, cache: the
-    project's and ``$QUANTGATE_CACHE``'s (``quantgate.paths``).
+    project's and ``$QUANTGATE_CACHE``'s (``quantgate.config.paths``).
     """
     from quantgate.calibration import load_or_build
-    from quantgate.config import check_target_names, load_gates, resolve_targets
+    from quantgate.config import cache_dir, check_target_names, load_gates, project_root, resolve_targets
     from quantgate.embedded import default_checkpoint
     from quantgate.evaluate import PROFILES, DataDir, load_suites, require_available, sources
     from quantgate.intake import intake
-    from quantgate.paths import cache_dir, project_root
     from quantgate.quantize import kv_decisions
     from quantgate.quantize import plan as plan_builds
 

@@ -16,11 +16,11 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from quantgate.errors import UsageError
-from quantgate.progress import Progress
+from quantgate.contracts.report_schema import Report, read_report
+from quantgate.contracts.results import RUN_JSON, read_evaluation, read_run_info
 from quantgate.repair import RepairInputs, RepairOutcome, repair
-from quantgate.report_schema import Report, read_report
-from quantgate.results import RUN_JSON, read_evaluation, read_run_info
+from quantgate.runtime.errors import UsageError
+from quantgate.runtime.progress import Progress
 
 if TYPE_CHECKING:
     from quantgate.gate import Baselines
@@ -41,10 +41,10 @@ def repair_command(
     plan_file: Path | None,
     device: str = "auto",
 ) -> int:
-    """Run a repair as the command does; its exit code. ``device`` (``quantgate.devices``): where
+    """Run a repair as the command does; its exit code. ``device`` (``quantgate.runtime.devices``): where
     variants are built and evaluated; with a run's plan and "auto", the plan's device."""
-    from quantgate.devices import resolve
-    from quantgate.progress import RichProgress
+    from quantgate.runtime.devices import resolve
+    from quantgate.runtime.progress import RichProgress
 
     results, artifacts = Path(results).resolve(), Path(artifacts).resolve()
     for path, option in ((results, "--results"), (artifacts, "--artifacts")):
@@ -158,9 +158,8 @@ def _from_options(
 ) -> tuple[RepairInputs, Path, Path]:
     """The plan a run would make of the options (``resolve_plan``), for the targets the results hold
     (each with its own KV decision, as under ``--targets``) and the results' profile and design."""
-    from quantgate.config import Catalog
+    from quantgate.config import Catalog, project_root
     from quantgate.orchestrate.plan import resolve_plan
-    from quantgate.paths import project_root
 
     project = (options["--root"] or project_root()).resolve()
     known = Catalog(project).target_names()

@@ -21,8 +21,8 @@ from typing import Literal
 from pydantic import Field, ValidationError, field_validator
 
 from quantgate.config import Frozen
-from quantgate.errors import UsageError
 from quantgate.evaluate import DEFAULT as SEQUENTIAL_DEFAULT
+from quantgate.runtime.errors import UsageError
 
 Name = str  # a target, tenant or suite name, as --targets / --tenants / --suites give it
 

@@ -17,11 +17,11 @@ from typing import Any
 
 from prefect.states import State
 
-from quantgate.errors import QuantgateError
 from quantgate.orchestrate import heavy_slots, out_lock, reaper
 from quantgate.orchestrate.flow import PlanRefused, build_and_gate
 from quantgate.orchestrate.outcome import OUTCOME, RunOutcome
 from quantgate.orchestrate.request import RunRequest
+from quantgate.runtime.errors import QuantgateError
 
 
 def task_runner(dask_workers: int = 0, dask_address: str | None = None):

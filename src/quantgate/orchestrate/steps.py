@@ -23,8 +23,8 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import IO
 
-from quantgate.errors import StepFailed, StepTimeout, TransientError
-from quantgate.step_parent import PARENT_ENV
+from quantgate.runtime.errors import StepFailed, StepTimeout, TransientError
+from quantgate.runtime.step_parent import PARENT_ENV
 
 _TAIL_LINES = 25
 _READ_BYTES = 1 << 16

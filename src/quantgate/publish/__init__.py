@@ -6,15 +6,15 @@ version per artifact and an ``approved-<tenant>`` alias per tenant it passed, on
 store's copy was verified; ``pull`` resolves an alias and installs a verified copy into a
 local content-addressed cache.
 
-Named ``publish`` because ``quantgate.registry`` is the plugin registry of extension points.
+Named ``publish`` because ``quantgate.runtime.registry`` is the plugin registry of extension points.
 """
 
 from typing import TYPE_CHECKING
 
-from quantgate.exports import lazy_exports
 from quantgate.publish.config import RegistryConfig
 from quantgate.publish.publish import PublishedArtifact, PublishOutcome, publish_report, withdraw_failed
 from quantgate.publish.pull import pull
+from quantgate.runtime.exports import lazy_exports
 
 if TYPE_CHECKING:
     from quantgate.publish.cache import ENTRY, PullCache

@@ -37,11 +37,11 @@ from typing import Literal
 
 from pydantic import Field, ValidationError
 
-from quantgate.artifact import Manifest
-from quantgate.errors import SignatureError, TamperedArtifactError, UnapprovedVersionError
-from quantgate.frozen import FrozenRecord
+from quantgate.contracts.artifact import Manifest
 from quantgate.publish import naming, signing
 from quantgate.publish.config import RegistryConfig
+from quantgate.runtime.errors import SignatureError, TamperedArtifactError, UnapprovedVersionError
+from quantgate.runtime.frozen import FrozenRecord
 
 FILE = "approval.json"  # the statement's name while it is signed and verified (never stored)
 # a statement of 10,000 tenants is under 1 MB; the tags are refused beyond this before anything parses them

@@ -36,10 +36,10 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-from quantgate.artifact import MANIFEST, Manifest
-from quantgate.atomic import install_dir, remove_dir, write_bytes, write_json
-from quantgate.hashing import file_problem, per_file, sha256_file
-from quantgate.safe_path import path_problem
+from quantgate.contracts.artifact import MANIFEST, Manifest
+from quantgate.runtime.atomic import install_dir, remove_dir, write_bytes, write_json
+from quantgate.runtime.hashing import file_problem, per_file, sha256_file
+from quantgate.runtime.safe_path import path_problem
 
 ENTRY = re.compile(r"^[0-9a-f]{64}$")
 RECORDS = ".records"

@@ -25,8 +25,8 @@ from pydantic import Field, PositiveFloat, PositiveInt
 
 from quantgate.config import expanded, load_model, overridden, path_setting, setting
 from quantgate.fleet import FleetSettings
-from quantgate.frozen import Frozen
-from quantgate.units import GB
+from quantgate.runtime.frozen import Frozen
+from quantgate.runtime.units import GB
 
 SETTINGS_FILE = Path("artifacts_registry") / "registry.yaml"
 KEYS_DIR = "keys"  # beside a SQLite registry's database: its own key pair
@@ -44,7 +44,7 @@ MAX_RELEASE_TTL_HOURS = 366 * 24.0
 class TransferSettings(Frozen):
     """Parallelism and part sizes of uploads and downloads (boto3's ``TransferConfig``).
 
-    Sizes are SI, like every size in quantgate (``quantgate.units``): 16 MB = 16,000,000 bytes.
+    Sizes are SI, like every size in quantgate (``quantgate.runtime.units``): 16 MB = 16,000,000 bytes.
     s3transfer raises a part below S3's minimum (5 MiB) to that minimum.
     """
 

@@ -27,10 +27,10 @@ import os
 import shutil
 from pathlib import Path
 
-from quantgate.artifact import MANIFEST, read_manifest, verify_files
-from quantgate.atomic import install_dir, staged_dir, write_json
-from quantgate.errors import DestinationError
-from quantgate.safe_path import path_problem
+from quantgate.contracts.artifact import MANIFEST, read_manifest, verify_files
+from quantgate.runtime.atomic import install_dir, staged_dir, write_json
+from quantgate.runtime.errors import DestinationError
+from quantgate.runtime.safe_path import path_problem
 
 FICLONE = 0x40049409  # linux/fs.h: _IOW(0x94, 9, int)
 RECORD = ".quantgate-pull.json"  # what quantgate placed in a destination

@@ -9,9 +9,9 @@ from __future__ import annotations
 import math
 from importlib import metadata
 
-from quantgate.artifact import Manifest
+from quantgate.contracts.artifact import Manifest
+from quantgate.contracts.report_schema import Report
 from quantgate.publish import naming
-from quantgate.report_schema import Report
 
 
 def quantgate_version() -> str:

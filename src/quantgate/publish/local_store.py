@@ -27,9 +27,9 @@ from pathlib import Path
 from urllib.parse import urlparse
 from urllib.request import url2pathname
 
-from quantgate.atomic import disk_full, disk_full_error
-from quantgate.hashing import FileEntry, file_problem, sha256_file
 from quantgate.publish.store import Digest, OnBytes, OnFile
+from quantgate.runtime.atomic import disk_full, disk_full_error
+from quantgate.runtime.hashing import FileEntry, file_problem, sha256_file
 
 _LEGACY_STALE_S = 3600  # a temporary file from before pids, or a staging one (killed before its lock): removed once this old
 

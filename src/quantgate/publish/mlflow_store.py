@@ -15,10 +15,10 @@ import tempfile
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from quantgate.atomic import staged_dir
-from quantgate.hashing import sha256_file
 from quantgate.publish.config import RegistryConfig
 from quantgate.publish.store import Digest, OnBytes, OnFile
+from quantgate.runtime.atomic import staged_dir
+from quantgate.runtime.hashing import sha256_file
 
 
 class MlflowStore:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import re
 
-from quantgate.errors import UsageError
+from quantgate.runtime.errors import UsageError
 
 ALIAS_PREFIX = "approved-"
 CANARY_PREFIX = "canary-"  # a version the gate passed, on a share of the tenant's traffic (rollout)

@@ -10,11 +10,11 @@ which is what makes them the pipeline's acts and not a registry writer's.
 
 from __future__ import annotations
 
-from quantgate.errors import UnapprovedVersionError, UnknownModelError, UsageError
 from quantgate.publish import approval, events, naming, release, tracking
 from quantgate.publish.approval import Approval
 from quantgate.publish.config import RegistryConfig
 from quantgate.publish.release import ReleaseRecord
+from quantgate.runtime.errors import UnapprovedVersionError, UnknownModelError, UsageError
 
 
 def _approved(

@@ -35,25 +35,25 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from quantgate.artifact import MANIFEST, Manifest, read_manifest, require_manifest, verify_files
-from quantgate.errors import (
+from quantgate.contracts.artifact import MANIFEST, Manifest, read_manifest, require_manifest, verify_files
+from quantgate.contracts.report_schema import RECORDS_DIR, Report, read_report
+from quantgate.fleet import TORRENT, make_torrent, torrent_info_hash
+from quantgate.publish import aliases, approval, naming, signing, tracking
+from quantgate.publish.config import RegistryConfig
+from quantgate.publish.lineage import lineage_tags, run_metrics, run_params
+from quantgate.publish.store import ArtifactStore, Digest, join
+from quantgate.publish.stores import open_store
+from quantgate.runtime.errors import (
     ArtifactAlteredError,
     InputError,
     ReportError,
     UnsafePathError,
     UploadIncompleteError,
 )
-from quantgate.fleet import TORRENT, make_torrent, torrent_info_hash
-from quantgate.frozen import FrozenRecord
-from quantgate.hashing import content_hash, sha256_file
-from quantgate.progress import SILENT, Progress
-from quantgate.publish import aliases, approval, naming, signing, tracking
-from quantgate.publish.config import RegistryConfig
-from quantgate.publish.lineage import lineage_tags, run_metrics, run_params
-from quantgate.publish.store import ArtifactStore, Digest, join
-from quantgate.publish.stores import open_store
-from quantgate.report_schema import RECORDS_DIR, Report, read_report
-from quantgate.safe_path import safe_relpath
+from quantgate.runtime.frozen import FrozenRecord
+from quantgate.runtime.hashing import content_hash, sha256_file
+from quantgate.runtime.progress import SILENT, Progress
+from quantgate.runtime.safe_path import safe_relpath
 
 REPORT_FILES = ("report.json", "report.md", "report.html")
 

@@ -34,19 +34,9 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
-from quantgate.artifact import MANIFEST, Manifest
-from quantgate.errors import (
-    DiskFullError,
-    QuantgateError,
-    SignatureError,
-    TamperedArtifactError,
-    UnapprovedVersionError,
-    UsageError,
-)
+from quantgate.config import cache_dir as default_cache_dir
+from quantgate.contracts.artifact import MANIFEST, Manifest
 from quantgate.fleet import TORRENT
-from quantgate.hashing import content_hash
-from quantgate.paths import cache_dir as default_cache_dir
-from quantgate.progress import SILENT, Progress
 from quantgate.publish import approval, naming, signing, tracking
 from quantgate.publish.approval import Approval
 from quantgate.publish.cache import ENTRY, PullCache
@@ -58,6 +48,16 @@ from quantgate.publish.pull_store import file_problem_or_missing, store_manifest
 from quantgate.publish.resolve import Resolved, resolve
 from quantgate.publish.store import ArtifactStore
 from quantgate.publish.stores import open_store, range_reader
+from quantgate.runtime.errors import (
+    DiskFullError,
+    QuantgateError,
+    SignatureError,
+    TamperedArtifactError,
+    UnapprovedVersionError,
+    UsageError,
+)
+from quantgate.runtime.hashing import content_hash
+from quantgate.runtime.progress import SILENT, Progress
 
 HASH_THREADS = 2  # hashing overlaps the downloads still in flight
 

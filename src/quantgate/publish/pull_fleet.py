@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from quantgate.artifact import MANIFEST, Manifest
+from quantgate.contracts.artifact import MANIFEST, Manifest
 from quantgate.fleet import (
     METADATA_WAIT_S,
     TORRENT,
@@ -22,8 +22,6 @@ from quantgate.fleet import (
     fetch_version,
     open_node,
 )
-from quantgate.hashing import per_file
-from quantgate.progress import Progress
 from quantgate.publish import signing
 from quantgate.publish.approval import Approval
 from quantgate.publish.cache import PullCache
@@ -31,6 +29,8 @@ from quantgate.publish.config import RegistryConfig
 from quantgate.publish.pull_store import checked_manifest, file_problem_or_missing, store_torrent, tampered
 from quantgate.publish.resolve import Resolved
 from quantgate.publish.store import ArtifactStore
+from quantgate.runtime.hashing import per_file
+from quantgate.runtime.progress import Progress
 
 
 def fetch_from_fleet(

@@ -17,11 +17,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from quantgate.errors import StaleReleaseError, TamperedArtifactError, UnapprovedVersionError
 from quantgate.publish import naming, release
 from quantgate.publish.approval import Approval
 from quantgate.publish.config import RegistryConfig
 from quantgate.publish.release import Ledger, ReleaseRecord
+from quantgate.runtime.errors import StaleReleaseError, TamperedArtifactError, UnapprovedVersionError
 
 RECORD, SIGNATURE = "release", "release_sig"  # the keys of a remembered resolution (--offline)
 

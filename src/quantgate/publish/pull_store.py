@@ -11,16 +11,16 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
-from quantgate.artifact import MANIFEST, MAX_MANIFEST_BYTES, Manifest
-from quantgate.errors import RegistryUnavailableError, TamperedArtifactError, UnsafePathError
+from quantgate.contracts.artifact import MANIFEST, MAX_MANIFEST_BYTES, Manifest
 from quantgate.fleet import MAX_TORRENT_BYTES, TORRENT, load_torrent
-from quantgate.hashing import FileEntry, content_hash, file_problem, sha256_file
 from quantgate.publish import approval, signing
 from quantgate.publish.approval import Approval
 from quantgate.publish.config import RegistryConfig
 from quantgate.publish.resolve import Resolved
 from quantgate.publish.store import ArtifactStore
-from quantgate.safe_path import safe_relpath
+from quantgate.runtime.errors import RegistryUnavailableError, TamperedArtifactError, UnsafePathError
+from quantgate.runtime.hashing import FileEntry, content_hash, file_problem, sha256_file
+from quantgate.runtime.safe_path import safe_relpath
 
 
 def tampered(rel: str, resolved: Resolved, problem: str) -> TamperedArtifactError:

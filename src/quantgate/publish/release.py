@@ -53,11 +53,11 @@ from typing import Literal
 
 from pydantic import AwareDatetime, Field, ValidationError
 
-from quantgate.atomic import write_json
-from quantgate.errors import SignatureError, StaleReleaseError
-from quantgate.frozen import FrozenRecord
 from quantgate.publish import signing
 from quantgate.publish.config import RegistryConfig
+from quantgate.runtime.atomic import write_json
+from quantgate.runtime.errors import SignatureError, StaleReleaseError
+from quantgate.runtime.frozen import FrozenRecord
 
 KIND = "quantgate.release"
 FILE = "release.json"  # the record's name while it is signed and verified (never stored)

@@ -15,12 +15,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from quantgate.errors import UnapprovedVersionError, UnknownModelError
+from quantgate.contracts.report_schema import MAX_REPORT_BYTES, RECORDS_DIR
 from quantgate.publish import naming, tracking
 from quantgate.publish.config import RegistryConfig
 from quantgate.publish.stores import open_store
-from quantgate.report_schema import MAX_REPORT_BYTES, RECORDS_DIR
-from quantgate.suggest import did_you_mean
+from quantgate.runtime.errors import UnapprovedVersionError, UnknownModelError
+from quantgate.runtime.suggest import did_you_mean
 
 
 @dataclass(frozen=True)

@@ -19,11 +19,11 @@ from collections.abc import Iterator
 from pathlib import Path
 from urllib.parse import urlparse
 
-from quantgate.errors import RegistryRefusedError, RegistryUnavailableError
-from quantgate.hashing import CHUNK_BYTES
 from quantgate.publish.config import RegistryConfig
 from quantgate.publish.store import Digest, OnBytes, OnFile
-from quantgate.units import MB
+from quantgate.runtime.errors import RegistryRefusedError, RegistryUnavailableError
+from quantgate.runtime.hashing import CHUNK_BYTES
+from quantgate.runtime.units import MB
 
 
 def make_client(cfg: RegistryConfig):

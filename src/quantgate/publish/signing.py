@@ -26,9 +26,9 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from quantgate.atomic import write_bytes
-from quantgate.errors import SignatureError
 from quantgate.publish.config import RegistryConfig
+from quantgate.runtime.atomic import write_bytes
+from quantgate.runtime.errors import SignatureError
 
 SIGNATURE = "manifest.sig"  # beside manifest.json in the store's artifact directory
 # A bundle quantgate writes is about 1.4 kB; anything past this is refused before it is read

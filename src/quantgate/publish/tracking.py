@@ -11,9 +11,9 @@ import contextlib
 from collections.abc import Iterator
 from pathlib import Path
 
-from quantgate.errors import RegistryRefusedError, RegistryUnavailableError
 from quantgate.publish.config import RegistryConfig
 from quantgate.publish.store import join
+from quantgate.runtime.errors import RegistryRefusedError, RegistryUnavailableError
 
 
 def client(cfg: RegistryConfig):

@@ -7,7 +7,7 @@ refuses a recipe that cannot apply to the model before anything is loaded.
 
 from typing import TYPE_CHECKING
 
-from quantgate.exports import lazy_exports
+from quantgate.runtime.exports import lazy_exports
 
 if TYPE_CHECKING:
     from quantgate.quantize.kv_calibration import kv_decisions

@@ -31,8 +31,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from quantgate.errors import BuildError
 from quantgate.intake import SafetensorsHeader, read_header
+from quantgate.runtime.errors import BuildError
 
 # a per-expert module: "<...>.experts.<index>.<projection>"
 _EXPERT = re.compile(r"^(?P<experts>.+\.experts)\.(?P<index>\d+)\.(?P<proj>[A-Za-z0-9_]+)$")

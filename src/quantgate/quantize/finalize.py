@@ -26,10 +26,10 @@ from typing import Any
 
 import yaml
 
-from quantgate.artifact import SUPPORT_FILES
-from quantgate.errors import BuildError
-from quantgate.hashing import sha256_file
+from quantgate.contracts.artifact import SUPPORT_FILES
 from quantgate.quantize import expert_names
+from quantgate.runtime.errors import BuildError
+from quantgate.runtime.hashing import sha256_file
 
 CONFIG = "config.json"
 # the engine's own: what it quantized and how (never the source's, should the source have one)

@@ -43,15 +43,15 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from quantgate.config import ActivationNumerics, KVCache, Target, WeightNumerics
-from quantgate.errors import BuildError, CalibrationError
 from quantgate.quantize.canonical import Arithmetic
+from quantgate.runtime.errors import BuildError, CalibrationError
 
 if TYPE_CHECKING:
     import torch
 
     from quantgate.calibration import CalibrationSet
     from quantgate.config import Gates
-    from quantgate.progress import Progress
+    from quantgate.runtime.progress import Progress
 
 # what the recipe passes to llm-compressor and what config.json declares
 KV_CACHE_SCHEME: dict[str, Any] = {

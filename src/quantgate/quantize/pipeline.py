@@ -27,7 +27,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from quantgate.artifact import (
+from quantgate.config import Catalog, Frozen, KVCache, Recipe, Target
+from quantgate.contracts.artifact import (
     MANIFEST,
     BuildInfo,
     CalibrationRef,
@@ -44,14 +45,13 @@ from quantgate.artifact import (
     verify_files,
     write_manifest,
 )
-from quantgate.atomic import install_dir, remove_stale, staged_dir
-from quantgate.config import Catalog, Frozen, KVCache, Recipe, Target
-from quantgate.errors import BuildError, CalibrationError, InputError, QuantgateError
 from quantgate.intake import SourceRecord
-from quantgate.memory import map_large_allocations, peak_rss_bytes
-from quantgate.progress import SILENT, Progress
 from quantgate.quantize import expert_names, finalize, kv_calibration
 from quantgate.quantize.engines import BuildJob, Engine, engine_class
+from quantgate.runtime.atomic import install_dir, remove_stale, staged_dir
+from quantgate.runtime.errors import BuildError, CalibrationError, InputError, QuantgateError
+from quantgate.runtime.memory import map_large_allocations, peak_rss_bytes
+from quantgate.runtime.progress import SILENT, Progress
 from quantgate.serving import require_loadable
 
 if TYPE_CHECKING:
@@ -198,7 +198,7 @@ def build_planned(
 ) -> list[BuildResult]:
     """Build every planned target into ``out/<target>``, reusing intact artifacts of equal build key.
 
-    ``device`` ("cpu" or "cuda", resolved by ``quantgate.devices``): where calibration runs
+    ``device`` ("cpu" or "cuda", resolved by ``quantgate.runtime.devices``): where calibration runs
     (llm-compressor's oneshot, quantgate's KV pass); the bytes of a data-free build do not depend on it.
     ``cache`` (the run's cache directory): each installed artifact's files are recorded in its stat
     cache as hashed, so an evaluation with the same cache does not hash them again

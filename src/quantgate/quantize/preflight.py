@@ -12,9 +12,9 @@ from pathlib import Path
 from typing import Any
 
 from quantgate.config import Recipe
-from quantgate.errors import ConfigFileError, RecipeIncompatibleError
 from quantgate.intake import SourceRecord, read_header
-from quantgate.suggest import did_you_mean
+from quantgate.runtime.errors import ConfigFileError, RecipeIncompatibleError
+from quantgate.runtime.suggest import did_you_mean
 
 
 def weight_group_size(modifier_args: dict[str, Any], recipe_file: str = "recipe") -> int | None:

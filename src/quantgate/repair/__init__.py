@@ -11,7 +11,7 @@ ties them to builds, evaluations and the gate and writes ``repair.json``.
 
 from typing import TYPE_CHECKING
 
-from quantgate.exports import lazy_exports
+from quantgate.runtime.exports import lazy_exports
 
 if TYPE_CHECKING:
     from quantgate.repair.run import RepairInputs, RepairOutcome, repair

@@ -18,23 +18,23 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from quantgate.artifact import require_manifest
-from quantgate.atomic import write_json
 from quantgate.calibration import CalibrationSet
 from quantgate.config import Catalog, Gates, load_gates
-from quantgate.errors import UsageError
+from quantgate.contracts.artifact import require_manifest
+from quantgate.contracts.report_schema import ProbeRecord, Report, TargetRepair, TenantRepair
 from quantgate.evaluate import EvalContext, LoadedSuite
-from quantgate.frozen import FrozenRecord
 from quantgate.gate import Baselines, gate_results, write_report_json
 from quantgate.intake import SourceRecord
-from quantgate.progress import SILENT, Progress
 from quantgate.quantize import PlannedBuild, build_planned
 from quantgate.repair import sensitivity
 from quantgate.repair.search import Probe, bisect
 from quantgate.repair.units import Unit, quantized_units
 from quantgate.repair.variants import planned_variant
-from quantgate.report_schema import ProbeRecord, Report, TargetRepair, TenantRepair
-from quantgate.suggest import did_you_mean
+from quantgate.runtime.atomic import write_json
+from quantgate.runtime.errors import UsageError
+from quantgate.runtime.frozen import FrozenRecord
+from quantgate.runtime.progress import SILENT, Progress
+from quantgate.runtime.suggest import did_you_mean
 
 REPAIR_JSON = "repair.json"
 

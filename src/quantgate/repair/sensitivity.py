@@ -34,9 +34,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from quantgate.artifact import require_manifest
-from quantgate.atomic import write_json
-from quantgate.frozen import FrozenRecord
+from quantgate.contracts.artifact import require_manifest
 from quantgate.numerics import (
     RoutedExperts,
     disk_to_memory,
@@ -44,8 +42,10 @@ from quantgate.numerics import (
     load_for_eval,
     load_source_for_eval,
 )
-from quantgate.progress import SILENT, Progress
 from quantgate.repair.units import Unit
+from quantgate.runtime.atomic import write_json
+from quantgate.runtime.frozen import FrozenRecord
+from quantgate.runtime.progress import SILENT, Progress
 
 METHOD = "restore-one-kld-v1"  # part of the cache key: a change of method measures again
 WINDOWS = 2

@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from quantgate.errors import InputError
+from quantgate.runtime.errors import InputError
 from quantgate.serving import read_layout
 
 _QUANTIZED = ("weight_scale", "weight_packed")

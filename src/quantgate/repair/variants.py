@@ -20,11 +20,11 @@ import hashlib
 import json
 from typing import Any
 
-from quantgate.artifact import RepairRef
 from quantgate.config import Recipe, RepairUpgrade
-from quantgate.errors import ConfigFileError
+from quantgate.contracts.artifact import RepairRef
 from quantgate.quantize import PlannedBuild
 from quantgate.repair.units import Unit
+from quantgate.runtime.errors import ConfigFileError
 
 _MODIFIERS = ("QuantizationModifier", "GPTQModifier", "AWQModifier")
 

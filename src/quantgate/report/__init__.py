@@ -1,7 +1,7 @@
 """Reports for people: report.json (written by the gate) -> report.md and report.html.
 
 - ``view.py``: the facts both formats show, derived from the typed report
-  (``quantgate.report_schema.Report``) in one place, so the two cannot disagree on a fact.
+  (``quantgate.contracts.report_schema.Report``) in one place, so the two cannot disagree on a fact.
 - ``markdown.py``: ``render_markdown`` for CI summaries and PR comments.
 - ``html.py`` + ``plots.py``: ``render_html``, one self-contained file (inline CSS, inline
   base64 PNGs from matplotlib/Agg, no JS), byte-for-byte deterministic.
@@ -15,7 +15,7 @@ per-position bins, recovery per suite).
 
 from typing import TYPE_CHECKING
 
-from quantgate.exports import lazy_exports
+from quantgate.runtime.exports import lazy_exports
 
 if TYPE_CHECKING:
     from quantgate.report.console import print_table, text_table, verdict_table

@@ -1,6 +1,6 @@
 """The verdict table printed at the end of ``quantgate gate`` and ``quantgate run``.
 
-Built from the report (``quantgate.report_schema.Report``, or report.json's object), not from
+Built from the report (``quantgate.contracts.report_schema.Report``, or report.json's object), not from
 in-memory gate objects, so both commands print exactly what the written report says. Every cell
 and the title are ``escape.terminal`` text: a name is shown, never read as markup.
 """
@@ -11,8 +11,8 @@ import sys
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from quantgate.escape import terminal
-from quantgate.report_schema import Report, as_report
+from quantgate.contracts.report_schema import Report, as_report
+from quantgate.runtime.escape import terminal
 
 if TYPE_CHECKING:  # rich is imported only when a table is built
     from rich.table import Table

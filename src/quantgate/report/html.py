@@ -7,10 +7,10 @@ from typing import Any
 
 from jinja2 import Environment, StrictUndefined
 
+from quantgate.contracts.report_schema import Report, as_report
 from quantgate.report import plots, repair_section
 from quantgate.report.view import View, fmt, status_text
-from quantgate.report_schema import Report, as_report
-from quantgate.units import format_bytes
+from quantgate.runtime.units import format_bytes
 
 TEMPLATE = """<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8">

@@ -1,6 +1,6 @@
 """``render_markdown``: the gate report for CI summaries and PR comments (GitHub-flavoured).
 
-Every name, reason and note goes through ``quantgate.escape.md`` (or ``md_code`` in a code span):
+Every name, reason and note goes through ``quantgate.runtime.escape.md`` (or ``md_code`` in a code span):
 a report is rendered where people read it, so text from data must never become markup."""
 
 from __future__ import annotations
@@ -8,11 +8,11 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from quantgate.escape import md, md_code
+from quantgate.contracts.report_schema import FloorResult, Report, as_report
 from quantgate.report import repair_section
 from quantgate.report.view import View, fmt, status_text
-from quantgate.report_schema import FloorResult, Report, as_report
-from quantgate.units import format_bytes
+from quantgate.runtime.escape import md, md_code
+from quantgate.runtime.units import format_bytes
 
 MARK = {"pass": "✅ pass", "fail": "❌ fail"}
 

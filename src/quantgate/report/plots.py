@@ -16,7 +16,7 @@ import matplotlib
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
-from quantgate.report_schema import STATUS_TEXT, FloorResult, TargetRepair
+from quantgate.contracts.report_schema import STATUS_TEXT, FloorResult, TargetRepair
 
 if TYPE_CHECKING:
     from matplotlib.typing import RcKeyType  # annotations only: not imported at run time

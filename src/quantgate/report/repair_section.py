@@ -7,9 +7,9 @@ holding names from data: the Markdown escapes each (``escape.md``), the HTML tem
 
 from __future__ import annotations
 
-from quantgate.escape import md
-from quantgate.report_schema import Report, TargetRepair
-from quantgate.units import format_bytes
+from quantgate.contracts.report_schema import Report, TargetRepair
+from quantgate.runtime.escape import md
+from quantgate.runtime.units import format_bytes
 
 
 def outcome_lines(repair: TargetRepair) -> list[str]:

@@ -1,4 +1,4 @@
-"""What the reports show, derived from a report.json (``quantgate.report_schema.Report``) and nothing else."""
+"""What the reports show, derived from a report.json (``quantgate.contracts.report_schema.Report``) and nothing else."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from quantgate.report_schema import STATUS_TEXT, EvaluatedNumerics, FloorResult, Report, Verdict
+from quantgate.contracts.report_schema import STATUS_TEXT, EvaluatedNumerics, FloorResult, Report, Verdict
 
 FAILED = ("fail", "missing", "error", "not_run")  # and insufficient evidence on a floor that is not advisory
 _BIN = re.compile(r"^(kld|agreement)_bin(\d+)$")

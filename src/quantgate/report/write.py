@@ -6,10 +6,10 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from quantgate.atomic import write_text
+from quantgate.contracts.report_schema import Report, as_report
 from quantgate.report.html import render_html
 from quantgate.report.markdown import render_markdown
-from quantgate.report_schema import Report, as_report
+from quantgate.runtime.atomic import write_text
 
 
 def write_reports(report: Report | Mapping[str, Any], out_dir: Path) -> dict[str, Path]:

@@ -13,7 +13,7 @@ telemetry and on replayed prompts, then promoted or rolled back through signed r
 
 from typing import TYPE_CHECKING
 
-from quantgate.exports import lazy_exports
+from quantgate.runtime.exports import lazy_exports
 
 if TYPE_CHECKING:
     from quantgate.rollout.decision import Decision, LookState, decide, floor_count

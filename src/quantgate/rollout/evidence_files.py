@@ -12,7 +12,6 @@ import json
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from quantgate.errors import InputError
 from quantgate.rollout.evidence import (
     LatencyHistogram,
     LiveEvidence,
@@ -20,6 +19,7 @@ from quantgate.rollout.evidence import (
     ReplayPair,
     VersionTelemetry,
 )
+from quantgate.runtime.errors import InputError
 
 
 def _bound(b) -> float:

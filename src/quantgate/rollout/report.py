@@ -14,7 +14,7 @@ import json
 import math
 from pathlib import Path
 
-from quantgate.atomic import write_text
+from quantgate.runtime.atomic import write_text
 
 W, H, PAD = 640, 220, 40
 

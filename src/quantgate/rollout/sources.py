@@ -24,7 +24,7 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
-from quantgate.errors import UsageError, first_problem
+from quantgate.runtime.errors import UsageError, first_problem
 
 
 @dataclass(frozen=True)

@@ -22,7 +22,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlparse
 
-from quantgate.errors import InputError
 from quantgate.publish import (
     RegistryConfig,
     alias_for,
@@ -40,6 +39,7 @@ from quantgate.rollout.evidence import (
     read_logs,
 )
 from quantgate.rollout.evidence_files import load_replay
+from quantgate.runtime.errors import InputError
 
 
 def split_log_uri(uri: str) -> tuple[str, str]:

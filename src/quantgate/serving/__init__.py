@@ -6,15 +6,15 @@ release the fleet runs and the tensor-parallel sizes it deploys. After each buil
 the artifact, from ``config.json`` and the safetensors headers alone (``rules``: one function
 per rule, each citing the vLLM source it reproduces), and returns a ``ServingTable``;
 ``check.require_loadable`` refuses an artifact that no declared configuration can load.
-The table itself is a contract (``quantgate.serving_table``: the manifest and report.json carry it) and
-the releases read are ``quantgate.serving_releases`` (config validates a contract against them);
+The table itself is a contract (``quantgate.contracts.serving_table``: the manifest and report.json carry it) and
+the releases read are ``quantgate.declarations.serving_releases`` (config validates a contract against them);
 importing the package imports only the table; the check loads on use.
 """
 
 from typing import TYPE_CHECKING
 
-from quantgate.exports import lazy_exports
-from quantgate.serving_table import Refusal, RefusedDeployment, ServingTable
+from quantgate.contracts.serving_table import Refusal, RefusedDeployment, ServingTable
+from quantgate.runtime.exports import lazy_exports
 
 if TYPE_CHECKING:
     from quantgate.serving.check import require_loadable

@@ -12,12 +12,12 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from quantgate.config import Target
-from quantgate.errors import ConfigFileError, ServingError
+from quantgate.contracts.serving_table import Refusal, RefusedDeployment, ServingTable
+from quantgate.declarations.serving_releases import releases_from
+from quantgate.runtime.errors import ConfigFileError, ServingError
 from quantgate.serving.kernels import PLATFORMS
 from quantgate.serving.layout import Layout, read_layout
 from quantgate.serving.rules import RULES, Artifact, Deployment, Finding, Rule, platforms_for
-from quantgate.serving_releases import releases_from
-from quantgate.serving_table import Refusal, RefusedDeployment, ServingTable
 
 
 def _refusal(rule: Rule, findings: Iterable[Finding]) -> Refusal | None:

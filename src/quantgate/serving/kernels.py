@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from quantgate.serving_releases import version_key
+from quantgate.declarations.serving_releases import version_key
 
 
 @dataclass(frozen=True)

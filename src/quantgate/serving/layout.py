@@ -16,8 +16,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from quantgate.errors import InputError
 from quantgate.intake import read_header
+from quantgate.runtime.errors import InputError
 
 Parallel = Literal["column", "row", "replicated", "vocab", "experts", "unknown"]
 

@@ -21,7 +21,7 @@ from quantgate.calibration import (
     read_traffic_log,
     write_set,
 )
-from quantgate.errors import CalibrationError
+from quantgate.runtime.errors import CalibrationError
 
 pytestmark = pytest.mark.unit
 

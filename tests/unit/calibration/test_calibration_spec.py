@@ -8,7 +8,7 @@ import pytest
 from pydantic import ValidationError
 
 from quantgate.calibration import CalibrationSpec, load_spec
-from quantgate.errors import ConfigFileError, InputError
+from quantgate.runtime.errors import ConfigFileError, InputError
 
 pytestmark = pytest.mark.unit
 

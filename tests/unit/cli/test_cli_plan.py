@@ -7,9 +7,9 @@ import json
 
 import pytest
 
-from quantgate.errors import InputError
+from quantgate.config import cache_dir
 from quantgate.orchestrate.plan import make_plan
-from quantgate.paths import cache_dir
+from quantgate.runtime.errors import InputError
 
 pytestmark = pytest.mark.unit
 

@@ -19,8 +19,8 @@ import pytest
 from quantgate.config.gates import Floor, load_gates
 from quantgate.config.loader import read_yaml
 from quantgate.declarations.suite_kinds.humaneval import SandboxLimits
-from quantgate.errors import ConfigFileError
 from quantgate.publish.config import RegistrySettings
+from quantgate.runtime.errors import ConfigFileError
 from support.cli import quantgate as cli
 
 pytestmark = pytest.mark.unit

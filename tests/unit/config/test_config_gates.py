@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from quantgate.config.gates import Gates, load_gates, resolve_targets
-from quantgate.errors import ConfigFileError
+from quantgate.runtime.errors import ConfigFileError
 
 pytestmark = pytest.mark.unit
 

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import pytest
 
-from quantgate.errors import InputError
 from quantgate.publish import RegistryConfig
+from quantgate.runtime.errors import InputError
 from support.cli import quantgate as cli
 
 pytestmark = pytest.mark.unit

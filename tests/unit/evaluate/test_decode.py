@@ -11,8 +11,8 @@ import pytest
 import torch
 
 from quantgate.evaluate import decode
-from quantgate.greedy import greedy_config, token_ids
 from quantgate.numerics import load_source_for_eval
+from quantgate.runtime.greedy import greedy_config, token_ids
 from support.models import write_tiny_model
 
 pytestmark = pytest.mark.unit

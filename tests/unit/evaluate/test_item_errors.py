@@ -14,12 +14,12 @@ from pathlib import Path
 
 import pytest
 
+from quantgate.declarations.metrics import ERROR, ItemError, item_error, item_errors
 from quantgate.evaluate import sandbox
 from quantgate.evaluate.data import DataDir
 from quantgate.evaluate.runner import evaluate, reference_path
 from quantgate.evaluate.suites import EvalContext, SuiteResult, load_suite
 from quantgate.evaluate.suites.gsm8k import item_records
-from quantgate.metrics import ERROR, ItemError, item_error, item_errors
 
 pytestmark = pytest.mark.unit
 
@@ -146,7 +146,7 @@ def test_a_suite_result_counts_its_errors_by_reason_and_says_so():
 
 def test_a_source_reference_with_errors_is_not_cached(no_sandbox, repo_root, tiny_llama, tmp_path):
     """Where no sandbox could be built, the next run (on a machine with one) evaluates again."""
-    from quantgate.hashing import sha256_file
+    from quantgate.runtime.hashing import sha256_file
 
     suite, ctx = _humaneval(repo_root, tmp_path)
     source_hash = sha256_file(tiny_llama / "config.json").sha256

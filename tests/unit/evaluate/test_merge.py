@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from quantgate.errors import InputError
 from quantgate.evaluate.merge import merge_evaluations
+from quantgate.runtime.errors import InputError
 
 pytestmark = pytest.mark.unit
 

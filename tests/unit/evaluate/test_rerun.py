@@ -15,12 +15,12 @@ import pytest
 
 from quantgate.calibration import build_set, load_spec
 from quantgate.config.gates import Floor, load_gates
+from quantgate.declarations.metrics import RERUN
 from quantgate.evaluate.data import DataDir
 from quantgate.evaluate.runner import evaluate, reference_path
 from quantgate.evaluate.suites import EvalContext, load_suite
 from quantgate.gate.verdict import evaluate_floor
 from quantgate.intake import intake
-from quantgate.metrics import RERUN
 from support.builds import build_targets
 
 pytestmark = pytest.mark.unit

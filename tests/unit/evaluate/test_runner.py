@@ -11,11 +11,11 @@ import pytest
 from quantgate.calibration import build_set, load_spec
 from quantgate.config.gates import load_gates
 from quantgate.config.targets import Catalog
-from quantgate.errors import InputError
 from quantgate.evaluate.data import DataDir
 from quantgate.evaluate.runner import evaluate
 from quantgate.evaluate.suites import EvalContext, load_suite
 from quantgate.intake import intake
+from quantgate.runtime.errors import InputError
 from support.builds import build_targets
 from support.models import write_tiny_model
 
@@ -174,8 +174,8 @@ def test_capped_cpu_kernels_are_another_switch():
 def test_run_json_and_every_result_say_where_the_models_ran(setup, tmp_path):
     """Issue 27 item 1: run.json records the device (--device), each artifact's numerics label every
     quantized linear (emulated on the CPU), and a GPU reference is never paired with a CPU run."""
+    from quantgate.contracts.results import read_evaluation
     from quantgate.evaluate.runner import reference_path
-    from quantgate.results import read_evaluation
 
     record, suites, ctx = setup
     evaluate(Path(record.path), record.content_hash, tmp_path / "artifacts", tmp_path / "e", suites, ctx)
@@ -192,8 +192,8 @@ def test_run_json_and_every_result_say_where_the_models_ran(setup, tmp_path):
 @pytest.mark.gpu
 @pytest.mark.skipif(not __import__("torch").cuda.is_available(), reason="needs CUDA")
 def test_on_the_gpu_run_json_says_cuda_and_hopper_runs_native(setup, tmp_path):
+    from quantgate.contracts.results import read_evaluation
     from quantgate.numerics.native import native_fp8_device
-    from quantgate.results import read_evaluation
 
     record, suites, ctx = setup
     evaluate(

@@ -95,8 +95,8 @@ def test_fused_pass_agrees_with_the_eager_one(tiny_llama, monkeypatch):
 
 
 def test_compile_setting_auto_waits_for_long_passes_and_typos_are_refused(monkeypatch):
-    from quantgate.errors import UsageError
     from quantgate.evaluate import fusion
+    from quantgate.runtime.errors import UsageError
 
     monkeypatch.delenv(fusion.ENV, raising=False)
     assert not fusion.wanted(4096)  # every smoke suite runs eagerly

@@ -10,10 +10,10 @@ import pytest
 import torch
 
 from quantgate.declarations import DataSource
-from quantgate.errors import ConfigFileError, UsageError
 from quantgate.evaluate.data import DataDir, MissingDataError, load_text
 from quantgate.evaluate.suites import EvalContext, load_suite, load_suites
 from quantgate.evaluate.suites.long_chain import accepted_per_step, first_divergence
+from quantgate.runtime.errors import ConfigFileError, UsageError
 from support.servers import free_port
 
 pytestmark = pytest.mark.unit

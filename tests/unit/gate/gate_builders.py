@@ -9,7 +9,7 @@ import numpy as np
 
 from quantgate.config.gates import project_suites
 from quantgate.config.targets import Catalog
-from quantgate.metrics import tail_size
+from quantgate.declarations.metrics import tail_size
 
 REPO = Path(__file__).resolve().parents[3]
 

@@ -15,10 +15,10 @@ from pathlib import Path
 import pytest
 from gate_builders import edit
 
-from quantgate.errors import RegistryUnavailableError
 from quantgate.gate.run import gate_results, write_report_json
 from quantgate.publish import RegistryConfig, publish_report
 from quantgate.report import render_markdown
+from quantgate.runtime.errors import RegistryUnavailableError
 from support.artifacts import write_artifact
 from support.cli import quantgate
 from support.servers import free_port

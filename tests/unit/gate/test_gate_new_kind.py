@@ -19,9 +19,9 @@ import pytest
 from quantgate.config.gates import load_gates
 from quantgate.config.targets import Catalog
 from quantgate.declarations import SUITE_KINDS
-from quantgate.errors import ConfigFileError
 from quantgate.evaluate.suites import KINDS
 from quantgate.gate.run import gate_results
+from quantgate.runtime.errors import ConfigFileError
 from support.cli import quantgate
 
 pytestmark = pytest.mark.unit
@@ -36,7 +36,7 @@ from pydantic import PositiveInt
 
 from quantgate.config.targets import Frozen
 from quantgate.evaluate.suites import SuiteKind, SuiteSpec
-from quantgate.metrics import Metric, Sums, mean, mean_sums, ones
+from quantgate.declarations.metrics import Metric, Sums, mean, mean_sums, ones
 
 
 class RubricSizes(Frozen):

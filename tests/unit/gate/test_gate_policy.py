@@ -8,7 +8,7 @@ import pytest
 
 from quantgate.config.gates import load_gates
 from quantgate.config.targets import Catalog
-from quantgate.errors import ConfigFileError
+from quantgate.runtime.errors import ConfigFileError
 
 pytestmark = pytest.mark.unit
 

@@ -8,10 +8,10 @@ import pytest
 import torch
 from gate_builders import TEXT
 
+from quantgate.declarations.metrics import pooled_quantile
 from quantgate.declarations.suite_kinds.text import KLD_Q
 from quantgate.evaluate.scoring import Scores
 from quantgate.evaluate.suites.text import summarize
-from quantgate.metrics import pooled_quantile
 
 pytestmark = pytest.mark.unit
 

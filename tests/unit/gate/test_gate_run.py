@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 from gate_builders import edit
 
-from quantgate.errors import UsageError
 from quantgate.gate.run import gate_results, write_report_json
+from quantgate.runtime.errors import UsageError
 
 pytestmark = pytest.mark.unit
 

@@ -222,7 +222,7 @@ def test_an_early_look_at_lost_answers_holds_the_level_and_a_lost_answer_is_not_
     """The sequential design's early look at a recovery floor on 0/1 answers: the class of a mean
     (10 tolerances) called every lost answer "beyond the class" and bet on the rest within caps
     that answers do not have, passing 11.6 % of artifacts exactly at the floor at 256 items
-    (bench/results/gate_issue43). Answers are bounded by their own range [0, 1]."""
+    (bench/results/gate_damage_shapes). Answers are bounded by their own range [0, 1]."""
     from quantgate.stats import sequence
 
     rng = np.random.default_rng(3)
@@ -273,7 +273,7 @@ def test_status_is_monotone_in_damage_on_every_damage_path():
 def test_an_advisory_floor_that_can_never_fail_is_refused_when_the_gates_are_loaded(repo_root, tmp_path):
     """Finding 7: advisory ratio floors below 8 windows could never fail, silently."""
     from quantgate.config import Catalog, load_gates
-    from quantgate.errors import ConfigFileError
+    from quantgate.runtime.errors import ConfigFileError
 
     text = (repo_root / "gates.yaml").read_text()
     policy = tmp_path / "gates.yaml"

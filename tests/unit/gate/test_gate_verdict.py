@@ -9,8 +9,8 @@ import pytest
 from gate_builders import CHAIN, GSM8K, TEXT, chain_result, gsm8k_result, text_result
 
 from quantgate.config.gates import Floor, Tenant
+from quantgate.declarations.metrics import detectable_rate
 from quantgate.gate.verdict import evaluate_floor, judge
-from quantgate.metrics import detectable_rate
 
 pytestmark = pytest.mark.unit
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from quantgate.metrics import Metric, Sums, weighted_sums
+from quantgate.declarations.metrics import Metric, Sums, weighted_sums
 from quantgate.stats import ItemRange, forms, sequence
 
 pytestmark = pytest.mark.unit

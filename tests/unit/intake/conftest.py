@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from quantgate.config.gates import Gates, load_gates
-from quantgate.errors import CheckpointError
 from quantgate.intake import intake
+from quantgate.runtime.errors import CheckpointError
 
 
 @pytest.fixture(scope="session")

@@ -12,7 +12,7 @@ import signal
 import pytest
 
 from quantgate.intake import bounded_child
-from quantgate.memory import peak_rss_bytes
+from quantgate.runtime.memory import peak_rss_bytes
 
 pytestmark = pytest.mark.unit
 

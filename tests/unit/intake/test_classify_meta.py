@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from quantgate.errors import CheckpointConfigError
 from quantgate.intake import intake
+from quantgate.runtime.errors import CheckpointConfigError
 from support.model_size import size_from_config
 
 pytestmark = pytest.mark.unit

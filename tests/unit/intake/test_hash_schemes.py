@@ -11,8 +11,9 @@ import warnings
 
 import pytest
 
-from quantgate.errors import CheckpointError
-from quantgate.hashing import (
+from quantgate.intake import confirm, intake
+from quantgate.runtime.errors import CheckpointError
+from quantgate.runtime.hashing import (
     SOURCE_SCHEME,
     FileEntry,
     blake3_file,
@@ -22,7 +23,6 @@ from quantgate.hashing import (
     merkle_file,
     sha256_file,
 )
-from quantgate.intake import confirm, intake
 
 pytestmark = pytest.mark.unit
 

@@ -28,7 +28,10 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
-from quantgate.errors import (
+from quantgate.intake import chat_template, intake, regex_probes
+from quantgate.quantize.engines.model_free import source_view
+from quantgate.quantize.engines.stream_fp8 import plan
+from quantgate.runtime.errors import (
     CheckpointConfigError,
     CheckpointError,
     CorruptSafetensorsError,
@@ -37,10 +40,7 @@ from quantgate.errors import (
     RemoteCodeError,
     SymlinkEscapeError,
 )
-from quantgate.intake import chat_template, intake, regex_probes
-from quantgate.progress import RichProgress
-from quantgate.quantize.engines.model_free import source_view
-from quantgate.quantize.engines.stream_fp8 import plan
+from quantgate.runtime.progress import RichProgress
 from support.cli import quantgate
 
 pytestmark = pytest.mark.unit

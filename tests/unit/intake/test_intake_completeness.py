@@ -14,8 +14,8 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
-from quantgate.errors import IncompleteCheckpointError
 from quantgate.intake import intake
+from quantgate.runtime.errors import IncompleteCheckpointError
 from support.cli import quantgate
 from support.models import write_tiny_model, write_tiny_tokenizer
 

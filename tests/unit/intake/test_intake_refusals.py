@@ -14,7 +14,8 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
-from quantgate.errors import (
+from quantgate.intake import weights
+from quantgate.runtime.errors import (
     CheckpointConfigError,
     CorruptSafetensorsError,
     EmptyCheckpointError,
@@ -25,7 +26,6 @@ from quantgate.errors import (
     ShapeMismatchError,
     SymlinkEscapeError,
 )
-from quantgate.intake import weights
 
 pytestmark = pytest.mark.unit
 

@@ -10,8 +10,8 @@ import pytest
 import torch
 from safetensors.torch import save_file
 
-from quantgate.errors import CorruptSafetensorsError
 from quantgate.intake.safetensors_header import read_header
+from quantgate.runtime.errors import CorruptSafetensorsError
 
 pytestmark = pytest.mark.unit
 

@@ -7,8 +7,8 @@ import json
 
 import pytest
 
-from quantgate.errors import MissingShardError
 from quantgate.intake.weights import _weight_map
+from quantgate.runtime.errors import MissingShardError
 
 pytestmark = pytest.mark.unit
 

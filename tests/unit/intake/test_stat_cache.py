@@ -8,8 +8,8 @@ import os
 import pytest
 from safetensors.torch import load_file, save_file
 
-from quantgate.errors import NonFiniteWeightsError
 from quantgate.intake import intake
+from quantgate.runtime.errors import NonFiniteWeightsError
 
 pytestmark = pytest.mark.unit
 

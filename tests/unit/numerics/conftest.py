@@ -15,8 +15,8 @@ import torch
 
 from quantgate.calibration import build_set, load_spec
 from quantgate.config.gates import load_gates
-from quantgate.errors import ServingError
 from quantgate.intake import intake
+from quantgate.runtime.errors import ServingError
 from support.builds import build_targets
 from support.models import tiny_config, write_tiny_model, write_tiny_tokenizer
 

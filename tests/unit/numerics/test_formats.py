@@ -12,9 +12,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from quantgate.errors import InputError
 from quantgate.numerics import activation_format, kv_cache_format, register_activation, weight_format
 from quantgate.numerics import formats as formats_module
+from quantgate.runtime.errors import InputError
 
 pytestmark = pytest.mark.unit
 

@@ -11,9 +11,9 @@ import torch
 from safetensors import safe_open
 from safetensors.torch import save_file
 
-from quantgate.errors import InputError
 from quantgate.numerics import kv_cache_format, load_for_eval
 from quantgate.numerics.artifact import read_kv_scales
+from quantgate.runtime.errors import InputError
 
 pytestmark = pytest.mark.unit
 
@@ -158,8 +158,8 @@ def test_a_cache_storing_each_token_at_write_decodes_the_emulations_tokens(artif
     reads them as they are, where ``generate`` quantizes the whole cache at every step: the same
     values, so the same tokens; and each stored token went through its layer's storage once."""
     from quantgate.evaluate import decode
-    from quantgate.greedy import greedy_config, token_ids
     from quantgate.numerics import kvcache
+    from quantgate.runtime.greedy import greedy_config, token_ids
 
     model = load_for_eval(artifacts[target]).model
     hooks = kvcache.stored_hooks(model)

@@ -11,8 +11,8 @@ from safetensors import safe_open
 from safetensors.torch import save_file
 
 from quantgate.config.targets import ActivationNumerics
-from quantgate.errors import InputError
 from quantgate.numerics import EmulatedLinear, load_for_eval, load_source_for_eval
+from quantgate.runtime.errors import InputError
 
 pytestmark = pytest.mark.unit
 

@@ -21,7 +21,6 @@ from safetensors import safe_open
 from safetensors.torch import save_file
 
 from quantgate.config.targets import Catalog
-from quantgate.errors import InputError, ServingError
 from quantgate.evaluate.data import DataDir
 from quantgate.evaluate.runner import evaluate
 from quantgate.evaluate.suites import EvalContext, load_suite
@@ -29,6 +28,7 @@ from quantgate.numerics import EmulatedLinear, Float32GemmLinear, load_for_eval,
 from quantgate.numerics.artifact import read_kv_scales, read_quantized_tensors
 from quantgate.numerics.moe import ExpertWeights, QuantizedExperts, expert_key, vllm_expert_names
 from quantgate.numerics.weights import DecodedWeight
+from quantgate.runtime.errors import InputError, ServingError
 from quantgate.serving.check import check_artifact
 from support.builds import build_targets
 
@@ -234,8 +234,8 @@ def test_each_rank_reads_only_its_slice_of_every_cut_module(moe_artifacts, monke
     ``_cut_experts`` would have cut it after decoding the whole model: q/k/v and an expert's gate
     and up by their output rows (bias too), o and an expert's down by their input columns (NVFP4:
     packed bytes and block scales alike), a row-wise per-channel scale and every global scale whole."""
-    from quantgate import sharding
     from quantgate.numerics.artifact import disk_to_memory, meta_skeleton, read_style
+    from quantgate.runtime import sharding
 
     artifact = _built(moe_artifacts, "mixtral").artifacts[target]
     whole = read_quantized_tensors(artifact)

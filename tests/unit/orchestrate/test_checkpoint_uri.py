@@ -6,8 +6,8 @@ import filecmp
 
 import pytest
 
-from quantgate.errors import InputError
 from quantgate.orchestrate.checkpoint_uri import local_checkpoint
+from quantgate.runtime.errors import InputError
 from support.servers import TEST_CREDENTIALS, moto_s3
 
 pytestmark = [pytest.mark.unit, pytest.mark.heavy]

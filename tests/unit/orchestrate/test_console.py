@@ -15,9 +15,9 @@ import uuid
 
 import pytest
 
-from quantgate.errors import StepFailed, StepTimeout
 from quantgate.orchestrate import console
 from quantgate.orchestrate.steps import run_process
+from quantgate.runtime.errors import StepFailed, StepTimeout
 
 pytestmark = pytest.mark.unit
 

@@ -14,7 +14,7 @@ import time
 
 import pytest
 
-from quantgate.errors import InputError, UsageError
+from quantgate.runtime.errors import InputError, UsageError
 
 pytestmark = pytest.mark.unit
 
@@ -144,8 +144,8 @@ def test_without_flock_a_holder_on_another_host_is_refused_with_the_way_out(no_f
 
 
 def _plan(checkpoint, repo_root, out, run_id):
+    from quantgate.config import cache_dir
     from quantgate.orchestrate.plan import make_plan
-    from quantgate.paths import cache_dir
 
     return make_plan(
         checkpoint=checkpoint,

@@ -9,16 +9,16 @@ import shutil
 
 import pytest
 
-from quantgate.errors import CheckpointError, InputError, UsageError
 from quantgate.evaluate.data import MissingDataError
 from quantgate.evaluate.suites import load_suites
 from quantgate.orchestrate.plan import PLAN_FILE, PlannedSuite, make_plan, read_plan, resolve_plan
+from quantgate.runtime.errors import CheckpointError, InputError, UsageError
 
 pytestmark = pytest.mark.unit
 
 
 def _plan(checkpoint, repo_root, out, **options):
-    from quantgate.paths import cache_dir
+    from quantgate.config import cache_dir
 
     defaults = {
         "targets": ["hopper-fp8"],
@@ -180,7 +180,7 @@ def test_build_and_eval_resolve_their_parts_as_the_run_plans_them_and_write_noth
     """``quantgate build`` resolves the builds part, ``eval`` the suites part, ``run`` (make_plan)
     both, all through ``resolve_plan``: for the same options, the same targets (the model class's,
     no --targets), recipes, KV decisions, calibration set and suites; resolving writes nothing."""
-    from quantgate.paths import cache_dir
+    from quantgate.config import cache_dir
 
     options = {"checkpoint": tiny_llama, "root": repo_root, "cache": cache_dir(), "suites": ["wikitext"]}
     run = make_plan(out=tmp_path / "run", targets=None, step_timeout_s=60, **options)

@@ -126,7 +126,7 @@ def test_the_checkpoint_and_every_other_field_reach_the_plan(tiny_llama, repo_ro
     """The parameter walk: a request as a deployment sends it (JSON) is planned, and its checkpoint
     is the plan's source, its targets, tenants, suites and settings the plan's, none lost or
     replaced by a default on the way."""
-    from quantgate.paths import cache_dir
+    from quantgate.config import cache_dir
 
     sent = {
         "checkpoint": str(tiny_llama),

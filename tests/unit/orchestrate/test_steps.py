@@ -7,8 +7,8 @@ import time
 
 import pytest
 
-from quantgate.errors import StepFailed, StepTimeout, TransientError
 from quantgate.orchestrate.steps import run_process
+from quantgate.runtime.errors import StepFailed, StepTimeout, TransientError
 
 pytestmark = pytest.mark.unit
 

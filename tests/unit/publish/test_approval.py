@@ -20,14 +20,14 @@ import os
 import pytest
 from mlflow import MlflowClient
 
-from quantgate.artifact import read_manifest
-from quantgate.errors import (
+from quantgate.contracts.artifact import read_manifest
+from quantgate.publish import naming, publish_report, pull, release, withdraw_failed
+from quantgate.runtime.errors import (
     SignatureError,
     StaleReleaseError,
     TamperedArtifactError,
     UnapprovedVersionError,
 )
-from quantgate.publish import naming, publish_report, pull, release, withdraw_failed
 from support.artifacts import MODEL, installed_entries, write_artifact, write_report
 
 pytestmark = pytest.mark.unit

@@ -9,11 +9,11 @@ import tracemalloc
 import pytest
 from mlflow import MlflowClient
 
-from quantgate.errors import ReportError, SignatureError, UnapprovedVersionError
+from quantgate.contracts.report_schema import read_report
 from quantgate.publish import naming, publish_report, pull
 from quantgate.publish.local_store import local_path
 from quantgate.publish.signing import SIGNATURE
-from quantgate.report_schema import read_report
+from quantgate.runtime.errors import ReportError, SignatureError, UnapprovedVersionError
 from support.artifacts import MODEL, installed_entries, write_artifact, write_report
 from support.cli import quantgate
 
@@ -73,7 +73,7 @@ def test_quantgate_gate_with_the_approved_versions_report_nested_100k_deep(repo_
 
 
 def test_a_report_over_the_size_limit_is_refused_before_it_is_read(tmp_path, monkeypatch):
-    from quantgate import report_schema
+    from quantgate.contracts import report_schema
 
     monkeypatch.setattr(report_schema, "MAX_REPORT_BYTES", 1000)  # the limit, lowered for the test
     (tmp_path / "report.json").write_text('{"model": "' + "x" * 2000 + '"}')

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from quantgate.errors import ConfigFileError, UsageError
 from quantgate.publish import RegistryConfig, naming
+from quantgate.runtime.errors import ConfigFileError, UsageError
 
 pytestmark = pytest.mark.unit
 

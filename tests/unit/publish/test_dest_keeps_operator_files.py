@@ -7,9 +7,9 @@ import os
 
 import pytest
 
-from quantgate.artifact import hash_files, read_manifest
-from quantgate.errors import DestinationError
+from quantgate.contracts.artifact import hash_files, read_manifest
 from quantgate.publish import publish_report, pull
+from quantgate.runtime.errors import DestinationError
 from support.artifacts import MODEL, write_artifact, write_report
 
 pytestmark = [pytest.mark.unit, pytest.mark.heavy]

@@ -12,11 +12,11 @@ import time
 import libtorrent as lt
 import pytest
 
-from quantgate.errors import DiskFullError
 from quantgate.fleet import TORRENT, FleetSettings, Seeder, open_node
 from quantgate.publish import pull
 from quantgate.publish.cache import PullCache
 from quantgate.publish.local_store import local_path
+from quantgate.runtime.errors import DiskFullError
 from support.artifacts import MODEL
 from support.fleet import Listener, RawPeer
 from support.servers import free_port

@@ -11,7 +11,6 @@ import os
 import pytest
 from mlflow import MlflowClient
 
-from quantgate.errors import TamperedArtifactError
 from quantgate.fleet import (
     TORRENT,
     FleetSettings,
@@ -24,6 +23,7 @@ from quantgate.fleet import (
 from quantgate.publish import approval, naming, pull
 from quantgate.publish.cache import PullCache
 from quantgate.publish.local_store import local_path
+from quantgate.runtime.errors import TamperedArtifactError
 from support.artifacts import MODEL, installed_entries, write_artifact
 from support.servers import free_port
 

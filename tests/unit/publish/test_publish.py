@@ -7,10 +7,10 @@ import json
 import pytest
 from mlflow import MlflowClient
 
-from quantgate.artifact import read_manifest
-from quantgate.errors import ArtifactAlteredError, ReportError
+from quantgate.contracts.artifact import read_manifest
 from quantgate.publish import naming, publish_report
 from quantgate.publish.local_store import local_path
+from quantgate.runtime.errors import ArtifactAlteredError, ReportError
 from support.artifacts import MODEL, write_artifact, write_report
 
 pytestmark = pytest.mark.unit

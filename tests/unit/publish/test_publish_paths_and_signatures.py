@@ -10,18 +10,18 @@ import sys
 import pytest
 from mlflow import MlflowClient
 
-from quantgate.artifact import MANIFEST
-from quantgate.errors import (
+from quantgate.contracts.artifact import MANIFEST
+from quantgate.fleet import TORRENT
+from quantgate.publish import RegistryConfig, approval, naming, publish_report, pull, release
+from quantgate.publish.local_store import local_path
+from quantgate.publish.signing import SIGNATURE, generate_key_pair, sign, verify
+from quantgate.runtime.errors import (
     ArtifactAlteredError,
     InputError,
     SignatureError,
     TamperedArtifactError,
 )
-from quantgate.fleet import TORRENT
-from quantgate.hashing import FileEntry, content_hash, sha256_file
-from quantgate.publish import RegistryConfig, approval, naming, publish_report, pull, release
-from quantgate.publish.local_store import local_path
-from quantgate.publish.signing import SIGNATURE, generate_key_pair, sign, verify
+from quantgate.runtime.hashing import FileEntry, content_hash, sha256_file
 from support.artifacts import MODEL, installed_entries, write_artifact, write_report
 
 pytestmark = [pytest.mark.unit, pytest.mark.heavy]

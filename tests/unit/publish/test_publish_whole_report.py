@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 from mlflow import MlflowClient
 
-from quantgate.artifact import MANIFEST
-from quantgate.errors import ArtifactAlteredError, InputError, ReportError
+from quantgate.contracts.artifact import MANIFEST
 from quantgate.publish import RegistryConfig, publish_report
+from quantgate.runtime.errors import ArtifactAlteredError, InputError, ReportError
 from support.artifacts import write_artifact, write_report
 
 pytestmark = [pytest.mark.unit, pytest.mark.heavy]

@@ -7,18 +7,18 @@ import shutil
 
 import pytest
 
-from quantgate.artifact import MANIFEST, hash_files, read_manifest
-from quantgate.errors import (
+from quantgate.contracts.artifact import MANIFEST, hash_files, read_manifest
+from quantgate.publish import publish_report, pull
+from quantgate.publish.dest import RECORD
+from quantgate.publish.local_store import local_path
+from quantgate.publish.signing import SIGNATURE
+from quantgate.runtime.errors import (
     DestinationError,
     TamperedArtifactError,
     UnapprovedVersionError,
     UnknownModelError,
     UsageError,
 )
-from quantgate.publish import publish_report, pull
-from quantgate.publish.dest import RECORD
-from quantgate.publish.local_store import local_path
-from quantgate.publish.signing import SIGNATURE
 from support.artifacts import MODEL, installed_entries, write_artifact, write_report
 
 pytestmark = [pytest.mark.unit, pytest.mark.heavy]
@@ -171,7 +171,7 @@ def _with_source_files(tmp_path, source_tokenizer: bytes):
     """An artifact whose manifest records the source's tokenizer.json as ``source_tokenizer``."""
     import hashlib
 
-    from quantgate.artifact import write_manifest
+    from quantgate.contracts.artifact import write_manifest
 
     artifact = write_artifact(
         tmp_path / "arts" / "hopper-fp8",

@@ -7,10 +7,10 @@ import os
 
 import pytest
 
-from quantgate.artifact import hash_files
-from quantgate.errors import TamperedArtifactError, UsageError
+from quantgate.contracts.artifact import hash_files
 from quantgate.publish import pull
 from quantgate.publish.dest import RECORD
+from quantgate.runtime.errors import TamperedArtifactError, UsageError
 from support.artifacts import MODEL
 
 pytestmark = [pytest.mark.unit, pytest.mark.heavy]
@@ -126,7 +126,7 @@ def test_link_shares_inodes_and_an_edit_through_them_is_refused_offline(
 
 
 def test_a_full_disk_during_pull_is_transient_and_leaves_nothing_partial(published, registry, tmp_path):
-    from quantgate.errors import DiskFullError
+    from quantgate.runtime.errors import DiskFullError
     from support.tmpfs import files_under, small_tmpfs
 
     with small_tmpfs(tmp_path / "small-cache", size_kib=200) as cache:  # the artifact is ~300 kB
@@ -142,7 +142,7 @@ def test_a_full_disk_during_pull_is_transient_and_leaves_nothing_partial(publish
 def test_a_full_disk_at_dest_is_transient_and_leaves_no_partial_dest(
     published, registry, pull_cache, tmp_path
 ):
-    from quantgate.errors import DiskFullError
+    from quantgate.runtime.errors import DiskFullError
     from support.tmpfs import files_under, small_tmpfs
 
     with small_tmpfs(tmp_path / "small-serving", size_kib=200) as serving:

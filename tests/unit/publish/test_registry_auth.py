@@ -16,9 +16,9 @@ import urllib.request
 
 import pytest
 
-from quantgate.errors import RegistryRefusedError
 from quantgate.publish import RegistryConfig, publish_report, withdraw_failed
 from quantgate.publish.signing import generate_key_pair
+from quantgate.runtime.errors import RegistryRefusedError
 from support.artifacts import write_artifact, write_report
 from support.servers import free_port
 

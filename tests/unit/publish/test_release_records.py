@@ -14,10 +14,10 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from mlflow import MlflowClient
 
-from quantgate.artifact import read_manifest
-from quantgate.errors import StaleReleaseError, UnapprovedVersionError
+from quantgate.contracts.artifact import read_manifest
 from quantgate.publish import naming, publish_report, pull, release, withdraw_failed
 from quantgate.publish.release import Ledger
+from quantgate.runtime.errors import StaleReleaseError, UnapprovedVersionError
 from support.artifacts import MODEL, installed_entries, write_artifact, write_report
 from support.cli import quantgate
 

@@ -7,16 +7,16 @@ import os
 import pytest
 from mlflow import MlflowClient
 
-from quantgate.artifact import hash_files
-from quantgate.errors import (
+from quantgate.contracts.artifact import hash_files
+from quantgate.publish import RegistryConfig, naming, publish_report, pull, s3_store
+from quantgate.publish.config import TransferSettings
+from quantgate.runtime.errors import (
     RegistryRefusedError,
     RegistryUnavailableError,
     TamperedArtifactError,
     UnapprovedVersionError,
 )
-from quantgate.publish import RegistryConfig, naming, publish_report, pull, s3_store
-from quantgate.publish.config import TransferSettings
-from quantgate.units import MB
+from quantgate.runtime.units import MB
 from support.artifacts import MODEL, write_artifact, write_report
 from support.servers import free_port
 

@@ -17,12 +17,12 @@ from pathlib import Path
 import pytest
 import yaml
 
-from quantgate.artifact import MANIFEST, SUPPORT_FILES, read_manifest, write_manifest
 from quantgate.calibration import build_set, load_spec
 from quantgate.config.gates import load_gates
-from quantgate.errors import BuildError
+from quantgate.contracts.artifact import MANIFEST, SUPPORT_FILES, read_manifest, write_manifest
 from quantgate.intake import intake
 from quantgate.quantize import finalize
+from quantgate.runtime.errors import BuildError
 from support.builds import build_targets
 from support.models import write_tiny_model
 

@@ -10,12 +10,12 @@ import pytest
 import torch
 from safetensors import safe_open
 
-from quantgate.artifact import read_manifest, verify_files
 from quantgate.calibration import build_set, load_spec
 from quantgate.config.gates import load_gates
 from quantgate.config.targets import Catalog
-from quantgate.errors import RecipeIncompatibleError
+from quantgate.contracts.artifact import read_manifest, verify_files
 from quantgate.intake import intake
+from quantgate.runtime.errors import RecipeIncompatibleError
 from support.builds import build_targets
 from support.devices import CPU_AND_CUDA
 from support.models import write_tiny_model
@@ -37,7 +37,7 @@ def test_an_artifact_is_hashed_once_by_its_build_and_a_later_change_is_still_cau
     nothing; a file changed since, even at its old size and mtime, is hashed and refused."""
     import os
 
-    from quantgate import hashing
+    from quantgate.runtime import hashing
 
     record = intake(tiny_llama, load_gates(repo_root / "gates.yaml", catalog))
     cache = tmp_path / "cache"
@@ -186,7 +186,7 @@ def test_an_artifact_built_before_experts_got_the_source_names_is_rebuilt(
     tmp_path, catalog, repo_root, calibration
 ):
     """Same build key, intact files, but llm-compressor's expert names: not reused as it is."""
-    from quantgate.artifact import hash_files, write_manifest
+    from quantgate.contracts.artifact import hash_files, write_manifest
     from quantgate.quantize import expert_names
 
     source = write_tiny_model(tmp_path / "mixtral", "mixtral")
@@ -277,7 +277,7 @@ def _project_with(tmp_path, repo_root, recipe: str, old: str, new: str) -> Catal
 def test_an_unknown_scheme_is_refused_at_preflight_naming_the_recipe(
     tiny_llama, tmp_path, catalog, repo_root
 ):
-    from quantgate.errors import ConfigFileError
+    from quantgate.runtime.errors import ConfigFileError
 
     bad = _project_with(tmp_path, repo_root, "fp8-dynamic.yaml", "scheme: FP8_DYNAMIC", "scheme: FP8_DYNAMC")
     record = intake(tiny_llama, load_gates(repo_root / "gates.yaml", catalog))
@@ -289,7 +289,7 @@ def test_an_unknown_scheme_is_refused_at_preflight_naming_the_recipe(
 def test_an_engine_failure_names_the_target_and_leaves_no_partial_artifact(
     tiny_llama, tmp_path, catalog, repo_root, calibration
 ):
-    from quantgate.errors import BuildError
+    from quantgate.runtime.errors import BuildError
 
     bad = _project_with(
         tmp_path, repo_root, "w4a16-gptq-g64.yaml", "dampening_frac: 0.01", "dampening_frac: lots"

@@ -10,8 +10,8 @@ import sys
 import pytest
 
 from quantgate.config.targets import Catalog
-from quantgate.errors import ConfigFileError
 from quantgate.quantize.engines import ENGINES, declared_engines, engine_class
+from quantgate.runtime.errors import ConfigFileError
 
 pytestmark = pytest.mark.unit
 

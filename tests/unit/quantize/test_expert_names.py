@@ -17,9 +17,9 @@ import torch
 from safetensors import safe_open
 from safetensors.torch import save_file
 
-from quantgate.errors import BuildError
 from quantgate.intake.safetensors_header import read_header
 from quantgate.quantize import expert_names
+from quantgate.runtime.errors import BuildError
 from support.models import write_tiny_model
 
 pytestmark = pytest.mark.unit

@@ -16,11 +16,11 @@ from safetensors.torch import save_file
 from quantgate.calibration import build_set, load_spec
 from quantgate.config.gates import load_gates
 from quantgate.config.targets import KVCache
-from quantgate.errors import CalibrationError
 from quantgate.intake import intake
 from quantgate.numerics import load_for_eval
 from quantgate.numerics.kvcache import ObserveKV, attention_modules, install_kv_hooks
 from quantgate.quantize import kv_calibration as kvc
+from quantgate.runtime.errors import CalibrationError
 from quantgate.serving.check import check_artifact
 from support.builds import build_targets
 from support.models import write_large_llama

@@ -127,7 +127,7 @@ def test_converted_export_serves_and_evaluates_like_llm_compressors(nvfp4, tmp_p
 
 
 def test_an_export_without_nvfp4_weights_is_refused(nvfp4, tmp_path):
-    from quantgate.errors import BuildError
+    from quantgate.runtime.errors import BuildError
 
     export = tmp_path / "plain"
     export.mkdir()

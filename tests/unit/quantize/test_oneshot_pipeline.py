@@ -10,15 +10,15 @@ import torch
 import yaml
 from safetensors import safe_open
 
-from quantgate.artifact import read_manifest, verify_files
 from quantgate.calibration import build_set, load_spec
 from quantgate.config.gates import load_gates
 from quantgate.config.targets import Catalog
+from quantgate.contracts.artifact import read_manifest, verify_files
 from quantgate.intake import intake
-from quantgate.progress import SILENT
 from quantgate.quantize.engines import BuildJob
 from quantgate.quantize.engines import oneshot as oneshot_engine
 from quantgate.quantize.engines.oneshot import OneshotEngine, placement
+from quantgate.runtime.progress import SILENT
 from support.builds import build_targets
 from support.cli import quantgate
 from support.devices import CPU_AND_CUDA

@@ -20,14 +20,14 @@ from pathlib import Path
 import pytest
 import torch
 
-from quantgate.artifact import MANIFEST, artifact_dirs, load_manifest
 from quantgate.calibration import build_set, load_spec
 from quantgate.config.gates import load_gates
-from quantgate.errors import DiskFullError, InputError
+from quantgate.contracts.artifact import MANIFEST, artifact_dirs, load_manifest
 from quantgate.evaluate.data import DataDir
 from quantgate.evaluate.runner import evaluate
 from quantgate.evaluate.suites import EvalContext, load_suite
 from quantgate.intake import intake
+from quantgate.runtime.errors import DiskFullError, InputError
 from support.artifacts import write_artifact
 from support.builds import build_targets
 from support.cli import quantgate as cli
@@ -130,10 +130,10 @@ def test_a_manifest_that_is_no_regular_file_is_refused_without_reading_it(tmp_pa
 
 
 def test_a_manifest_over_the_size_limit_is_not_read_whole(tmp_path, monkeypatch):
-    import quantgate.artifact
+    import quantgate.contracts.artifact
 
     artifact = _artifact(tmp_path)
-    monkeypatch.setattr(quantgate.artifact, "MAX_MANIFEST_BYTES", 1000)
+    monkeypatch.setattr(quantgate.contracts.artifact, "MAX_MANIFEST_BYTES", 1000)
     (artifact / MANIFEST).write_bytes(b" " * 1001)
     with pytest.raises(InputError, match="larger than 1000 bytes"):
         load_manifest(artifact)

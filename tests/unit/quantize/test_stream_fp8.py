@@ -20,10 +20,10 @@ from safetensors.torch import save_file
 from quantgate.calibration import build_set, load_spec
 from quantgate.config.gates import load_gates
 from quantgate.config.targets import Catalog
-from quantgate.errors import ConfigFileError, RecipeIncompatibleError
 from quantgate.intake import intake
 from quantgate.quantize.engines.fp8_channel import FP8, quantize_rows
 from quantgate.quantize.engines.stream_fp8 import plan
+from quantgate.runtime.errors import ConfigFileError, RecipeIncompatibleError
 from support.builds import build_targets
 from support.models import write_large_llama
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from quantgate.orchestrate.plan import make_plan
-from quantgate.progress import SILENT
+from quantgate.runtime.progress import SILENT
 from support.cli import quantgate
 from support.repair_project import TARGET, write_gates
 
@@ -19,7 +19,7 @@ pytestmark = [pytest.mark.unit, pytest.mark.heavy]
 @pytest.fixture(scope="module")
 def run_dir(tmp_path_factory, repo_root, _tiny_models):
     """A planned run of the tiny Llama's NVFP4 artifact: built, evaluated and gated by the CLI."""
-    from quantgate.paths import cache_dir
+    from quantgate.config import cache_dir
     from support.repair_project import make_project
 
     tmp_path = tmp_path_factory.mktemp("repair-command")
@@ -107,8 +107,8 @@ def test_an_unknown_tenant_is_a_usage_error_naming_the_option(run_dir):
 def test_without_the_plan_repair_resolves_the_inputs_the_run_planned(run_dir):
     """``--plan none``: the options are resolved as the run resolved them (``resolve_plan``), so the
     same source, recipes, KV decisions, calibration set, suites, profile and design are repaired with."""
+    from quantgate.config import cache_dir
     from quantgate.orchestrate.repair_inputs import _from_options, _from_plan
-    from quantgate.paths import cache_dir
 
     out, _ = run_dir
     plan = json.loads((out / "plan.json").read_text())

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+from quantgate.contracts.report_schema import ProbeRecord, Report, TargetRepair, TenantRepair
 from quantgate.report import render_html, render_markdown
-from quantgate.report_schema import ProbeRecord, Report, TargetRepair, TenantRepair
 
 pytestmark = pytest.mark.unit
 

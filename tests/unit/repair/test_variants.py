@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from quantgate.errors import ConfigFileError
 from quantgate.repair.variants import variant_recipe, variant_sha256
+from quantgate.runtime.errors import ConfigFileError
 
 pytestmark = pytest.mark.unit
 

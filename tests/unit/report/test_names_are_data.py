@@ -1,7 +1,7 @@
 """Names are data, never markup (issue 25): the terminal, report.md and report.html show a name as
 written, with control characters visible, and nothing in it becomes markup.
 
-Before ``quantgate.escape``: a name holding ``[/]`` crashed the verdict table (rich MarkupError),
+Before ``quantgate.runtime.escape``: a name holding ``[/]`` crashed the verdict table (rich MarkupError),
 ``[bold]`` and ``:thumbs_up:`` rendered, an ANSI escape reached the terminal raw; report.md's
 repair section passed ``<script>`` and ``<img onerror>`` through, and ``md()`` let
 ``![x](http://...)`` put a tracking pixel into a PR comment.
@@ -13,10 +13,10 @@ import io
 
 import pytest
 
-from quantgate.progress import RichProgress
+from quantgate.contracts.report_schema import ProbeRecord, TargetRepair, TenantRepair
 from quantgate.report import render_html, render_markdown
 from quantgate.report.console import verdict_table
-from quantgate.report_schema import ProbeRecord, TargetRepair, TenantRepair
+from quantgate.runtime.progress import RichProgress
 
 pytestmark = pytest.mark.unit
 

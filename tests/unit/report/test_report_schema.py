@@ -7,8 +7,8 @@ import json
 
 import pytest
 
-from quantgate.errors import ReportError
-from quantgate.report_schema import Report, read_report
+from quantgate.contracts.report_schema import Report, read_report
+from quantgate.runtime.errors import ReportError
 from support.cli import quantgate
 
 pytestmark = pytest.mark.unit

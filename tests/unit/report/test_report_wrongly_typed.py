@@ -13,9 +13,9 @@ from collections.abc import Callable
 
 import pytest
 
-from quantgate.errors import ReportError
+from quantgate.contracts.report_schema import read_report
 from quantgate.report import render_html, render_markdown
-from quantgate.report_schema import read_report
+from quantgate.runtime.errors import ReportError
 from support.cli import quantgate
 
 pytestmark = pytest.mark.unit

@@ -6,7 +6,6 @@ import json
 
 import pytest
 
-from quantgate.errors import SettingError
 from quantgate.publish import LocalStore
 from quantgate.rollout.evidence import (
     ENGINES,
@@ -16,6 +15,7 @@ from quantgate.rollout.evidence import (
     read_logs,
     sample_prompts,
 )
+from quantgate.runtime.errors import SettingError
 
 pytestmark = pytest.mark.unit
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from quantgate.config import canary_shares, load_rollout
-from quantgate.errors import ConfigFileError
+from quantgate.runtime.errors import ConfigFileError
 
 pytestmark = pytest.mark.unit
 

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from quantgate.errors import InputError, SettingError, UsageError
 from quantgate.rollout import FileEvidence, SourceOptions, TelemetryEvidence, evidence_source
 from quantgate.rollout.telemetry_source import split_log_uri
+from quantgate.runtime.errors import InputError, SettingError, UsageError
 
 pytestmark = pytest.mark.unit
 

@@ -9,12 +9,12 @@ from pathlib import Path
 import pytest
 import yaml
 
-from quantgate.artifact import read_manifest
 from quantgate.calibration import build_set, load_spec
 from quantgate.config.gates import load_gates
 from quantgate.config.targets import Catalog
-from quantgate.errors import ServingError
+from quantgate.contracts.artifact import read_manifest
 from quantgate.intake import intake
+from quantgate.runtime.errors import ServingError
 from quantgate.serving.check import check_artifact
 from support.builds import build_targets
 from support.cli import quantgate

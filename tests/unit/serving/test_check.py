@@ -7,7 +7,7 @@ import yaml
 from serving_artifacts import model_config, model_tensors, quant_config, target_with, write_artifact
 
 from quantgate.config.targets import Catalog
-from quantgate.errors import ConfigFileError, ServingError
+from quantgate.runtime.errors import ConfigFileError, ServingError
 from quantgate.serving.check import check_artifact, require_loadable
 
 pytestmark = pytest.mark.unit

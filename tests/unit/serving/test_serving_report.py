@@ -8,13 +8,13 @@ from pathlib import Path
 import pytest
 from serving_artifacts import model_config, model_tensors, quant_config, target_with, write_artifact
 
-from quantgate.artifact import Manifest, read_manifest
 from quantgate.calibration import build_set, load_spec
 from quantgate.config.gates import load_gates
+from quantgate.contracts.artifact import Manifest, read_manifest
+from quantgate.contracts.report_schema import Report
 from quantgate.gate.run import gate_results
 from quantgate.intake import intake
 from quantgate.report import render_html, render_markdown
-from quantgate.report_schema import Report
 from quantgate.serving.check import check_artifact
 from support.builds import build_targets
 

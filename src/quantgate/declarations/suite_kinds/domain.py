@@ -10,9 +10,9 @@ from typing import Any, Literal
 
 from pydantic import Field, PositiveInt
 
+from quantgate.declarations.metrics import Metric, Sums, correctness, perplexity, require_evaluated
 from quantgate.declarations.suites import SuiteDeclaration, SuiteSpec, declare
-from quantgate.frozen import Frozen
-from quantgate.metrics import Metric, Sums, correctness, perplexity, require_evaluated
+from quantgate.runtime.frozen import Frozen
 
 PERPLEXITY = Metric(
     False,

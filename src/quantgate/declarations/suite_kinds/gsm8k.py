@@ -9,9 +9,9 @@ from typing import Any, Literal
 
 from pydantic import NonNegativeInt, PositiveInt
 
+from quantgate.declarations.metrics import Metric, correctness, require_evaluated
 from quantgate.declarations.suites import DataSource, SuiteDeclaration, SuiteSpec, declare
-from quantgate.frozen import Frozen
-from quantgate.metrics import Metric, correctness, require_evaluated
+from quantgate.runtime.frozen import Frozen
 
 
 class Gsm8kSizes(Frozen):

@@ -9,9 +9,9 @@ from typing import Any, Literal
 
 from pydantic import Field, PositiveFloat, PositiveInt
 
+from quantgate.declarations.metrics import Metric, correctness, require_evaluated
 from quantgate.declarations.suites import SuiteDeclaration, SuiteSpec, declare
-from quantgate.frozen import Frozen
-from quantgate.metrics import Metric, correctness, require_evaluated
+from quantgate.runtime.frozen import Frozen
 
 
 class HumanEvalSizes(Frozen):

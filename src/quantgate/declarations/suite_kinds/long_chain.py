@@ -10,9 +10,16 @@ from typing import Any, Literal
 
 from pydantic import Field, NonNegativeInt, PositiveInt
 
+from quantgate.declarations.metrics import (
+    Metric,
+    mean,
+    mean_sums,
+    require_evaluated,
+    weighted_mean,
+    weighted_sums,
+)
 from quantgate.declarations.suites import DataSource, SuiteDeclaration, SuiteSpec, declare
-from quantgate.frozen import Frozen
-from quantgate.metrics import Metric, mean, mean_sums, require_evaluated, weighted_mean, weighted_sums
+from quantgate.runtime.frozen import Frozen
 
 KLD_RANGE = (0.0, math.inf)  # a trace's mean KL: no natural bound (the floor's class bounds it, as text's)
 

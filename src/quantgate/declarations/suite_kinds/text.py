@@ -10,9 +10,7 @@ from typing import Any, Literal
 
 from pydantic import Field, NonNegativeInt, PositiveInt, model_validator
 
-from quantgate.declarations.suites import DataSource, SuiteDeclaration, SuiteSpec, declare
-from quantgate.frozen import Frozen
-from quantgate.metrics import (
+from quantgate.declarations.metrics import (
     Exceeds,
     Metric,
     Sums,
@@ -22,6 +20,8 @@ from quantgate.metrics import (
     weighted_mean,
     weighted_sums,
 )
+from quantgate.declarations.suites import DataSource, SuiteDeclaration, SuiteSpec, declare
+from quantgate.runtime.frozen import Frozen
 
 KLD_Q = 0.99  # the quantile kld_p99 reports
 

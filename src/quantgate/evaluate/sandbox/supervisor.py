@@ -21,7 +21,7 @@ import signal
 import sys
 import time
 
-# sizes in SI bytes, as everywhere in quantgate (quantgate.units), written out: only the
+# sizes in SI bytes, as everywhere in quantgate (quantgate.runtime.units), written out: only the
 # standard library imports here
 MB = 10**6
 FILE_SIZE_LIMIT = 16 * MB

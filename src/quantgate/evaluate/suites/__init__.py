@@ -2,7 +2,7 @@
 
 A suite YAML names its ``kind``; the kind (a ``SuiteKind``) validates the YAML strictly, runs
 the source once and scores models against it, and declares what the gate may measure on it
-(``quantgate.metrics``), so that neither the evaluation runner nor the gate has code per kind. A
+(``quantgate.declarations.metrics``), so that neither the evaluation runner nor the gate has code per kind. A
 new kind is one file with ``@register("kind")``, or, from outside this package, a
 ``quantgate.suite_kinds`` entry point (``name = module:Class``) of an installed distribution; a
 new suite of an existing kind (a tenant's domain suite) is a YAML and its data, no code.

@@ -15,9 +15,9 @@ import re
 
 from quantgate.config import file_digest
 from quantgate.declarations.suite_kinds.domain import DomainDeclaration, DomainSpec
-from quantgate.errors import ConfigFileError
 from quantgate.evaluate.paired import flip_metrics
 from quantgate.evaluate.suites.kind import DECODE, EvalContext, SuiteKind, SuiteResult, register
+from quantgate.runtime.errors import ConfigFileError
 
 
 def _normalize(text: str) -> str:

@@ -14,12 +14,12 @@ from __future__ import annotations
 
 import random
 
+from quantgate.declarations.metrics import ERROR, item_error
 from quantgate.declarations.suite_kinds.gsm8k import Gsm8kDeclaration, Gsm8kSpec
 from quantgate.evaluate.data import jsonl_file, load_jsonl_records
 from quantgate.evaluate.lmeval import run_task, task_config
 from quantgate.evaluate.paired import flip_metrics
 from quantgate.evaluate.suites.kind import DECODE, EvalContext, SuiteKind, SuiteResult, register
-from quantgate.metrics import ERROR, item_error
 
 FILTERS = ("strict-match", "flexible-extract")  # lm-eval's gsm8k answer filters; both are reported
 

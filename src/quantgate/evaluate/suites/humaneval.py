@@ -25,15 +25,15 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from quantgate.declarations.metrics import ERROR, item_error
 from quantgate.declarations.suite_kinds.humaneval import HumanEvalDeclaration, HumanEvalSpec
-from quantgate.errors import MissingDependencyError
 from quantgate.evaluate.lmeval import run_task, task_config
 from quantgate.evaluate.paired import flip_metrics
 from quantgate.evaluate.sandbox import Check, run_check, unavailable
 from quantgate.evaluate.suites.kind import DECODE, EvalContext, SuiteKind, SuiteResult, register
-from quantgate.hashing import sha256_file
-from quantgate.metrics import ERROR, item_error
-from quantgate.units import MB
+from quantgate.runtime.errors import MissingDependencyError
+from quantgate.runtime.hashing import sha256_file
+from quantgate.runtime.units import MB
 
 
 def problems_file() -> Path:

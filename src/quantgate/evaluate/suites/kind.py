@@ -11,10 +11,10 @@ from pathlib import Path
 from typing import Any
 
 from quantgate.declarations import SuiteDeclaration
+from quantgate.declarations.metrics import item_errors
 from quantgate.evaluate.data import DataDir
-from quantgate.metrics import item_errors
-from quantgate.progress import SILENT, Progress
-from quantgate.registry import mark
+from quantgate.runtime.progress import SILENT, Progress
+from quantgate.runtime.registry import mark
 
 # a token generated one at a time costs about this many tokens prefilled in one pass (greedy decoding
 # of the default model on 2 CPU cores: 26-195 tokens/s generated against ~1,500 scored)

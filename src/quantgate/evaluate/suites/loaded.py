@@ -10,7 +10,7 @@ from pathlib import Path
 from quantgate.config import content_digest, declare_suite, declare_suites
 from quantgate.declarations import ENTRY_POINTS, SuiteSpec
 from quantgate.evaluate.suites.kind import SuiteKind
-from quantgate.extensions import PluginRegistry
+from quantgate.runtime.extensions import PluginRegistry
 
 
 @dataclass(frozen=True)

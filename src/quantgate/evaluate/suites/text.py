@@ -32,14 +32,14 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from quantgate.config import file_digest
-from quantgate.declarations.suite_kinds.text import KLD_Q, TextDeclaration, TextSizes, TextSpec
-from quantgate.errors import ConfigFileError
-from quantgate.evaluate.data import load_text
-from quantgate.evaluate.suites.kind import EvalContext, SuiteKind, SuiteResult, register
-from quantgate.frozen import Frozen
-from quantgate.metrics import (
+from quantgate.declarations.metrics import (
     tail_size,
 )
+from quantgate.declarations.suite_kinds.text import KLD_Q, TextDeclaration, TextSizes, TextSpec
+from quantgate.evaluate.data import load_text
+from quantgate.evaluate.suites.kind import EvalContext, SuiteKind, SuiteResult, register
+from quantgate.runtime.errors import ConfigFileError
+from quantgate.runtime.frozen import Frozen
 
 if TYPE_CHECKING:
     from quantgate.evaluate.scoring import Scores

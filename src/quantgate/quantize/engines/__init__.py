@@ -14,8 +14,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from quantgate.extensions import PluginRegistry, declared
 from quantgate.quantize.engines.base import BuildJob, Engine, register
+from quantgate.runtime.extensions import PluginRegistry, declared
 
 __all__ = ["ENGINES", "BuildJob", "Engine", "declared_engines", "engine_class", "register"]
 

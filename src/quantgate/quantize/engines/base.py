@@ -9,13 +9,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
 from quantgate.config import KVCache
-from quantgate.registry import mark
+from quantgate.runtime.registry import mark
 
 if TYPE_CHECKING:
     from quantgate.calibration import CalibrationSet
     from quantgate.config import Recipe
     from quantgate.intake import SourceRecord
-    from quantgate.progress import Progress
+    from quantgate.runtime.progress import Progress
 
 
 @dataclass(frozen=True)

@@ -15,8 +15,8 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from quantgate.atomic import write_json
-from quantgate.paths import cache_dir
+from quantgate.config import cache_dir
+from quantgate.runtime.atomic import write_json
 
 SCHEME = "FP8_DYNAMIC"
 

@@ -20,11 +20,11 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from quantgate.config import Recipe
-from quantgate.errors import ConfigFileError
 from quantgate.intake import SourceRecord
 from quantgate.quantize.engines._logs import quiet
 from quantgate.quantize.engines.base import BuildJob, register
 from quantgate.quantize.preflight import check_group_sizes
+from quantgate.runtime.errors import ConfigFileError
 
 
 def _scheme_and_ignore(recipe: Recipe) -> tuple[str, list[str]]:

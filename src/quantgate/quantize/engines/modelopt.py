@@ -25,10 +25,10 @@ from pathlib import Path
 from typing import Any
 
 from quantgate.config import KVCache, Recipe
-from quantgate.errors import BuildError, MissingDependencyError
 from quantgate.intake import SourceRecord
 from quantgate.quantize.engines.base import BuildJob, register
 from quantgate.quantize.kv_calibration import KV_CACHE_SCHEME
+from quantgate.runtime.errors import BuildError, MissingDependencyError
 
 # compressed-tensors' NVFP4 preset as llm-compressor writes it into config.json (observers are
 # calibration details, not read by any loader)

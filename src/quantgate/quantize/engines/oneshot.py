@@ -17,13 +17,13 @@ from pathlib import Path
 from typing import Any
 
 from quantgate.config import KVCache, Recipe
-from quantgate.errors import BuildError, CalibrationError
 from quantgate.intake import SourceRecord
 from quantgate.quantize.engines._logs import quiet
 from quantgate.quantize.engines.base import BuildJob, register
 from quantgate.quantize.kv_calibration import with_kv_cache_scheme
 from quantgate.quantize.preflight import check_group_sizes
-from quantgate.units import format_bytes
+from quantgate.runtime.errors import BuildError, CalibrationError
+from quantgate.runtime.units import format_bytes
 
 # the largest file of an artifact, as the hub's checkpoints are cut (a streamed FP8 artifact keeps
 # its source's files): the manifest hashes one file per core, and llm-compressor's own default,

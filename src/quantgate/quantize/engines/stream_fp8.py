@@ -23,12 +23,12 @@ from pathlib import Path
 from typing import Any
 
 from quantgate.config import Recipe
-from quantgate.errors import ConfigFileError, RecipeIncompatibleError
 from quantgate.intake import SafetensorsHeader, SourceRecord, TensorInfo, model_files, read_header
 from quantgate.quantize.engines._shard_io import DTYPES, OutTensor, ShardWriter, read_into
 from quantgate.quantize.engines.base import BuildJob, register
 from quantgate.quantize.engines.fp8_config import SCHEME, quantization_config
 from quantgate.quantize.preflight import weight_group_size
+from quantgate.runtime.errors import ConfigFileError, RecipeIncompatibleError
 
 READAHEAD_BYTES = 256 * 1024**2
 INDEX = "model.safetensors.index.json"

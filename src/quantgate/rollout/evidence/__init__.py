@@ -8,7 +8,6 @@ traffic mix for replay (``quantgate.rollout.replay``). Every record carries ``ev
 
 from typing import TYPE_CHECKING
 
-from quantgate.exports import lazy_exports
 from quantgate.rollout.evidence.errors import (
     EvidenceFormatError,
     EvidenceUnavailableError,
@@ -21,6 +20,7 @@ from quantgate.rollout.evidence.types import (
     ReplayPair,
     VersionTelemetry,
 )
+from quantgate.runtime.exports import lazy_exports
 
 if TYPE_CHECKING:
     from quantgate.rollout.evidence.digest import as_json, evidence_digest

@@ -3,7 +3,7 @@ series or endpoint that answers wrongly is a setting to fix (exit 2), named with
 
 from __future__ import annotations
 
-from quantgate.errors import InputError, TransientError
+from quantgate.runtime.errors import InputError, TransientError
 
 
 class EvidenceUnavailableError(TransientError):

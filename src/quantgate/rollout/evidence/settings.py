@@ -21,9 +21,9 @@ from pathlib import Path
 import yaml
 from pydantic import Field, HttpUrl, PositiveFloat, ValidationError
 
-from quantgate.errors import SettingError, first_problem
-from quantgate.frozen import Frozen
-from quantgate.suggest import did_you_mean
+from quantgate.runtime.errors import SettingError, first_problem
+from quantgate.runtime.frozen import Frozen
+from quantgate.runtime.suggest import did_you_mean
 
 ENV_URL = "QUANTGATE_PROMETHEUS_URL"
 ENV_ENGINE = "QUANTGATE_TELEMETRY_ENGINE"

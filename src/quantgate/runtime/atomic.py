@@ -31,7 +31,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from quantgate.errors import DiskFullError, TransientError
+from quantgate.runtime.errors import DiskFullError, TransientError
 
 _DISK_FULL_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT})
 # how libraries with their own I/O (safetensors' Rust writer) spell ENOSPC and EDQUOT

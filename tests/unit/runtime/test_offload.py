@@ -1,4 +1,4 @@
-"""``quantgate.offload``: which layers stay on the device under ``--max-memory``, and how much it reads.
+"""``quantgate.runtime.offload``: which layers stay on the device under ``--max-memory``, and how much it reads.
 
 The evaluation through the command line, offloaded against resident, is
 tests/integration/test_offloaded_eval.py; here the placement itself, on models built in memory.
@@ -9,8 +9,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from quantgate import offload
-from quantgate.errors import UsageError
+from quantgate.runtime import offload
+from quantgate.runtime.errors import UsageError
 from support.models import tiny_config
 
 

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from quantgate.atomic import (
+from quantgate.runtime.atomic import (
     install_dir,
     remove_dir,
     remove_stale,
@@ -23,7 +23,7 @@ from quantgate.atomic import (
     write_json,
     write_text,
 )
-from quantgate.errors import DiskFullError
+from quantgate.runtime.errors import DiskFullError
 from support.tmpfs import files_under, fill, small_tmpfs
 
 pytestmark = pytest.mark.unit
@@ -207,7 +207,7 @@ def test_other_failures_on_a_disk_with_room_stay_what_they_were(tmp_path):
 _HOLD = """
 import sys, time
 from pathlib import Path
-from quantgate.atomic import staged_dir
+from quantgate.runtime.atomic import staged_dir
 with staged_dir(Path(sys.argv[1])) as tmp:
     (tmp / "half.safetensors").write_bytes(b"half")
     print(tmp, flush=True)

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from quantgate import devices
-from quantgate.errors import InputError
+from quantgate.runtime import devices
+from quantgate.runtime.errors import InputError
 
 pytestmark = pytest.mark.unit
 

@@ -6,8 +6,8 @@ from pathlib import PurePosixPath
 
 import pytest
 
-from quantgate.errors import UnsafePathError
-from quantgate.safe_path import safe_relpath
+from quantgate.runtime.errors import UnsafePathError
+from quantgate.runtime.safe_path import safe_relpath
 
 pytestmark = pytest.mark.unit
 

@@ -15,12 +15,12 @@ import pytest
 import torch
 from torch import nn
 
-from quantgate import sharding
-from quantgate.errors import InputError, UsageError
 from quantgate.numerics.cpu_gemm import Float32GemmLinear
 from quantgate.numerics.emulated import EmulatedLinear
 from quantgate.numerics.formats import activation_format
 from quantgate.numerics.weights import DecodedWeight
+from quantgate.runtime import sharding
+from quantgate.runtime.errors import InputError, UsageError
 
 pytestmark = pytest.mark.unit
 

@@ -25,7 +25,7 @@ from typing import Any, Literal, TypeVar
 
 from pydantic import Field, NonNegativeInt, SerializerFunctionWrapHandler, model_serializer
 
-from quantgate.frozen import FrozenRecord
+from quantgate.runtime.frozen import FrozenRecord
 
 CHUNK_BYTES = 8 * 1024 * 1024
 T = TypeVar("T")

@@ -15,12 +15,12 @@ import torch
 from quantgate import declarations
 from quantgate.config import Catalog
 from quantgate.declarations import SUITE_KINDS
-from quantgate.errors import ConfigFileError
 from quantgate.evaluate import KINDS
 from quantgate.numerics import kv_cache_format, kv_cache_formats
 from quantgate.numerics.formats import ACTIVATION_FORMATS, KV_CACHE_FORMATS
 from quantgate.numerics.weights import WEIGHT_FORMATS
 from quantgate.quantize.engines import ENGINES, engine_class
+from quantgate.runtime.errors import ConfigFileError
 
 pytestmark = pytest.mark.unit
 

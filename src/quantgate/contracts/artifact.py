@@ -22,12 +22,12 @@ from typing import Any
 from pydantic import NonNegativeInt, ValidationError, field_validator
 
 from quantgate.config import KVCache, Numerics
-from quantgate.errors import InputError, first_problem
-from quantgate.frozen import FrozenRecord
-from quantgate.hashing import FileEntry, file_problem, sha256_files
-from quantgate.safe_path import path_problem
-from quantgate.serving_table import ServingTable
-from quantgate.stat_cache import StatCache
+from quantgate.contracts.serving_table import ServingTable
+from quantgate.runtime.errors import InputError, first_problem
+from quantgate.runtime.frozen import FrozenRecord
+from quantgate.runtime.hashing import FileEntry, file_problem, sha256_files
+from quantgate.runtime.safe_path import path_problem
+from quantgate.runtime.stat_cache import StatCache
 
 MANIFEST = "manifest.json"
 SCHEMA_VERSION = 1
@@ -251,7 +251,7 @@ def load_manifest(directory: Path) -> Manifest:
 def verify_files(directory: Path, manifest: Manifest, cache: Path | None = None) -> list[str]:
     """Problems found comparing ``directory`` with its manifest; empty when intact.
 
-    ``cache``: a stat cache directory (``quantgate.stat_cache``): a file unchanged since it last
+    ``cache``: a stat cache directory (``quantgate.runtime.stat_cache``): a file unchanged since it last
     matched this manifest (by the build that wrote it, or an earlier verification) is not hashed
     again, and an intact directory's files are recorded for the next reader."""
     problems = []

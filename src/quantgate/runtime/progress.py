@@ -12,7 +12,7 @@ import contextlib
 from collections.abc import Iterator
 from typing import Protocol, Self
 
-from quantgate.escape import terminal, visible
+from quantgate.runtime.escape import terminal, visible
 
 
 class TaskHandle(Protocol):

@@ -24,9 +24,9 @@ from typing import Any, Literal
 
 from pydantic import Field, ValidationError
 
-from quantgate.atomic import write_json
-from quantgate.errors import InputError, first_problem
-from quantgate.frozen import FrozenRecord
+from quantgate.runtime.atomic import write_json
+from quantgate.runtime.errors import InputError, first_problem
+from quantgate.runtime.frozen import FrozenRecord
 
 RESULTS_VERSION = 1
 RUN_JSON = "run.json"

@@ -16,10 +16,10 @@ from typing import Any, Literal
 from pydantic import ConfigDict, PrivateAttr, ValidationError, model_validator, with_config
 from typing_extensions import TypedDict
 
-from quantgate import bounded_json
-from quantgate.errors import ReportError
-from quantgate.frozen import FrozenRecord
-from quantgate.serving_table import ServingTable
+from quantgate.contracts.serving_table import ServingTable
+from quantgate.runtime import bounded_json
+from quantgate.runtime.errors import ReportError
+from quantgate.runtime.frozen import FrozenRecord
 
 SCHEMA_VERSION = 3
 REPORT_JSON = "report.json"

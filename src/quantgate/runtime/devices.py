@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from quantgate.errors import InputError
+from quantgate.runtime.errors import InputError
 
 CHOICES = ("auto", "cuda", "cpu")
 Device = Literal["cpu", "cuda"]

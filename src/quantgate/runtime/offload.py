@@ -30,8 +30,8 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from quantgate.errors import UsageError
-from quantgate.units import GB, format_bytes, parse_bytes
+from quantgate.runtime.errors import UsageError
+from quantgate.runtime.units import GB, format_bytes, parse_bytes
 
 # on a GPU, ``auto`` leaves this share of the free memory (at least _RESERVE_MIN) to activations:
 # a full window's hidden states, one lm_head chunk's float32 logits (2 GB at a 128k vocabulary), the

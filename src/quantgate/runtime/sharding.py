@@ -40,7 +40,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from quantgate.errors import InputError, UsageError
+from quantgate.runtime.errors import InputError, UsageError
 
 # the plan's styles a replaced linear may carry, by how its weight is cut
 _COLUMN = frozenset({"colwise", "colwise_gather_output", "colwise_rep"})
@@ -146,7 +146,7 @@ def _splits(config: Path | None, processes: int) -> bool:
         return True
     if config is None or not config.is_file():
         return False
-    from quantgate import bounded_json
+    from quantgate.runtime import bounded_json
 
     try:
         values = bounded_json.parse(bounded_json.read_bytes(config, 4 << 20))

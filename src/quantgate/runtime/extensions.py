@@ -38,10 +38,10 @@ from typing import Any, TypeVar
 
 from typing_extensions import get_protocol_members, is_protocol
 
-from quantgate.errors import ConfigFileError
-from quantgate.registry import Registry
+from quantgate.runtime.errors import ConfigFileError
+from quantgate.runtime.registry import Registry
 
-_PACKAGE_DIR = Path(__file__).resolve().parent
+_PACKAGE_DIR = Path(__file__).resolve().parents[1]  # src/quantgate: runtime/ is one level down
 T = TypeVar("T")
 
 

@@ -11,9 +11,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from quantgate.config import path_setting, project_of
+from quantgate.config.environment import path_setting
+from quantgate.config.loader import project_of
 
-PACKAGE_ROOT = Path(__file__).resolve().parents[2]
+PACKAGE_ROOT = Path(__file__).resolve().parents[3]  # src/quantgate/config/paths.py -> the checkout
 
 
 def project_root() -> Path:

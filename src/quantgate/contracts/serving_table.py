@@ -6,7 +6,7 @@ use it without importing the check itself.
 
 from __future__ import annotations
 
-from quantgate.frozen import FrozenRecord
+from quantgate.runtime.frozen import FrozenRecord
 
 
 class Refusal(FrozenRecord):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from quantgate.units import GB, KB, MB, TB, format_bytes
+from quantgate.runtime.units import GB, KB, MB, TB, format_bytes
 
 pytestmark = pytest.mark.unit
 

@@ -17,8 +17,8 @@ import hashlib
 import json
 from pathlib import Path
 
-from quantgate.atomic import write_json
-from quantgate.hashing import FileEntry
+from quantgate.runtime.atomic import write_json
+from quantgate.runtime.hashing import FileEntry
 
 _VERSION = 1
 

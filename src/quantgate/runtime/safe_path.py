@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from pathlib import PurePosixPath
 
-from quantgate.errors import UnsafePathError
+from quantgate.runtime.errors import UnsafePathError
 
 _FIX = "file names must be relative paths inside the artifact, '/'-separated, without '.' or '..' parts"
 

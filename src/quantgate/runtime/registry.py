@@ -17,8 +17,8 @@ import importlib
 from collections.abc import Callable
 from typing import Generic, TypeVar
 
-from quantgate.errors import ConfigFileError
-from quantgate.suggest import did_you_mean
+from quantgate.runtime.errors import ConfigFileError
+from quantgate.runtime.suggest import did_you_mean
 
 T = TypeVar("T")
 MARK = "__quantgate_registered_as__"

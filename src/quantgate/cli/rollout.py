@@ -82,6 +82,35 @@ def watch(
         Path | None,
         typer.Option("--replay", help="Replay evidence (what 'quantgate replay --json' writes)."),
     ] = None,
+    replay_stable: Annotated[
+        str | None,
+        typer.Option(
+            "--replay-stable", help="Stable's OpenAI-compatible endpoint: replay a new sample each look."
+        ),
+    ] = None,
+    replay_canary: Annotated[
+        str | None, typer.Option("--replay-canary", help="The canary's endpoint (with --replay-stable).")
+    ] = None,
+    replay_prompts: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--replay-prompts",
+            help="Request log (JSONL; a path or s3://...) to sample replayed prompts from; repeatable. "
+            "Default: --logs.",
+        ),
+    ] = None,
+    replay_size: Annotated[int, typer.Option("--replay-size", min=1, help="Prompts replayed per look.")] = 16,
+    replay_max_tokens: Annotated[
+        int, typer.Option("--replay-max-tokens", min=1, help="Tokens generated per replayed prompt.")
+    ] = 32,
+    replay_store: Annotated[
+        str | None,
+        typer.Option(
+            "--replay-store",
+            help="Where each look's pairs are kept (a folder or s3://...). "
+            "Default: the registry's artifact URI, else the prompts log's folder.",
+        ),
+    ] = None,
     source: Annotated[
         str | None, typer.Option("--source", help="Your own evidence source: module:factory(root).")
     ] = None,
@@ -111,6 +140,12 @@ def watch(
         engine=engine,
         logs=tuple(logs or ()),
         served_model=served_model,
+        replay_stable=replay_stable,
+        replay_canary=replay_canary,
+        replay_prompts=tuple(replay_prompts or ()),
+        replay_store=replay_store,
+        replay_size=replay_size,
+        replay_max_tokens=replay_max_tokens,
     )
     found = evidence_source(project, cfg, options)
     outcome = watch_once(cfg, model, target, tenant, policy, confidence, found)

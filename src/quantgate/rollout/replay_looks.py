@@ -29,6 +29,7 @@ import tempfile
 from collections import Counter
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from quantgate.errors import InputError
 from quantgate.publish import (
@@ -50,6 +51,9 @@ from quantgate.rollout.evidence_files import replay_to_json
 from quantgate.rollout.replay import ReplaySettings, replay_prompts
 from quantgate.rollout.replay_compare import prompt_sha256
 from quantgate.rollout.telemetry_source import split_log_uri, store_at
+
+if TYPE_CHECKING:
+    from quantgate.rollout.watch import EvidenceSource
 
 PREFIX = "rollout-replay"
 
@@ -164,7 +168,7 @@ def replay_look(
 class ReplayingEvidence:
     """An ``EvidenceSource``: ``live`` from the wrapped source, replay from the endpoints, each look."""
 
-    live: object  # an EvidenceSource
+    live: EvidenceSource
     cfg: RegistryConfig
     endpoints: ReplayEndpoints
 

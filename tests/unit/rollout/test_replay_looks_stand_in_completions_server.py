@@ -31,7 +31,7 @@ PROMPTS = [f"prompt number {i}" for i in range(10)]
 class _Completions(BaseHTTPRequestHandler):
     """Answers every prompt with tokens "a b"; the canary's second position prefers "c"."""
 
-    def do_POST(self):  # noqa: N802 (http.server's name)
+    def do_POST(self):
         body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
         self.server.asked.append(body["prompt"])
         second = {"b": -0.1, "c": -2.5} if self.server.side == "stable" else {"c": -0.1, "b": -2.5}

@@ -113,13 +113,27 @@ class ReplayEndpoints:
 
 
 def _read_look(store, rel: str) -> tuple[ReplayPair, ...] | None:
+    """A stored look's pairs, None when the look has no file; a file whose digest does not match
+    its pairs is an InputError naming it (never read as evidence)."""
     size = store.size(rel)
     if size is None:
         return None
+    where = f"{store.uri.rstrip('/')}/{rel}"
     with tempfile.TemporaryDirectory(prefix="quantgate-replay-look-") as tmp:
         store.download({rel: size}, Path(tmp), lambda r, p: None, lambda n: None)
-        data = json.loads((Path(tmp) / rel).read_text())
-    return tuple(ReplayPair(**p) for p in data["pairs"])
+        try:
+            data = json.loads((Path(tmp) / rel).read_text())
+            pairs = tuple(ReplayPair(**p) for p in data["pairs"])
+            found = ReplayEvidence(
+                str(data["stable_endpoint"]), str(data["canary_endpoint"]), int(data["seed"]), pairs, ""
+            )
+        except (ValueError, KeyError, TypeError) as exc:
+            raise InputError(
+                where, f"is not a replay look ({exc!r})", "delete it: the look replays again"
+            ) from None
+    if evidence_digest(found) != data.get("digest"):
+        raise InputError(where, "does not match its digest", "delete it: the look replays again")
+    return pairs
 
 
 def _write_look(store, rel: str, evidence: ReplayEvidence) -> None:

@@ -15,7 +15,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from quantgate.errors import UsageError
+from quantgate.errors import InputError, UsageError
 from quantgate.publish import RegistryConfig
 from quantgate.rollout import SourceOptions, TelemetryEvidence, evidence_source
 from quantgate.rollout.evidence import EvidenceUnavailableError
@@ -202,3 +202,15 @@ def test_options_name_the_endpoints(tmp_path, monkeypatch):
 def test_replay_options_that_make_no_sense_are_refused(tmp_path, options, message):
     with pytest.raises(UsageError, match=message):
         evidence_source(tmp_path, None, SourceOptions(prometheus="http://p:9090", **options))
+
+
+def test_a_stored_look_that_was_changed_is_refused(setup):
+    cfg, endpoints, store = setup
+    replay_look(cfg, endpoints, _look(1))
+    file = next(store.rglob("look-0001.json"))
+    data = json.loads(file.read_text())
+    data["pairs"][0]["top1_agreement"] = 1.0  # a better canary, written in afterwards
+    file.write_text(json.dumps(data))
+    with pytest.raises(InputError, match="does not match its digest") as info:
+        replay_look(cfg, endpoints, _look(2))
+    assert "look-0001.json" in str(info.value) and info.value.exit_code == 2

@@ -215,39 +215,40 @@ def test_watch_name_a_missing_source(fleet):
     assert both.returncode == 2 and "name one live evidence source" in both.stderr
 
 
-@pytest.mark.slow
-@pytest.mark.skipif(llama_cpp_missing() is not None, reason=str(llama_cpp_missing()))
-def test_watch_rolls_back_a_canary_whose_llama_cpp_replay_agrees_below_its_floor(fleet, tmp_path):
+@pytest.fixture(scope="module")
+def llama_endpoints(tmp_path_factory):
+    """Two llama.cpp servers: stable on the default model's GGUF, the canary on a Q4_0 of it."""
     from quantgate.embedded.smollm2 import gguf_path
 
+    gguf = gguf_path()
+    q4_0 = requantized(gguf, tmp_path_factory.mktemp("gguf") / "smollm2-q4_0.gguf")
+    with llama_server(gguf) as stable, llama_server(q4_0) as canary:
+        yield stable, canary
+
+
+def _prompt_log(version: str) -> str:
+    return "".join(
+        json.dumps({"id": f"r{i}", "version": version, "class": "chat", "prompt": p, "status": "ok"}) + "\n"
+        for i, p in enumerate(PROMPTS)
+    )
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(llama_cpp_missing() is not None, reason=str(llama_cpp_missing()))
+def test_watch_rolls_back_a_canary_whose_llama_cpp_replay_agrees_below_its_floor(
+    fleet, tmp_path, llama_endpoints
+):
     env, root, _ = fleet
     a1, _ = publish_version(env, root, tmp_path, 21, tenants=("assist",))
     a2, _ = publish_version(env, root, tmp_path, 22, tenants=("assist",))
     assert _own("assist") == {"approved-assist": a1, "canary-assist": a2}
     log = tmp_path / "requests.jsonl"
-    log.write_text(
-        "".join(
-            json.dumps({"id": f"r{i}", "version": a1, "class": "chat", "prompt": p, "status": "ok"}) + "\n"
-            for i, p in enumerate(PROMPTS)
-        )
-    )
-    gguf = gguf_path()
-    q4_0 = requantized(gguf, tmp_path / "smollm2-q4_0.gguf")
-    with llama_server(gguf) as stable, llama_server(q4_0) as canary:
-        args = [
-            "replay",
-            "--stable",
-            stable,
-            "--canary",
-            canary,
-            "--log",
-            str(log),
-            "--size",
-            str(len(PROMPTS)),
-        ]
-        spec = tmp_path / "spec.yaml"
-        spec.write_text(_chat_only_spec())
-        done = quantgate(*args, "--spec", str(spec), "--max-tokens", "8", "--json", env=env)
+    log.write_text(_prompt_log(a1))
+    stable, canary = llama_endpoints
+    args = ["replay", "--stable", stable, "--canary", canary, "--log", str(log), "--size", str(len(PROMPTS))]
+    spec = tmp_path / "spec.yaml"
+    spec.write_text(_chat_only_spec())
+    done = quantgate(*args, "--spec", str(spec), "--max-tokens", "8", "--json", env=env)
     assert done.returncode == 0, done.stderr[-3000:]
     replay = tmp_path / "replay.json"
     replay.write_text(done.stdout)
@@ -257,13 +258,75 @@ def test_watch_rolls_back_a_canary_whose_llama_cpp_replay_agrees_below_its_floor
     stack, url = _telemetry(a1, a2)  # its live telemetry is stable's twin
     with stack:
         outcome = _watch_until_decided(env, root, "assist", "--prometheus", url, "--replay", str(replay))
+    _assert_rolled_back_on_replay(outcome, a1)
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(llama_cpp_missing() is not None, reason=str(llama_cpp_missing()))
+def test_watch_itself_replays_through_llama_cpp_each_look_and_rolls_back_q4_0(
+    fleet, tmp_path, llama_endpoints
+):
+    """No replay file: each look samples 8 new logged prompts from the request log in S3, replays
+    them through both llama.cpp servers, and keeps the pairs beside the log; an unreachable
+    canary endpoint stops a look (exit 75) and moves nothing."""
+    env, root, bucket = fleet
+    a1 = _stable_version(env, root, tmp_path, "assist")
+    a2, _ = publish_version(env, root, tmp_path, 32, tenants=("assist",))
+    assert _own("assist") == {"approved-assist": a1, "canary-assist": a2}
+    s3 = S3Endpoint(env["MLFLOW_S3_ENDPOINT_URL"], bucket).client()
+    s3.put_object(Bucket=bucket, Key="replay-logs/requests.jsonl", Body=_prompt_log(a1).encode())
+    stable, canary = llama_endpoints
+    logs = ["--logs", f"s3://{bucket}/replay-logs/requests.jsonl"]
+    replaying = [*logs, "--replay-stable", stable, "--replay-size", "8", "--replay-max-tokens", "8"]
+
+    stack, url = _telemetry(a1, a2)
+    with stack:
+        down = quantgate(
+            "rollout", "watch", MODEL, "--target", TARGET, "--tenant", "assist", "--prometheus", url,
+            *replaying, "--replay-canary", "http://127.0.0.1:9", "--root", str(root), env=env,
+        )  # fmt: skip
+        assert down.returncode == 75, down.stderr[-2000:]
+        assert "127.0.0.1:9" in down.stderr and "did not answer" in down.stderr
+        assert _own("assist") == {"approved-assist": a1, "canary-assist": a2}
+        outcome = _watch_until_decided(
+            env, root, "assist", "--prometheus", url, *replaying, "--replay-canary", canary
+        )
+    _assert_rolled_back_on_replay(outcome, a1)
+    stored = s3.list_objects_v2(Bucket=bucket, Prefix="replay-logs/rollout-replay/")["Contents"]
+    assert len(stored) == outcome["look"] >= 2  # one file a look, the failed look none
+    looks = [json.loads(_object(s3, bucket, o)) for o in stored]
+    hashes = [p["prompt_sha256"] for look in looks for p in look["pairs"]]
+    assert len(hashes) == len(set(hashes)) == outcome["decision"]["replay_pairs"]  # a new sample a look
+    assert all(len(look["pairs"]) == 8 for look in looks[:2])
+    assert not any(p in b"".join(_object(s3, bucket, o) for o in stored).decode() for p in PROMPTS)
+
+
+def _stable_version(env, root: Path, tmp: Path, tenant: str) -> str:
+    """The tenant's stable version; when the test runs alone, its first release (which goes direct)."""
+    from mlflow.exceptions import MlflowException
+
+    try:
+        found = _own(tenant).get(f"approved-{tenant}")
+    except MlflowException:  # nothing published yet
+        found = None
+    if found is None:
+        found, _ = publish_version(env, root, tmp, 30, tenants=(tenant,))
+        assert _own(tenant) == {f"approved-{tenant}": found}
+    return found
+
+
+def _object(s3, bucket: str, listed: dict) -> bytes:
+    return s3.get_object(Bucket=bucket, Key=listed["Key"])["Body"].read()
+
+
+def _assert_rolled_back_on_replay(outcome: dict, stable_version: str) -> None:
     assert outcome["action"] == "rollback", outcome["reason"]
     assert "replay top-1 agreement fails its floor" in outcome["reason"]
     assert "p99" not in outcome["reason"]
-    assert _own("assist") == {"approved-assist": a1}
+    assert _own("assist") == {"approved-assist": stable_version}
     rolled = records("canary", "assist")
     assert (rolled["event"], rolled["version"]) == ("canary-rolled-back", None)
-    assert records("stable", "assist")["version"] == a1
+    assert records("stable", "assist")["version"] == stable_version
 
 
 def _chat_only_spec() -> str:

@@ -20,6 +20,37 @@ ModelArg = Annotated[str, typer.Argument(help="Model name as published (the repo
 TargetOpt = Annotated[str, typer.Option("--target", help="Hardware target, e.g. hopper-fp8.")]
 TenantOpt = Annotated[str, typer.Option("--tenant", help="The tenant whose rollout it is.")]
 
+# the watcher's own replay at each look (rollout.replay_looks)
+ReplayStableOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--replay-stable", help="Stable's OpenAI-compatible endpoint: replay a new sample each look."
+    ),
+]
+ReplayCanaryOpt = Annotated[
+    str | None, typer.Option("--replay-canary", help="The canary's endpoint (with --replay-stable).")
+]
+ReplayPromptsOpt = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--replay-prompts",
+        help="Request log (JSONL; a path or s3://...) to sample replayed prompts from; repeatable. "
+        "Default: --logs.",
+    ),
+]
+ReplaySizeOpt = Annotated[int, typer.Option("--replay-size", min=1, help="Prompts replayed per look.")]
+ReplayMaxTokensOpt = Annotated[
+    int, typer.Option("--replay-max-tokens", min=1, help="Tokens generated per replayed prompt.")
+]
+ReplayStoreOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--replay-store",
+        help="Where each look's pairs are kept (a folder or s3://...). "
+        "Default: the registry's artifact URI, else the prompts log's folder.",
+    ),
+]
+
 
 @app.command("status")
 def status(
@@ -82,6 +113,12 @@ def watch(
         Path | None,
         typer.Option("--replay", help="Replay evidence (what 'quantgate replay --json' writes)."),
     ] = None,
+    replay_stable: ReplayStableOpt = None,
+    replay_canary: ReplayCanaryOpt = None,
+    replay_prompts: ReplayPromptsOpt = None,
+    replay_size: ReplaySizeOpt = 16,
+    replay_max_tokens: ReplayMaxTokensOpt = 32,
+    replay_store: ReplayStoreOpt = None,
     source: Annotated[
         str | None, typer.Option("--source", help="Your own evidence source: module:factory(root).")
     ] = None,
@@ -111,6 +148,12 @@ def watch(
         engine=engine,
         logs=tuple(logs or ()),
         served_model=served_model,
+        replay_stable=replay_stable,
+        replay_canary=replay_canary,
+        replay_prompts=tuple(replay_prompts or ()),
+        replay_store=replay_store,
+        replay_size=replay_size,
+        replay_max_tokens=replay_max_tokens,
     )
     found = evidence_source(project, cfg, options)
     outcome = watch_once(cfg, model, target, tenant, policy, confidence, found)

@@ -9,7 +9,10 @@ worker may take the next run, and a run killed anywhere is completed by the next
 The evidence source is named by the same options as ``quantgate rollout watch``
 (``quantgate.rollout.SourceOptions``): ``prometheus`` or ``telemetry`` (the built-in reader of
 Prometheus, with ``logs`` adding request-log errors), or ``live`` (a JSON file), or ``source``
-(``"module:factory"``, a callable taking ``(root)``); ``replay`` adds a replay JSON file.
+(``"module:factory"``, a callable taking ``(root)``); ``replay`` adds a replay JSON file, or
+``replay_stable`` and ``replay_canary`` name the two endpoints, and each run replays a new seeded
+sample of logged prompts (``replay_prompts``, default ``logs``) through both, keeping the pairs in
+the store (``replay_store``) so a re-run after a kill reuses them.
 """
 
 from __future__ import annotations
@@ -38,6 +41,12 @@ def canary_watch(
     engine: str | None = None,
     logs: list[str] | None = None,
     served_model: str | None = None,
+    replay_stable: str | None = None,
+    replay_canary: str | None = None,
+    replay_prompts: list[str] | None = None,
+    replay_store: str | None = None,
+    replay_size: int = 16,
+    replay_max_tokens: int = 32,
 ) -> dict[str, Any]:
     """One look at ``tenant``'s canary of ``model`` on ``target``: finish a pending move, or decide and act."""
     from quantgate.config import load_rollout
@@ -59,6 +68,12 @@ def canary_watch(
         engine=engine,
         logs=tuple(logs or ()),
         served_model=served_model,
+        replay_stable=replay_stable or None,
+        replay_canary=replay_canary or None,
+        replay_prompts=tuple(replay_prompts or ()),
+        replay_store=replay_store or None,
+        replay_size=replay_size,
+        replay_max_tokens=replay_max_tokens,
     )
     outcome = watch_once(
         cfg, model, target, tenant, policy, confidence, evidence_source(project, cfg, options)

@@ -7,6 +7,7 @@ telemetry and on replayed prompts, then promoted or rolled back through signed r
   moves (record first, then aliases) are the registry's, in ``quantgate.publish``'s ``rollout_moves``;
 - ``status``: what a router sets its weights from; ``report``: the rollout report;
 - ``replay``, ``replay_compare``: logged prompts through the stable and canary endpoints, paired;
+  ``replay_looks``: the watcher's own replay, a new seeded sample at each look, kept in the store;
 - ``telemetry_source``: the watcher's built-in evidence source (Prometheus, request logs, a replay
   file); ``sources``: which source a look reads, from the CLI's and the flow's named options.
 """
@@ -20,6 +21,7 @@ if TYPE_CHECKING:
     from quantgate.rollout.evidence import LoggedRequest, as_json, read_logs, sample_prompts
     from quantgate.rollout.evidence_files import FileEvidence, live_to_json, replay_to_json
     from quantgate.rollout.replay import ReplaySettings, replay_prompts, summary
+    from quantgate.rollout.replay_looks import ReplayEndpoints, ReplayingEvidence
     from quantgate.rollout.report import write_report
     from quantgate.rollout.sources import SourceOptions, evidence_source
     from quantgate.rollout.status import rollout_status
@@ -32,7 +34,9 @@ __all__ = [
     "FileEvidence",
     "LoggedRequest",
     "LookState",
+    "ReplayEndpoints",
     "ReplaySettings",
+    "ReplayingEvidence",
     "SourceOptions",
     "TelemetryEvidence",
     "as_json",
@@ -70,6 +74,8 @@ __getattr__ = lazy_exports(
         "ReplaySettings": "replay",
         "replay_prompts": "replay",
         "summary": "replay",
+        "ReplayEndpoints": "replay_looks",
+        "ReplayingEvidence": "replay_looks",
         "SourceOptions": "sources",
         "evidence_source": "sources",
         "TelemetryEvidence": "telemetry_source",

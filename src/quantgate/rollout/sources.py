@@ -11,8 +11,16 @@ Exactly one live source:
 - ``source``: ``"module:factory"``, a callable taking the project root and returning an
   ``EvidenceSource`` of one's own.
 
-``replay`` (a ReplayEvidence JSON, as ``quantgate replay --json`` writes it) goes with the first
-two. A combination that makes no sense is a UsageError naming the option to drop.
+Replay, with any live source, one of:
+
+- ``replay``: a ReplayEvidence JSON file, as ``quantgate replay --json`` writes it (not with
+  ``source``, whose factory reads its own replays);
+- ``replay_stable`` and ``replay_canary`` (the two endpoints' URLs): the watcher replays a new
+  sample at every look itself (``replay_looks.ReplayingEvidence``): ``replay_size`` prompts from
+  ``replay_prompts`` (request logs' URIs; default: ``logs``), the pairs kept under
+  ``replay_store`` (default: the registry's artifact URI, else the first log's folder).
+
+A combination that makes no sense is a UsageError naming the option to drop.
 """
 
 from __future__ import annotations
@@ -21,6 +29,7 @@ import importlib
 import os
 from dataclasses import dataclass
 from pathlib import Path
+from urllib.parse import urlparse
 
 from pydantic import ValidationError
 
@@ -39,6 +48,12 @@ class SourceOptions:
     engine: str | None = None
     logs: tuple[str, ...] = ()
     served_model: str | None = None
+    replay_stable: str | None = None
+    replay_canary: str | None = None
+    replay_prompts: tuple[str, ...] = ()
+    replay_store: str | None = None
+    replay_size: int = 16
+    replay_max_tokens: int = 32
 
 
 def _wants_telemetry(opts: SourceOptions) -> bool:
@@ -75,6 +90,54 @@ def _telemetry_settings(opts: SourceOptions):
 
 def evidence_source(root: Path, cfg, opts: SourceOptions):
     """The look's ``EvidenceSource`` (see the module); ``cfg`` is the registry's ``RegistryConfig``."""
+    live = _live_source(root, cfg, opts)
+    endpoints = _replay_endpoints(cfg, opts)
+    if endpoints is None:
+        return live
+    from quantgate.rollout.replay_looks import ReplayingEvidence
+
+    return ReplayingEvidence(live, cfg, endpoints)
+
+
+def _replay_endpoints(cfg, opts: SourceOptions):
+    """The endpoints the watcher replays through at every look, or None when none are named."""
+    if not (opts.replay_stable or opts.replay_canary):
+        for flag, given in (("--replay-prompts", opts.replay_prompts), ("--replay-store", opts.replay_store)):
+            if given:
+                raise UsageError(
+                    flag, "given without --replay-stable and --replay-canary", "name both endpoints"
+                )
+        return None
+    if not (opts.replay_stable and opts.replay_canary):
+        missing = "--replay-canary" if opts.replay_stable else "--replay-stable"
+        raise UsageError(missing, "is missing", "name both endpoints the watcher replays through")
+    if opts.replay:
+        raise UsageError(
+            "--replay", "given with --replay-stable/--replay-canary", "replay from a file or from endpoints"
+        )
+    prompts = tuple(opts.replay_prompts or opts.logs)
+    if not prompts:
+        raise UsageError(
+            "--replay-prompts",
+            "no prompts to replay",
+            "pass --replay-prompts LOG (or --logs LOG) with logged prompts",
+        )
+    from quantgate.rollout.replay import ReplaySettings
+    from quantgate.rollout.replay_looks import ReplayEndpoints
+    from quantgate.rollout.telemetry_source import split_log_uri
+
+    store = opts.replay_store or cfg.artifact_uri or split_log_uri(prompts[0])[0]
+    if urlparse(store).scheme not in ("", "file", "s3"):
+        raise UsageError(
+            "--replay-store",
+            f"'{store}' is neither a local folder nor s3://",
+            "pass --replay-store s3://bucket/prefix",
+        )
+    settings = ReplaySettings(max_tokens=opts.replay_max_tokens, model=opts.served_model)
+    return ReplayEndpoints(opts.replay_stable, opts.replay_canary, prompts, store, opts.replay_size, settings)
+
+
+def _live_source(root: Path, cfg, opts: SourceOptions):
     chosen = [
         name
         for name, given in (

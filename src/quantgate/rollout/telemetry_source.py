@@ -56,7 +56,8 @@ def split_log_uri(uri: str) -> tuple[str, str]:
     return str(path.parent), path.name
 
 
-def _store(base: str, cfg: RegistryConfig):
+def store_at(base: str, cfg: RegistryConfig):
+    """The store under ``base`` (a local directory or ``s3://``), with the registry's S3 settings."""
     from quantgate.publish import LocalStore, S3Store
 
     return S3Store(base, cfg) if base.startswith("s3://") else LocalStore(base)
@@ -93,7 +94,7 @@ class TelemetryEvidence:
         records = []
         for uri in self.logs:
             base, name = split_log_uri(uri)
-            records.extend(read_logs(_store(base, self.cfg), [name]))
+            records.extend(read_logs(store_at(base, self.cfg), [name]))
         return errors_by_version(records)
 
     def read_live(self, model: str, target: str, tenant: str) -> LiveEvidence:

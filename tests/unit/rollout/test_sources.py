@@ -77,3 +77,17 @@ def test_log_uris_split_into_store_and_name(tmp_path):
         split_log_uri("s3://bucket")
     with pytest.raises(InputError, match="'gs://' logs are not read"):
         split_log_uri("gs://bucket/x.jsonl")
+
+
+def test_the_flow_and_the_command_take_every_source_option():
+    """``canary_watch``'s parameters and ``rollout watch``'s options name every SourceOptions field,
+    so a deployment can ask for whatever the command line can (the replay endpoints included)."""
+    import dataclasses
+    import inspect
+
+    from quantgate.cli.rollout import watch
+    from quantgate.orchestrate import canary_watch
+
+    fields = {f.name for f in dataclasses.fields(SourceOptions)}
+    assert fields <= set(inspect.signature(canary_watch.fn).parameters)
+    assert fields <= set(inspect.signature(watch).parameters)

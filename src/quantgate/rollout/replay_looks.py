@@ -31,7 +31,6 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from quantgate.errors import InputError
 from quantgate.publish import (
     RegistryConfig,
     read_view,
@@ -51,6 +50,7 @@ from quantgate.rollout.evidence_files import replay_to_json
 from quantgate.rollout.replay import ReplaySettings, replay_prompts
 from quantgate.rollout.replay_compare import prompt_sha256
 from quantgate.rollout.telemetry_source import split_log_uri, store_at
+from quantgate.runtime.errors import InputError
 
 if TYPE_CHECKING:
     from quantgate.rollout.watch import EvidenceSource

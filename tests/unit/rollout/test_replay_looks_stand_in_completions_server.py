@@ -15,13 +15,13 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from quantgate.errors import InputError, UsageError
 from quantgate.publish import RegistryConfig
 from quantgate.rollout import SourceOptions, TelemetryEvidence, evidence_source
 from quantgate.rollout.evidence import EvidenceUnavailableError
 from quantgate.rollout.replay import ReplaySettings
 from quantgate.rollout.replay_compare import prompt_sha256
 from quantgate.rollout.replay_looks import ReplayEndpoints, ReplayingEvidence, ReplayLook, replay_look
+from quantgate.runtime.errors import InputError, UsageError
 
 pytestmark = pytest.mark.unit
 

@@ -17,8 +17,10 @@ run past the end of every answer. ``config.json`` carries ``rope_theta`` beside 
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import json
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -91,9 +93,10 @@ def convert_gguf(gguf_file: Path, out_dir: Path) -> None:
     from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
     folder, name = gguf_file.parent, gguf_file.name
-    tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=name)
-    loaded = AutoModelForCausalLM.from_pretrained(folder, gguf_file=name, dtype=torch.bfloat16)
-    config = AutoConfig.from_pretrained(folder, gguf_file=name)
+    with gguf_parsed_once():
+        tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=name)
+        loaded = AutoModelForCausalLM.from_pretrained(folder, gguf_file=name, dtype=torch.bfloat16)
+        config = AutoConfig.from_pretrained(folder, gguf_file=name)
     if hasattr(config, "quantization_config"):
         del config.quantization_config
     config.name_or_path = MODEL_NAME
@@ -109,6 +112,43 @@ def convert_gguf(gguf_file: Path, out_dir: Path) -> None:
     model.save_pretrained(out_dir)
     save_tokenizer(tokenizer, out_dir)
     _add_legacy_rope(out_dir / "config.json")
+
+
+@contextlib.contextmanager
+def gguf_parsed_once() -> Iterator[dict[str, Any]]:
+    """Within the block, every ``gguf.GGUFReader(path)`` of one path is the first one's reader.
+
+    Why: transformers parses the GGUF file anew for each thing it reads from it (the tokenizer
+    twice, the model's config and weights, the config once more: five parses), and a parse walks
+    the 49,152-token vocabulary one memory-mapped field at a time, about 5 s each on 2 cores, so
+    the conversion took 33 s of the README main job's cold start. ``load_gguf_checkpoint`` only
+    reads a reader (its fields and tensors, memory-mapped read-only), so sharing one gives the same
+    tensors and metadata, and the converted files are the same bytes
+    (``tests/unit/embedded/test_smollm2.py``). Likewise ``gguf.get_tensor_name_map``, which
+    transformers builds once per module of the model (397 times, about 13 ms each) for the same
+    architecture and depth, and only reads. Yields the readers by path (for tests).
+    """
+    import functools
+
+    import gguf
+
+    made, name_map = gguf.GGUFReader, gguf.get_tensor_name_map
+    readers: dict[str, Any] = {}
+
+    def reader(path: Any, mode: str = "r") -> Any:
+        if mode != "r":  # a writable map is never shared
+            return made(path, mode)
+        key = str(Path(path).resolve())
+        if key not in readers:
+            readers[key] = made(path, mode)
+        return readers[key]
+
+    # transformers imports both names from ``gguf`` inside the functions that use them, at each call
+    gguf.GGUFReader, gguf.get_tensor_name_map = reader, functools.cache(name_map)
+    try:
+        yield readers
+    finally:
+        gguf.GGUFReader, gguf.get_tensor_name_map = made, name_map
 
 
 def save_tokenizer(tokenizer: Any, out_dir: Path) -> None:

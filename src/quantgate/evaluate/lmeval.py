@@ -40,6 +40,20 @@ class TaskOptions(TypedDict):
     num_fewshot: int
 
 
+def inline_tasks():
+    """An lm-eval ``TaskManager`` without lm-eval's index of its own tasks.
+
+    Why: ``simple_evaluate`` without one builds ``TaskManager()``, which reads every task YAML that
+    lm-eval ships (thousands) to index them by name: 12.6 s on 2 cores, once per lm-eval suite and
+    evaluation step, where we pass the one task as a config dict (``task_config``, its
+    ``include`` already resolved) and no name is looked up. The task built is the same
+    (``tests/unit/evaluate/test_lmeval_tasks.py``).
+    """
+    from lm_eval.tasks import TaskManager
+
+    return TaskManager(include_defaults=False, metadata={})  # metadata: simple_evaluate's own default
+
+
 def run_task(
     model, tokenizer, config: dict[str, Any], *, max_length: int, **options: Unpack[TaskOptions]
 ) -> list[dict[str, Any]]:
@@ -84,6 +98,7 @@ def run_task_on(lm, config: dict[str, Any], **options: Unpack[TaskOptions]) -> l
     result = simple_evaluate(
         model=lm,
         tasks=[config],
+        task_manager=inline_tasks(),
         num_fewshot=options["num_fewshot"],
         samples={name: options["items"]},
         log_samples=True,

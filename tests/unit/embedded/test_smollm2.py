@@ -39,3 +39,30 @@ def test_tokenizer_files_do_not_follow_hf_hub_offline(tmp_path: Path, monkeypatc
     assert "tokenizer_config.json" in online
     assert online == offline
     assert "local_files_only" not in (tmp_path / "offline" / "tokenizer_config.json").read_text()
+
+
+@pytest.mark.unit
+@pytest.mark.heavy
+def test_the_gguf_file_is_parsed_once_and_read_the_same():
+    """The conversion shares one ``GGUFReader`` for every read transformers makes of the file (five
+    parses before, 33 s of the README main job's cold start); what transformers reads through the
+    shared reader is what it reads through a fresh one, and the patch is gone after the block."""
+    import gguf
+    from transformers.modeling_gguf_pytorch_utils import load_gguf_checkpoint
+
+    from quantgate.embedded.smollm2 import gguf_parsed_once, gguf_path
+
+    path = gguf_path()
+    fresh = load_gguf_checkpoint(path, return_tensors=False)
+    made = gguf.GGUFReader
+    with gguf_parsed_once() as readers:
+        first = load_gguf_checkpoint(path, return_tensors=False)
+        second = load_gguf_checkpoint(str(path), return_tensors=False)
+        assert len(readers) == 1  # two reads, one parse
+        assert gguf.get_tensor_name_map(gguf.MODEL_ARCH.LLAMA, 30) is gguf.get_tensor_name_map(
+            gguf.MODEL_ARCH.LLAMA, 30
+        )
+    assert gguf.GGUFReader is made
+    assert first["config"] == second["config"] == fresh["config"]
+    assert first["tokenizer"] == fresh["tokenizer"]
+    assert first["tokenizer_config"] == fresh["tokenizer_config"]

@@ -130,8 +130,9 @@ def gguf_parsed_once() -> Iterator[dict[str, Any]]:
     """
     import functools
 
-    import gguf
+    import gguf as gguf_module
 
+    gguf: Any = gguf_module  # patched for the duration, so typed loosely
     made, name_map = gguf.GGUFReader, gguf.get_tensor_name_map
     readers: dict[str, Any] = {}
 

@@ -24,7 +24,7 @@
 # than quantgate needs (the resolver says which) is not kept: the lock pins a newer one for the venv.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-PY=${PY:-.venv/bin/python}
+PY=${PY:-$([ -x .venv/bin/python ] && echo .venv/bin/python || echo python3)}  # a worker has no .venv
 PLATFORM=${PLATFORM:-manylinux_2_28_x86_64}
 PYTHON=${PYTHON:-3.11}
 

@@ -6,7 +6,8 @@ metric names and labels, simulated traffic), request logs in the S3 store, and a
 records in a real ``mlflow server`` on moto S3.
 
 - tenant ``chat`` (live floors only): a good canary is promoted; one with p99 TTFT (and ITL) 15 %
-  slower is rolled back;
+  slower is rolled back; one that aborts 2 % of its requests (stable 1 %, tolerance 0.5 points) is
+  rolled back on its error rate;
 - tenant ``assist`` (a replay floor too): a canary served by the default model's GGUF requantized
   (Q4_1 -> Q4_0) agrees with stable below the floor on replayed prompts, and is rolled back.
 
@@ -199,6 +200,18 @@ def test_watch_reads_prometheus_over_exporters_standing_in_for_vllm(fleet, tmp_p
     assert _own("chat") == {"approved-chat": v2}
     assert (records("canary")["event"], records("canary")["version"]) == ("canary-rolled-back", None)
     assert (records("stable")["event"], records("stable")["version"]) == ("canary-promoted", v2)
+
+    # one point more of aborted requests (2 % against stable's 1 %, tolerance 0.5 points): rolled back
+    v4, _ = publish_version(env, root, tmp_path, 4)
+    assert _own("chat") == {"approved-chat": v2, "canary-chat": v4}
+    stack, url = _telemetry(v2, v4, error_rate=0.02)
+    with stack:
+        outcome = _watch_until_decided(env, root, "chat", "--prometheus", url)
+    assert outcome["action"] == "rollback", outcome["reason"]
+    assert "error rate fails its floor" in outcome["reason"]
+    assert "p99" not in outcome["reason"]
+    assert _own("chat") == {"approved-chat": v2}
+    assert (records("canary")["event"], records("canary")["version"]) == ("canary-rolled-back", None)
 
 
 def test_watch_name_a_missing_source(fleet):

@@ -8,6 +8,9 @@ records in a real ``mlflow server`` on moto S3.
 - tenant ``chat`` (live floors only): a good canary is promoted; one with p99 TTFT (and ITL) 15 %
   slower is rolled back; one that aborts 2 % of its requests (stable 1 %, tolerance 0.5 points) is
   rolled back on its error rate;
+- tenant ``ops``: the same looks taken by the Prefect flow ``canary_watch`` (flow runs on an
+  ephemeral Prefect API, as a scheduled deployment's worker runs them): a good canary promoted, each
+  look's decision a Markdown artifact;
 - tenant ``assist`` (a replay floor too): a canary served by the default model's GGUF requantized
   (Q4_1 -> Q4_0) agrees with stable below the floor on replayed prompts, and is rolled back.
 
@@ -20,6 +23,9 @@ the canary agrees about half the time, as Q4_0 does here (12 were not).
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 import time
 from contextlib import ExitStack
 from pathlib import Path
@@ -61,6 +67,13 @@ tenants:
       minimum: {requests: 50000, replay_pairs: 8}
       live: {max_p99_increase: 0.05, max_error_rate_increase: 0.005}
       replay: {min_top1_agreement: 0.9}
+  ops:
+    confidence: 0.95
+    rollout:
+      strategy: canary
+      share: 0.05
+      minimum: {requests: 50000, replay_pairs: 0}
+      live: {max_p99_increase: 0.05, max_error_rate_increase: 0.005}
 """
 STABLE_RATE = 190_000  # simulated requests a second, per stable replica (two of them)
 CANARY_RATE = 20_000  # one canary replica: 5 % of the traffic
@@ -212,6 +225,65 @@ def test_watch_reads_prometheus_over_exporters_standing_in_for_vllm(fleet, tmp_p
     assert "p99" not in outcome["reason"]
     assert _own("chat") == {"approved-chat": v2}
     assert (records("canary")["event"], records("canary")["version"]) == ("canary-rolled-back", None)
+
+
+# One process takes the flow's looks, as a deployment's worker would, until one acts: the
+# ephemeral Prefect API starts once. It prints each outcome and, at the end, the artifacts' keys
+# and descriptions and the flow runs' states as Prefect's API has them.
+_FLOW_LOOKS = """
+import json, sys, time
+from prefect.client.orchestration import get_client
+from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterKey
+from quantgate.orchestrate import canary_watch
+
+model, target, tenant, root, url = sys.argv[1:6]
+for _ in range(15):
+    outcome = canary_watch(model=model, target=target, tenant=tenant, root=root, prometheus=url)
+    print(json.dumps({"outcome": outcome}), flush=True)
+    if outcome["action"] != "continue":
+        break
+    time.sleep(1)
+with get_client(sync_client=True) as client:
+    found = client.read_artifacts(artifact_filter=ArtifactFilter(key=ArtifactFilterKey(any_=["canary-" + tenant])))
+    runs = client.read_flow_runs()
+print(json.dumps({
+    "artifacts": [a.data for a in found],
+    "states": sorted({r.state.type.value for r in runs}),
+    "flows": len(runs),
+}))
+"""
+
+
+def test_the_canary_watch_flow_under_prefect_promotes_a_good_canary(fleet, tmp_path):
+    env, root, _ = fleet
+    o1 = _stable_version(env, root, tmp_path, "ops")
+    o2, _ = publish_version(env, root, tmp_path, 42, tenants=("ops",))
+    assert _own("ops") == {"approved-ops": o1, "canary-ops": o2}
+    flow_env = {
+        **os.environ,
+        **env,
+        "PREFECT_HOME": str(tmp_path / "prefect"),
+        "PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS": "120",
+    }
+    flow_env.pop("PREFECT_API_URL", None)
+    stack, url = _telemetry(o1, o2)
+    with stack:
+        done = subprocess.run(
+            [sys.executable, "-c", _FLOW_LOOKS, MODEL, TARGET, "ops", str(root), url],
+            capture_output=True, text=True, env=flow_env, timeout=600, check=False,
+        )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    lines = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
+    outcomes, prefect_side = [x["outcome"] for x in lines[:-1]], lines[-1]
+    assert outcomes[-1]["action"] == "promote", outcomes[-1]["reason"]
+    assert all(o["action"] == "continue" for o in outcomes[:-1])
+    assert [o["look"] for o in outcomes] == list(range(outcomes[0]["look"], outcomes[-1]["look"] + 1))
+    assert _own("ops") == {"approved-ops": o2}
+    assert (records("stable", "ops")["event"], records("stable", "ops")["version"]) == ("canary-promoted", o2)
+    # Prefect holds each look: a completed flow run, and the decision as the tenant's artifact
+    assert prefect_side["states"] == ["COMPLETED"] and prefect_side["flows"] == len(outcomes)
+    assert len(prefect_side["artifacts"]) == len(outcomes)
+    assert any(a.startswith("**promote**") for a in prefect_side["artifacts"])
 
 
 def test_watch_name_a_missing_source(fleet):

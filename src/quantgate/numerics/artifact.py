@@ -217,6 +217,7 @@ def emulated_modules(
     rename: Callable[[str], str] | None = None,
     *,
     sliced: bool = False,
+    deferred: bool = False,
 ) -> dict[str, nn.Module]:
     """The emulated module for every quantized module on disk, keyed by its name in memory: an
     ``EmulatedLinear`` per Linear, an ``QuantizedExperts`` per fused experts module (its per-expert
@@ -224,7 +225,11 @@ def emulated_modules(
     architecture on the meta device (built from the artifact's config when not given); ``rename``:
     ``disk_to_memory(skeleton)`` when the caller has it (building it walks every module of the
     skeleton, which a layer-by-layer caller must not do once per layer). ``sliced``: ``raw`` was read
-    with ``sharding.slicer``, so the modules the plan cuts hold this rank's slice already."""
+    with ``sharding.slicer``, so the modules the plan cuts hold this rank's slice already.
+    ``deferred``: each ``EmulatedLinear`` holds its on-disk tensors and decodes them at each product
+    (``EmulatedLinear.defer_decode``), for a caller that must bound the memory of a layer."""
+    if deferred and sliced:
+        raise ValueError("a deferred decode holds whole tensors; a sliced read cannot defer")
     skeleton = skeleton if skeleton is not None else meta_skeleton(artifact_dir)
     rename = rename or disk_to_memory(skeleton)
     built: dict[str, nn.Module] = {}
@@ -267,11 +272,14 @@ def emulated_modules(
             raise InputError(
                 where, f"{act.name} needs a calibrated input_global_scale", "rebuild with calibration"
             )
-        built[memory] = EmulatedLinear(
+        linear = EmulatedLinear(
             decoded, act, weight_format=wfmt.name, input_global_scale=global_scale, bias=tensors.get("bias")
         )
+        if deferred:
+            linear.defer_decode(dict(tensors), wfmt.decode)  # what it decoded from, as it was
         if cut is not None:
-            sharding.read_cut(built[memory], cut)
+            sharding.read_cut(linear, cut)
+        built[memory] = linear
     for prefix, experts in layers.items():
         where = f"{artifact_dir}: experts {disk_prefix[prefix]}"
         fused: Any = skeleton.get_submodule(prefix)  # transformers' experts module: its act_fn

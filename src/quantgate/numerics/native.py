@@ -120,7 +120,7 @@ class NativeFP8Linear(nn.Module):
         so dividing by the scale gives the stored FP8 bytes back bit for bit."""
         scale = module.weight_scale.reshape(-1, 1)
         safe = torch.where(scale == 0, torch.ones_like(scale), scale)
-        weight = (module.weight / safe).to(torch.float8_e4m3fn)
+        weight = (module.decoded_weight() / safe).to(torch.float8_e4m3fn)
         return cls(weight, scale, module.bias)
 
     @torch.no_grad()
@@ -396,7 +396,7 @@ def _emulated(model: nn.Module) -> list[tuple[str, nn.Module]]:
 
 
 def _native(module: EmulatedLinear) -> NativeFP8Linear:
-    native = NativeFP8Linear.from_emulated(module).to(module.weight.device)
+    native = NativeFP8Linear.from_emulated(module).to(module.weight_scale.device)
     if sharding.is_cut(module):  # read as this rank's slice: ``replace`` must not cut it again
         sharding.mark_cut(native)
     return native

@@ -96,3 +96,33 @@ def test_agrees_with_compressed_tensors_on_float32_inputs(artifacts, target):
     scale, zp = compute_dynamic_scales_and_zp(x, args, module=None, global_scale=layer.input_global_scale)
     theirs = fake_quantize(x, scale, zp, args, global_scale=layer.input_global_scale)
     assert torch.equal(layer.quantize_input(x), theirs)
+
+
+def _held_bytes(module: torch.nn.Module) -> int:
+    return sum(b.numel() * b.element_size() for b in module.buffers())
+
+
+@pytest.mark.parametrize("target, wname, aname", CASES)
+def test_a_deferred_decode_gives_the_resident_results_bit_for_bit_holding_less(
+    artifacts, target, wname, aname, monkeypatch
+):
+    """The memory-bounded KV pass holds each layer's on-disk bytes, not its float32 decode: the
+    product must not change by a bit, in the float32 numerics and in the float64 reference; the
+    float64 widening a few rows at a time gives what widening the whole weight gives, to float64's
+    rounding."""
+    from quantgate.numerics import emulated
+
+    x = _inputs()
+    tensors = read_quantized_tensors(artifacts[target])[MODULE]
+    for dtype in (torch.float32, torch.float64):
+        resident = _layer(artifacts, target, wname, aname, compute_dtype=dtype)
+        deferred = _layer(artifacts, target, wname, aname, compute_dtype=dtype)
+        deferred.defer_decode(dict(tensors), weight_format(wname).decode)
+        assert deferred.weight is None
+        assert _held_bytes(deferred) < _held_bytes(resident) / 2
+        assert torch.equal(deferred(x), resident(x))
+        assert torch.equal(deferred.decoded_weight(), resident.decoded_weight())
+
+    whole = resident.matmul(x)  # float64: 64 rows of 128 inputs in one block
+    monkeypatch.setattr(emulated, "_WIDEN_BLOCK_BYTES", 5 * 128 * 8)  # 13 blocks, the last of 4 rows
+    assert torch.allclose(resident.matmul(x), whole, rtol=1e-12, atol=0)

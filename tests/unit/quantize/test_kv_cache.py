@@ -272,6 +272,21 @@ def test_the_kv_pass_gives_the_same_bytes_whatever_the_threads_and_summation_ord
     assert run() == one
 
 
+def test_a_layer_too_large_to_hold_decoded_gives_the_same_scales_from_its_fp8_bytes(
+    deep_artifact, catalog, calibration, monkeypatch
+):
+    """Layers whose decode exceeds ``RESIDENT_LAYER_BYTES`` hold their FP8 bytes and decode at each
+    product (the memory-cap build: 1.08 -> 0.87 GB peak): the scales must not move by a bit."""
+    target = catalog.target("hopper-fp8")
+    resident = kvc.calibrate(deep_artifact, target, calibration, 8, 256).absmax
+    held: list[bool] = []
+    real_defers = kvc._defers
+    monkeypatch.setattr(kvc, "RESIDENT_LAYER_BYTES", 0)
+    monkeypatch.setattr(kvc, "_defers", lambda layer: held.append(real_defers(layer)) or held[-1])
+    assert kvc.calibrate(deep_artifact, target, calibration, 8, 256).absmax == resident
+    assert held and all(held)
+
+
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 def test_the_kv_pass_on_the_gpu_gives_the_cpus_bytes(deep_artifact, catalog, calibration):
